@@ -1,0 +1,95 @@
+-- Helpers shared by the queue's functions. Not callable by the service roles.
+
+-- What end users see. Retries are invisible: once a job has been claimed
+-- (generation > 0) it shows 'processing' until it reaches a final state.
+create or replace function jobfeed.public_status(p_state jobfeed.job_state, p_generation int)
+returns text language sql immutable parallel safe as $$
+    select case p_state
+        when 'queued' then case when p_generation > 0 then 'processing' else 'queued' end
+        when 'running' then 'processing'
+        else p_state::text
+    end
+$$;
+
+-- Raise a queue error the Python side maps to an HTTP status: the SQLSTATE class
+-- 'JF' marks ours, the HINT carries the stable error code.
+create or replace function jobfeed.raise_error(p_sqlstate text, p_code text, p_message text)
+returns void language plpgsql as $$
+begin
+    raise exception '%', p_message using errcode = p_sqlstate, hint = p_code;
+end $$;
+
+-- "These jobs changed": one NOTIFY per chunk of ids (a payload holds < 8000 bytes),
+-- never one per row. Payload: "id:version,id:version,...". Listeners re-read state;
+-- the version lets the public feed skip jobs whose public view did not change.
+create or replace function jobfeed.notify_changed(p_ids uuid[], p_versions bigint[])
+returns void language plpgsql as $$
+declare
+    n int := coalesce(cardinality(p_ids), 0);
+    i int := 1;
+    chunk constant int := 150;
+begin
+    while i <= n loop
+        perform pg_notify('jobfeed_changed', (
+            select string_agg(p_ids[k]::text || ':' || p_versions[k]::text, ',')
+            from generate_series(i, least(i + chunk - 1, n)) as k));
+        i := i + chunk;
+    end loop;
+end $$;
+
+-- A progress report's place on the way to done: done/total, or 0 when the
+-- total is unknown (such reports are never judged to go backwards).
+create or replace function jobfeed.progress_rank(p jsonb)
+returns double precision language sql immutable parallel safe as $$
+    select case
+        when p is null then -1
+        when coalesce((p ->> 'total')::double precision, 0) > 0
+            then (p ->> 'done')::double precision / (p ->> 'total')::double precision
+        else 0
+    end
+$$;
+
+-- Close the attempt log row of (job, generation).
+create or replace function jobfeed.finish_attempts(
+    p_ids uuid[], p_generations int[], p_outcome text, p_code text, p_message text, p_now timestamptz)
+returns void language sql as $$
+    update jobfeed.attempts a
+       set finished_at = p_now, outcome = p_outcome, error_code = p_code, error_message = p_message
+      from unnest(p_ids, p_generations) as t(id, generation)
+     where a.job_id = t.id and a.generation = t.generation and a.finished_at is null
+$$;
+
+-- Jobs whose lease expired with no attempts left become failed (lease_expired)
+-- instead of sitting in 'running' forever. Called by claim and by the sweeper.
+-- p_kinds null means every kind.
+create or replace function jobfeed.fail_expired(p_kinds text[], p_now timestamptz)
+returns int language plpgsql as $$
+declare
+    v_ids uuid[];
+    v_gens int[];
+    v_vers bigint[];
+begin
+    with expired as (
+        select j.id from jobfeed.jobs j
+         where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts
+           and (p_kinds is null or j.kind = any (p_kinds))
+         for update skip locked
+    ), upd as (
+        update jobfeed.jobs j
+           set state = 'failed', lease_until = null, finished_at = p_now, updated_at = p_now,
+               last_error_code = 'lease_expired',
+               last_error_message = 'the lease expired and no attempts are left',
+               version = j.version + 1
+          from expired e
+         where j.id = e.id
+        returning j.id, j.generation, j.version
+    )
+    select array_agg(id), array_agg(generation), array_agg(version) into v_ids, v_gens, v_vers from upd;
+    if v_ids is null then
+        return 0;
+    end if;
+    perform jobfeed.finish_attempts(v_ids, v_gens, 'lease_expired', 'lease_expired',
+                                    'the lease expired and no attempts are left', p_now);
+    perform jobfeed.notify_changed(v_ids, v_vers);
+    return cardinality(v_ids);
+end $$;

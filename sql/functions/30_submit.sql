@@ -1,0 +1,65 @@
+-- Registering kinds and submitting jobs.
+
+create or replace function jobfeed.register_kind(
+    p_kind text, p_max_attempts int default 5, p_lease interval default '5 minutes',
+    p_backoff interval[] default '{1 minute,5 minutes,15 minutes,60 minutes}',
+    p_jitter double precision default 0.1, p_description text default '')
+returns void language sql security definer set search_path = jobfeed, pg_temp as $$
+    insert into jobfeed.kinds as k (kind, max_attempts, lease, backoff, jitter, description)
+    values (p_kind, p_max_attempts, p_lease, p_backoff, p_jitter, p_description)
+    on conflict (kind) do update
+       set max_attempts = excluded.max_attempts, lease = excluded.lease, backoff = excluded.backoff,
+           jitter = excluded.jitter, description = excluded.description, updated_at = now()
+     where (k.max_attempts, k.lease, k.backoff, k.jitter, k.description)
+           is distinct from (excluded.max_attempts, excluded.lease, excluded.backoff,
+                             excluded.jitter, excluded.description)
+$$;
+
+-- Submit, deduplicated by (kind, target): returns the new job (created) or the
+-- unfinished one that already holds the target. If that one finishes between our
+-- insert and our look-up, we insert again, so the caller always gets a live job.
+create or replace function jobfeed.submit(
+    p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
+    p_max_payload int default 65536, p_now timestamptz default null)
+returns table (id uuid, created boolean)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := coalesce(p_now, now());
+    v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
+    v_max int;
+    v_id uuid;
+begin
+    select k.max_attempts into v_max from jobfeed.kinds k where k.kind = p_kind;
+    if not found then
+        perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
+    end if;
+    if p_target is null or octet_length(p_target) not between 1 and 512 then
+        perform jobfeed.raise_error('JF422', 'invalid_target', 'target must be 1 to 512 bytes');
+    end if;
+    if jsonb_typeof(v_payload) <> 'object' then
+        perform jobfeed.raise_error('JF422', 'invalid_payload', 'payload must be a JSON object');
+    end if;
+    if octet_length(v_payload::text) > p_max_payload then
+        perform jobfeed.raise_error('JF413', 'payload_too_large',
+                                    format('payload is over %s bytes', p_max_payload));
+    end if;
+    loop
+        insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
+        values (p_kind, p_target, v_payload, v_max, coalesce(p_run_after, v_now), v_now, v_now)
+        on conflict (kind, target) where state in ('queued', 'running') do nothing
+        returning j.id into v_id;
+        if v_id is not null then
+            perform jobfeed.notify_changed(array[v_id], array[1::bigint]);
+            perform pg_notify('jobfeed_due', p_kind);
+            return query select v_id, true;
+            return;
+        end if;
+        select j.id into v_id from jobfeed.jobs j
+         where j.kind = p_kind and j.target = p_target and j.state in ('queued', 'running');
+        if v_id is not null then
+            return query select v_id, false;
+            return;
+        end if;
+    end loop;
+end $$;

@@ -1,0 +1,104 @@
+-- Claiming jobs, and when the next one will be due.
+
+-- Claim up to p_limit jobs of the given kinds for worker p_worker: due queued jobs
+-- and running jobs whose lease expired (their worker died). First fails expired
+-- jobs with no attempts left. Each claim bumps attempts and generation, sets the
+-- lease (the kind's unless p_lease is given) and opens an attempts log row.
+-- Selection is one kind per statement, inside a CTE with LIMIT and SKIP LOCKED, so
+-- no more rows are locked than are claimed and concurrent claimers never wait.
+create or replace function jobfeed.claim(
+    p_kinds text[], p_limit int, p_worker text, p_lease interval default null,
+    p_now timestamptz default null)
+returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
+               generation int, lease_until timestamptz, checkpoint jsonb)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := coalesce(p_now, now());
+    v_kind text;
+    v_lease interval;
+    v_rows jobfeed.jobs[] := '{}';
+    v_batch jobfeed.jobs[];
+    v_reclaimed uuid[];
+    v_reclaimed_gens int[];
+begin
+    if p_limit is null or p_limit < 1 or p_kinds is null then
+        return;
+    end if;
+    perform jobfeed.fail_expired(p_kinds, v_now);
+    foreach v_kind in array p_kinds loop
+        exit when cardinality(v_rows) >= p_limit;
+        select coalesce(p_lease, k.lease) into v_lease from jobfeed.kinds k where k.kind = v_kind;
+        v_lease := coalesce(v_lease, p_lease, interval '5 minutes');
+
+        -- Expired leases first: those jobs have waited longest.
+        with picked as (
+            select j.id from jobfeed.jobs j
+             where j.kind = v_kind and j.state = 'running' and j.lease_until < v_now
+               and j.attempts < j.max_attempts
+             order by j.lease_until
+             limit p_limit - cardinality(v_rows)
+             for update skip locked
+        ), upd as (
+            update jobfeed.jobs j
+               set attempts = j.attempts + 1, generation = j.generation + 1,
+                   lease_until = v_now + v_lease, worker_id = p_worker
+              from picked where j.id = picked.id
+            returning j as r
+        )
+        select coalesce(array_agg(upd.r), '{}') into v_batch from upd;
+        if cardinality(v_batch) > 0 then
+            select array_agg(b.id), array_agg(b.generation - 1) into v_reclaimed, v_reclaimed_gens
+              from unnest(v_batch) b;
+            perform jobfeed.finish_attempts(v_reclaimed, v_reclaimed_gens, 'lease_expired',
+                                            'lease_expired', 'the worker stopped renewing its lease', v_now);
+            v_rows := v_rows || v_batch;
+        end if;
+
+        exit when cardinality(v_rows) >= p_limit;
+        with picked as (
+            select j.id from jobfeed.jobs j
+             where j.kind = v_kind and j.state = 'queued' and j.run_after <= v_now
+             order by j.run_after
+             limit p_limit - cardinality(v_rows)
+             for update skip locked
+        ), upd as (
+            update jobfeed.jobs j
+               set state = 'running', attempts = j.attempts + 1, generation = j.generation + 1,
+                   lease_until = v_now + v_lease, worker_id = p_worker,
+                   started_at = coalesce(j.started_at, v_now),
+                   -- the first claim is the only one the public sees (queued -> processing)
+                   version = j.version + (j.generation = 0)::int,
+                   updated_at = case when j.generation = 0 then v_now else j.updated_at end
+              from picked where j.id = picked.id
+            returning j as r
+        )
+        select coalesce(array_agg(upd.r), '{}') into v_batch from upd;
+        v_rows := v_rows || v_batch;
+    end loop;
+
+    if cardinality(v_rows) = 0 then
+        return;
+    end if;
+    insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at)
+    select r.id, r.generation, r.attempts, p_worker, v_now from unnest(v_rows) r;
+    perform jobfeed.notify_changed(array(select r.id from unnest(v_rows) r),
+                                   array(select r.version from unnest(v_rows) r));
+    return query
+        select r.id, r.kind, r.target, r.payload, r.attempts, r.max_attempts, r.generation,
+               r.lease_until, r.checkpoint
+          from unnest(v_rows) r;
+end $$;
+
+-- When the next job of these kinds becomes claimable (a queued job's run_after or
+-- a running job's lease end); null when there is none. Workers sleep until then.
+create or replace function jobfeed.next_due(p_kinds text[])
+returns timestamptz language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select min(t) from (
+        select (select min(j.run_after) from jobfeed.jobs j where j.kind = k and j.state = 'queued') as t
+          from unnest(p_kinds) k
+        union all
+        select (select min(j.lease_until) from jobfeed.jobs j where j.kind = k and j.state = 'running')
+          from unnest(p_kinds) k
+    ) s
+$$;

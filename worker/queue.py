@@ -1,0 +1,172 @@
+"""The queue's Python face: one method per SQL function (sql/queries.sql), errors
+raised by the functions turned into QueueError. No queue rule lives here."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import uuid
+from typing import Any, Sequence
+
+import asyncpg
+
+from .sql import query
+
+# SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
+_HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422}
+
+
+class QueueError(Exception):
+    """A queue function refused the call: `code` is stable, `status` an HTTP status."""
+
+    def __init__(self, code: str, message: str, status: int = 400):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def _translate(exc: asyncpg.PostgresError) -> Exception:
+    state = getattr(exc, "sqlstate", "") or ""
+    if state in _HTTP_STATUS:
+        return QueueError(exc.hint or "error", exc.args[0] if exc.args else str(exc), _HTTP_STATUS[state])
+    return exc
+
+
+def _seconds(value: float | None) -> dt.timedelta | None:
+    return None if value is None else dt.timedelta(seconds=value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """A job as a worker holds it: every write about it names (id, generation)."""
+    id: uuid.UUID
+    kind: str
+    target: str
+    payload: dict
+    attempt: int
+    max_attempts: int
+    generation: int
+    lease_until: dt.datetime
+    checkpoint: Any
+
+
+class Queue:
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    async def _fetch(self, name: str, *args) -> list[asyncpg.Record]:
+        try:
+            return await self.pool.fetch(query(name), *args)
+        except asyncpg.PostgresError as exc:
+            raise _translate(exc) from None
+
+    async def _fetchval(self, name: str, *args):
+        try:
+            return await self.pool.fetchval(query(name), *args)
+        except asyncpg.PostgresError as exc:
+            raise _translate(exc) from None
+
+    # -- kinds
+    async def register_kind(self, kind: str, *, max_attempts: int, lease: float,
+                            backoff: Sequence[float], jitter: float = 0.1, description: str = "") -> None:
+        await self._fetch("register_kind", kind, max_attempts, _seconds(lease),
+                          [_seconds(b) for b in backoff], jitter, description)
+
+    async def list_kinds(self) -> list[dict]:
+        return [json.loads(r[0]) for r in await self._fetch("list_kinds")]
+
+    # -- submitting and reading
+    async def submit(self, kind: str, target: str, payload: dict | None = None, *,
+                     run_after: dt.datetime | None = None, max_payload: int = 65536) -> tuple[uuid.UUID, bool]:
+        """-> (job id, created). created is False when an unfinished job already
+        held (kind, target): the caller shares that job."""
+        text = json.dumps(payload if payload is not None else {})
+        rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
+        return rows[0]["id"], rows[0]["created"]
+
+    async def get_job_json(self, job_id: uuid.UUID) -> str | None:
+        """The public view as JSON text (relayed as is by the API)."""
+        return await self._fetchval("get_job", job_id)
+
+    async def get_job(self, job_id: uuid.UUID) -> dict | None:
+        text = await self.get_job_json(job_id)
+        return None if text is None else json.loads(text)
+
+    async def get_jobs_json(self, job_ids: Sequence[uuid.UUID]) -> list[str]:
+        return [r[0] for r in await self._fetch("get_jobs", list(job_ids))]
+
+    async def admin_get_job(self, job_id: uuid.UUID) -> dict | None:
+        text = await self._fetchval("admin_get_job", job_id)
+        return None if text is None else json.loads(text)
+
+    async def admin_get_jobs_json(self, job_ids: Sequence[uuid.UUID]) -> list[str]:
+        return [r[0] for r in await self._fetch("admin_get_jobs", list(job_ids))]
+
+    async def admin_list_jobs(self, *, state: str | None = None, kind: str | None = None, limit: int = 50,
+                              before: tuple[dt.datetime, uuid.UUID] | None = None) -> list[dict]:
+        before_created, before_id = before if before else (None, None)
+        rows = await self._fetch("admin_list_jobs", state, kind, limit, before_created, before_id)
+        return [json.loads(r[0]) for r in rows]
+
+    async def stats(self, minutes: int = 15) -> dict:
+        return json.loads(await self._fetchval("stats", minutes))
+
+    # -- admin actions (QueueError not_found / invalid_state / target_busy)
+    async def retry(self, job_id: uuid.UUID) -> dict:
+        return json.loads(await self._fetchval("retry", job_id))
+
+    async def cancel(self, job_id: uuid.UUID) -> dict:
+        return json.loads(await self._fetchval("cancel", job_id))
+
+    # -- worker side: every write is fenced by (id, generation); False = lease lost
+    async def claim(self, kinds: Sequence[str], limit: int, worker_id: str,
+                    lease: float | None = None) -> list[Claimed]:
+        rows = await self._fetch("claim", list(kinds), limit, worker_id, _seconds(lease))
+        return [Claimed(id=r["id"], kind=r["kind"], target=r["target"], payload=json.loads(r["payload"]),
+                        attempt=r["attempts"], max_attempts=r["max_attempts"], generation=r["generation"],
+                        lease_until=r["lease_until"],
+                        checkpoint=None if r["checkpoint"] is None else json.loads(r["checkpoint"]))
+                for r in rows]
+
+    async def next_due(self, kinds: Sequence[str]) -> float | None:
+        """Seconds until the next job of these kinds is claimable (<= 0: now)."""
+        rows = await self._fetch("next_due", list(kinds))
+        due, now = rows[0][0], rows[0][1]
+        return None if due is None else (due - now).total_seconds()
+
+    async def extend_many(self, jobs: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
+        """Renew the leases; returns the ids whose lease is lost."""
+        if not jobs:
+            return set()
+        lost = await self._fetchval("extend_many", [j[0] for j in jobs], [j[1] for j in jobs])
+        return set(lost)
+
+    async def progress(self, job_id: uuid.UUID, generation: int, done: float, total: float | None,
+                       message: str | None) -> bool:
+        return await self._fetchval("progress", job_id, generation, done, total, message)
+
+    async def checkpoint(self, job_id: uuid.UUID, generation: int, state: Any) -> bool:
+        return await self._fetchval("checkpoint", job_id, generation, json.dumps(state))
+
+    async def complete(self, job_id: uuid.UUID, generation: int, result: Any) -> bool:
+        return await self._fetchval("complete", job_id, generation, json.dumps(result))
+
+    async def fail_transient(self, job_id: uuid.UUID, generation: int, code: str, message: str | None,
+                             retry_after: float | None = None) -> bool:
+        return await self._fetchval("fail_transient", job_id, generation, code, message, _seconds(retry_after))
+
+    async def fail_permanent(self, job_id: uuid.UUID, generation: int, code: str, message: str | None) -> bool:
+        return await self._fetchval("fail_permanent", job_id, generation, code, message)
+
+    async def release(self, job_id: uuid.UUID, generation: int, code: str, retry_after: float = 0,
+                      message: str | None = None) -> bool:
+        return await self._fetchval("release", job_id, generation, code, _seconds(retry_after), message)
+
+    # -- sweeper
+    async def sweep_expired(self) -> int:
+        return await self._fetchval("sweep_expired")
+
+    async def delete_finished(self, retention: float, limit: int = 1000) -> int:
+        return await self._fetchval("delete_finished", _seconds(retention), limit)

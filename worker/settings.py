@@ -1,0 +1,101 @@
+"""Settings, read once from the environment (flags override). A bad value stops
+the process at start with a message naming the setting."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+
+
+class SettingError(ValueError):
+    """A setting has a value jobfeed cannot use."""
+
+
+def parse_duration(text: str, name: str = "duration") -> float:
+    """'500ms', '30s', '5m', '1h', '7d' -> seconds."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise SettingError(f"{name}: {text!r} is not a duration (write e.g. 500ms, 30s, 5m, 1h, 7d)")
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds <= 0:
+        raise SettingError(f"{name}: {text!r} must be longer than zero")
+    return seconds
+
+
+def parse_durations(text: str, name: str) -> tuple[float, ...]:
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise SettingError(f"{name}: {text!r} needs at least one duration, e.g. 1m,5m,15m,60m")
+    return tuple(parse_duration(p, name) for p in parts)
+
+
+def parse_positive_int(text: str, name: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise SettingError(f"{name}: {text!r} is not a whole number") from None
+    if value < 1:
+        raise SettingError(f"{name}: {text!r} must be at least 1")
+    return value
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "jobfeed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    data_dir: Path = dataclasses.field(default_factory=default_data_dir)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    admin_token: str | None = None
+    api_token: str | None = None
+    backoff: tuple[float, ...] = (60, 300, 900, 3600)
+    lease: float = 300
+    max_attempts: int = 5
+    retention: float = 7 * 86400
+    tasks: tuple[str, ...] = ()
+    max_payload: int = 65536
+    cors_origins: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        values: dict = {}
+        if env.get("DATABASE_URL"):
+            values["database_url"] = env["DATABASE_URL"]
+        if env.get("JOBFEED_DATA_DIR"):
+            values["data_dir"] = Path(env["JOBFEED_DATA_DIR"]).expanduser()
+        if env.get("JOBFEED_HOST"):
+            values["host"] = env["JOBFEED_HOST"]
+        if env.get("JOBFEED_PORT"):
+            port = parse_positive_int(env["JOBFEED_PORT"], "JOBFEED_PORT")
+            if port > 65535:
+                raise SettingError(f"JOBFEED_PORT: {port} is not a port number")
+            values["port"] = port
+        for key, field in (("JOBFEED_ADMIN_TOKEN", "admin_token"), ("JOBFEED_API_TOKEN", "api_token")):
+            if env.get(key):
+                values[field] = env[key]
+        if env.get("JOBFEED_BACKOFF"):
+            values["backoff"] = parse_durations(env["JOBFEED_BACKOFF"], "JOBFEED_BACKOFF")
+        if env.get("JOBFEED_LEASE"):
+            values["lease"] = parse_duration(env["JOBFEED_LEASE"], "JOBFEED_LEASE")
+        if env.get("JOBFEED_MAX_ATTEMPTS"):
+            values["max_attempts"] = parse_positive_int(env["JOBFEED_MAX_ATTEMPTS"], "JOBFEED_MAX_ATTEMPTS")
+        if env.get("JOBFEED_RETENTION"):
+            values["retention"] = parse_duration(env["JOBFEED_RETENTION"], "JOBFEED_RETENTION")
+        if env.get("JOBFEED_TASKS"):
+            values["tasks"] = tuple(m.strip() for m in env["JOBFEED_TASKS"].split(",") if m.strip())
+        if env.get("JOBFEED_MAX_PAYLOAD"):
+            values["max_payload"] = parse_positive_int(env["JOBFEED_MAX_PAYLOAD"], "JOBFEED_MAX_PAYLOAD")
+        if env.get("JOBFEED_CORS_ORIGINS"):
+            values["cors_origins"] = tuple(o.strip() for o in env["JOBFEED_CORS_ORIGINS"].split(",") if o.strip())
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

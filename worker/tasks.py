@@ -1,0 +1,213 @@
+"""The handler API: register `async def handler(job, ctx)` per kind, raise
+Transient / Permanent / Release to say how an attempt ended."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import email.utils
+import importlib
+import time
+import uuid
+from typing import Any, Awaitable, Callable, Iterator, Sequence
+
+import httpx
+
+from .settings import Settings
+
+
+class JobError(Exception):
+    """An attempt ended without a result. `code` is short and stable (shown to
+    admins, and to users once the job has finally failed)."""
+
+    def __init__(self, code: str, message: str = "", *, retry_after: float | None = None):
+        super().__init__(message or code)
+        self.code = code
+        self.message = message or code
+        self.retry_after = retry_after
+
+
+class Transient(JobError):
+    """Passing trouble (5xx, 429, timeout, network): try again after the backoff."""
+
+
+class Permanent(JobError):
+    """Will never work (404 and the like): fail now."""
+
+
+class Release(JobError):
+    """Not the job's fault (our time budget, our own credentials): put it back
+    without counting the attempt; retry_after seconds from now."""
+
+
+class Abandon(Exception):
+    """The handler walked away from the job, as a dead worker would: record
+    nothing; the job is reclaimed once its lease expires."""
+
+
+class LeaseLost(Exception):
+    """The job is no longer ours (reclaimed after an expired lease, or canceled).
+    Stop working on it; nothing more about it will be recorded."""
+
+
+Handler = Callable[["Job", "Context"], Awaitable[Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    kind: str
+    handler: Handler
+    max_attempts: int | None = None
+    lease: float | None = None
+    backoff: tuple[float, ...] | None = None
+    jitter: float = 0.1
+    description: str = ""
+    validate: Callable[[dict], None] | None = None  # raises ValueError for a payload it refuses
+
+    def resolved(self, settings: Settings) -> "TaskSpec":
+        """Fill what the kind leaves open from the settings (JOBFEED_LEASE, ...)."""
+        return dataclasses.replace(
+            self,
+            max_attempts=self.max_attempts or settings.max_attempts,
+            lease=self.lease or settings.lease,
+            backoff=self.backoff or settings.backoff)
+
+
+class Registry:
+    def __init__(self):
+        self._specs: dict[str, TaskSpec] = {}
+
+    def task(self, kind: str, *, max_attempts: int | None = None, lease: float | None = None,
+             backoff: Sequence[float] | None = None, jitter: float = 0.1, description: str = "",
+             validate: Callable[[dict], None] | None = None):
+        """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
+        `validate(payload)` raising ValueError makes a submission a 422."""
+        def register(handler: Handler) -> Handler:
+            self._specs[kind] = TaskSpec(kind, handler, max_attempts, lease,
+                                         tuple(backoff) if backoff else None, jitter, description, validate)
+            return handler
+        return register
+
+    def get(self, kind: str) -> TaskSpec | None:
+        return self._specs.get(kind)
+
+    def kinds(self) -> list[str]:
+        return sorted(self._specs)
+
+    def specs(self, settings: Settings) -> list[TaskSpec]:
+        return [self._specs[k].resolved(settings) for k in self.kinds()]
+
+
+registry = Registry()
+task = registry.task
+
+
+def load_tasks(modules: Sequence[str]) -> Registry:
+    """Import the built-in demo kind and every module named in JOBFEED_TASKS;
+    their @task decorators fill the registry."""
+    importlib.import_module("worker.demo")
+    for name in modules:
+        importlib.import_module(name)
+    return registry
+
+
+async def register_kinds(queue, settings: Settings) -> list[TaskSpec]:
+    """Record every registered kind's settings in the database, where the queue's
+    functions apply them."""
+    specs = registry.specs(settings)
+    for spec in specs:
+        await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
+                                  backoff=spec.backoff, jitter=spec.jitter, description=spec.description)
+    return specs
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    id: uuid.UUID
+    kind: str
+    target: str
+    payload: dict
+    attempt: int          # this claim's attempt number (releases are not counted)
+    max_attempts: int
+    generation: int       # grows on every claim: run n of the job
+    checkpoint: Any       # what an earlier attempt saved with ctx.checkpoint, or None
+
+
+class Context:
+    """What a handler may do while it holds a job. Every call is fenced by the
+    job's generation; LeaseLost means stop now."""
+
+    def __init__(self, queue, job: Job, lease: float):
+        self._queue = queue
+        self.job = job
+        self.lease = lease
+        self.lost = asyncio.Event()
+        self.heartbeat = True  # the runner renews this job's lease while True
+
+    async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        if not await self._queue.progress(self.job.id, self.job.generation, done, total, message):
+            self._lose()
+
+    async def checkpoint(self, state: Any) -> None:
+        """Save state the next attempt receives as job.checkpoint."""
+        if not await self._queue.checkpoint(self.job.id, self.job.generation, state):
+            self._lose()
+
+    async def extend(self) -> None:
+        """Renew the lease now (the runner also does it in the background)."""
+        lost = await self._queue.extend_many([(self.job.id, self.job.generation)])
+        if lost:
+            self._lose()
+
+    def _lose(self) -> None:
+        self.lost.set()
+        raise LeaseLost(f"job {self.job.id} generation {self.job.generation}: lease lost")
+
+
+# ---------------------------------------------------------------- HTTP helpers
+
+_PERMANENT_STATUS = {404, 410, 422}
+_RELEASE_STATUS = {401, 403}
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value)
+        return max(when.timestamp() - time.time(), 0.0) if when else None
+
+
+def check_response(response: httpx.Response) -> httpx.Response:
+    """Raise the JobError an upstream answer calls for: 5xx and 429 transient
+    (honouring Retry-After), 404/410/422 and other 4xx permanent, 401/403 release
+    (our own credentials are at fault, not the job)."""
+    status = response.status_code
+    if status < 400:
+        return response
+    code = f"http_{status}"
+    message = f"{response.request.method} {response.request.url} answered {status}"
+    if status >= 500 or status == 429:
+        raise Transient(code, message, retry_after=_retry_after(response))
+    if status in _RELEASE_STATUS:
+        raise Release(code, message, retry_after=_retry_after(response) or 60)
+    raise Permanent(code, message)
+
+
+@contextlib.contextmanager
+def http_errors() -> Iterator[None]:
+    """Turn httpx's timeouts and network errors into Transient, and error
+    statuses raised by response.raise_for_status() into the right JobError."""
+    try:
+        yield
+    except httpx.HTTPStatusError as exc:
+        check_response(exc.response)
+        raise
+    except httpx.TimeoutException as exc:
+        raise Transient("timeout", str(exc) or type(exc).__name__) from exc
+    except httpx.TransportError as exc:
+        raise Transient("network_error", str(exc) or type(exc).__name__) from exc
