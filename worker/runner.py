@@ -87,7 +87,7 @@ class Runner:
         if self.budget is not None:
             self._deadline = time.monotonic() + self.budget
         listener = Listener(self.dsn, {"jobfeed_due": self._on_due}, on_connect=self._on_listen,
-                            name=f"jobfeed-worker-listen")
+                            name="jobfeed-worker-listen")
         await listener.start()
         heartbeat = asyncio.create_task(self._heartbeat(), name="jobfeed-heartbeat")
         budget_timer = (asyncio.create_task(self._budget_timer(), name="jobfeed-budget")
@@ -184,8 +184,10 @@ class Runner:
                     outcome = ("release", Release(entry.stop_reason, f"worker {entry.stop_reason}", retry_after=0))
                 else:
                     outcome = ("lost", None)
-            except (LeaseLost, Abandon):
+            except LeaseLost:
                 outcome = ("lost", None)
+            except Abandon:
+                outcome = ("abandoned", None)
             except JobError as exc:
                 outcome = ("error", exc)
             except Exception as exc:  # a bug or an unclassified error: worth retrying
@@ -201,8 +203,9 @@ class Runner:
 
     async def _record(self, job: Job, what: str, value) -> None:
         q, ident = self.queue, (job.id, job.generation)
-        if what == "lost":
-            log.info("job %s gen %d: lease lost, outcome dropped", job.id, job.generation)
+        if what in ("lost", "abandoned"):
+            log.info("job %s gen %d: %s, nothing recorded", job.id, job.generation,
+                     "lease lost" if what == "lost" else "abandoned by its handler")
             return
         if what == "complete":
             ok = await q.complete(*ident, value)

@@ -1,0 +1,158 @@
+"""The worker as a real process: the demo kind's scripts end to end, a worker
+killed with SIGKILL mid-job, a graceful stop, and budget mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import JOBFEED, worker_env
+from waiting import eventually, wait_state
+
+
+def start_worker(dsn: str, *args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(JOBFEED + ["worker", "--kinds", "demo", *args], env=worker_env(dsn, **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def stop(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        proc.kill()
+    out, _ = proc.communicate(timeout=10)
+    return out
+
+
+async def attempts_log(queue, job_id) -> list[dict]:
+    return (await queue.admin_get_job(job_id))["attempts_log"]
+
+
+@pytest.fixture(autouse=True)
+async def _demo(demo_kind):
+    """Jobs are submitted before the worker process has registered its kinds."""
+
+
+@pytest.fixture
+async def worker(dsn):
+    proc = start_worker(dsn, "--concurrency", "4", "--poll", "200ms")
+    yield proc
+    stop(proc)
+
+
+CASES = {
+    # fail script -> (final state, outcomes of the attempts in order)
+    "none": ([], "completed", ["completed"]),
+    "transient": (["transient", "transient"], "completed", ["transient", "transient", "completed"]),
+    "permanent": (["permanent"], "failed", ["permanent"]),
+    "release": (["release"], "completed", ["released", "completed"]),
+    "hang": (["hang"], "completed", ["lease_expired", "completed"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_demo_scripts_end_to_end(case, dsn, queue, pool, worker):
+    fail, final, outcomes = CASES[case]
+    job_id, _ = await queue.submit("demo", f"t-{case}", {"steps": 3, "step_ms": 20, "fail": fail})
+    await wait_state(pool, job_id, final, timeout=20)
+    view = await queue.admin_get_job(job_id)
+    assert [a["outcome"] for a in view["attempts_log"]] == outcomes
+    assert view["generation"] == len(outcomes)
+    public = await queue.get_job(job_id)
+    if final == "completed":
+        assert public["result"] == {"steps": 3}
+        assert public["progress"]["done"] == 3 and public["error"] is None
+        # a release does not count as an attempt
+        assert view["attempts"] == len(outcomes) - outcomes.count("released")
+    else:
+        assert public["error"]["code"] == "demo_permanent"
+
+
+async def test_kill_9_mid_job_is_reclaimed_and_finishes(dsn, queue, pool):
+    first = start_worker(dsn, "--concurrency", "1")
+    try:
+        job_id, _ = await queue.submit("demo", "long", {"steps": 10, "step_ms": 100})
+        await wait_state(pool, job_id, "running")
+        await eventually(lambda: pool.fetchval(
+            "select (progress->>'done')::int >= 2 from jobfeed.jobs where id = $1", job_id), what="progress")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=5)
+    finally:
+        stop(first)
+    second = start_worker(dsn, "--concurrency", "1", "--poll", "200ms")
+    try:
+        # lease is 1 s in tests: the second worker takes over once it expires
+        await wait_state(pool, job_id, "completed", timeout=20)
+    finally:
+        stop(second)
+    log = await attempts_log(queue, job_id)
+    assert [a["outcome"] for a in log] == ["lease_expired", "completed"]
+    assert log[0]["worker_id"] != log[1]["worker_id"]
+
+
+async def test_sigterm_stops_within_grace_and_releases_running_jobs(dsn, queue, pool):
+    proc = start_worker(dsn, "--concurrency", "2", "--grace", "500ms")
+    try:
+        long_id, _ = await queue.submit("demo", "long", {"steps": 100, "step_ms": 100})
+        await wait_state(pool, long_id, "running")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        took = time.monotonic() - started
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    assert took < 5, f"worker took {took:.1f}s to stop"
+    row = await pool.fetchrow("select state::text, attempts, run_after <= now() as due, last_error_code "
+                              "from jobfeed.jobs where id = $1", long_id)
+    # released: queued again at once, the attempt not counted
+    assert dict(row) == {"state": "queued", "attempts": 0, "due": True, "last_error_code": "shutdown"}
+    assert [a["outcome"] for a in await attempts_log(queue, long_id)] == ["released"]
+
+
+async def test_sigterm_lets_a_short_job_finish(dsn, queue, pool):
+    proc = start_worker(dsn, "--concurrency", "1", "--grace", "10s")
+    try:
+        job_id, _ = await queue.submit("demo", "short", {"steps": 5, "step_ms": 100})
+        await wait_state(pool, job_id, "running")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    finally:
+        stop(proc)
+    assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job_id) == "completed"
+
+
+async def test_budget_mode_handles_at_most_max_jobs_then_exits(dsn, queue, pool):
+    ids = [(await queue.submit("demo", f"b{i}", {"steps": 1, "step_ms": 10}))[0] for i in range(5)]
+    proc = start_worker(dsn, "--concurrency", "1", "--budget", "20s", "--reserve", "1s", "--max-jobs", "3")
+    try:
+        proc.wait(timeout=15)
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    states = [await pool.fetchval("select state::text from jobfeed.jobs where id = $1", i) for i in ids]
+    assert sorted(states) == ["completed"] * 3 + ["queued"] * 2
+
+
+async def test_budget_mode_exits_when_nothing_is_due(dsn):
+    proc = start_worker(dsn, "--budget", "30s", "--reserve", "1s")
+    try:
+        proc.wait(timeout=10)
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+
+
+async def test_budget_end_releases_what_is_still_running(dsn, queue, pool):
+    job_id, _ = await queue.submit("demo", "slow", {"steps": 100, "step_ms": 100})
+    proc = start_worker(dsn, "--budget", "1500ms", "--reserve", "500ms")
+    try:
+        proc.wait(timeout=15)
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    row = await pool.fetchrow("select state::text, attempts, last_error_code from jobfeed.jobs where id = $1", job_id)
+    assert dict(row) == {"state": "queued", "attempts": 0, "last_error_code": "budget"}

@@ -1,0 +1,49 @@
+"""The sweeper: on an interval, fails running jobs whose lease expired with no
+attempts left, and deletes finished jobs past the retention period in bounded
+batches. Never touches an unfinished job; several sweepers may run at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from .queue import Queue
+
+log = logging.getLogger("jobfeed.sweeper")
+
+
+class Sweeper:
+    def __init__(self, queue: Queue, *, retention: float, interval: float = 60.0, batch: int = 1000):
+        self.queue = queue
+        self.retention = retention
+        self.interval = interval
+        self.batch = batch
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def sweep_once(self) -> dict[str, int]:
+        expired = await self.queue.sweep_expired()
+        deleted = 0
+        while not self._stop.is_set():
+            # Each batch is its own short transaction, so a big backlog never
+            # holds locks for long; a short batch means we are done.
+            n = await self.queue.delete_finished(self.retention, self.batch)
+            deleted += n
+            if n < self.batch:
+                break
+        if expired or deleted:
+            log.info("sweeper: %d expired leases failed, %d finished jobs deleted", expired, deleted)
+        return {"expired": expired, "deleted": deleted}
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.sweep_once()
+            except Exception as exc:  # the database may be restarting: try again next round
+                log.warning("sweeper: round failed (%s)", exc)
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
