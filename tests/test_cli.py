@@ -1,0 +1,101 @@
+"""The jobfeed command: submit (plain, --json, --follow), show, migrate, bad input
+and bad settings refused with a message and a non-zero exit, changing nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import JOBFEED, worker_env
+
+
+def jobfeed(dsn: str, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(JOBFEED + list(args), env=worker_env(dsn, **env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+async def job_count(pool) -> int:
+    return await pool.fetchval("select count(*) from jobfeed.jobs")
+
+
+async def test_submit_prints_the_id_and_dedupes(dsn, pool):
+    first = jobfeed(dsn, "submit", "demo", "t1")
+    assert first.returncode == 0, first.stderr
+    job_id = uuid.UUID(first.stdout.strip())
+    again = jobfeed(dsn, "submit", "demo", "t1", "--json")
+    assert again.returncode == 0, again.stderr
+    view = json.loads(again.stdout)
+    assert view["id"] == str(job_id) and view["deduplicated"] is True and view["status"] == "queued"
+    assert await job_count(pool) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["submit", "nosuchkind", "t"], "unknown_kind"),
+    (["submit", "demo", ""], "invalid_target"),
+    (["submit", "demo", "x" * 513], "invalid_target"),
+    (["submit", "demo", "t", "--payload", "[1, 2]"], "must be a JSON object"),
+    (["submit", "demo", "t", "--payload", "{not json"], "not valid JSON"),
+    (["submit", "demo", "t", "--payload", '{"steps": "many"}'], "invalid_payload"),
+    (["submit", "demo", "t", "--payload", json.dumps({"pad": "x" * 70000})], "payload_too_large"),
+    (["show", "not-a-uuid"], "not a job id"),
+])
+async def test_bad_input_is_refused_and_changes_nothing(dsn, pool, args, message):
+    out = jobfeed(dsn, *args)
+    assert out.returncode != 0
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert await job_count(pool) == 0
+
+
+@pytest.mark.parametrize("setting, value", [
+    ("JOBFEED_LEASE", "soon"), ("JOBFEED_BACKOFF", "1m,,x"), ("JOBFEED_MAX_ATTEMPTS", "0"),
+    ("JOBFEED_RETENTION", "-1d"), ("JOBFEED_PORT", "http"),
+])
+async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, setting, value):
+    out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})
+    assert out.returncode == 2
+    assert setting in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_follow_shows_progress_and_exits_by_outcome(dsn, pool):
+    worker = subprocess.Popen(JOBFEED + ["worker", "--kinds", "demo"], env=worker_env(dsn),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ok = jobfeed(dsn, "submit", "demo", "ok", "--follow",
+                     "--payload", '{"steps": 3, "step_ms": 20, "fail": ["transient"]}')
+        assert ok.returncode == 0, ok.stderr
+        lines = ok.stderr.splitlines()
+        assert "100% completed" in lines[-1]
+        assert any("step 1 of 3" in line for line in lines)
+        # retries are invisible: the bar never says failed or queued after processing
+        assert not any("failed" in line for line in lines)
+        bad = jobfeed(dsn, "submit", "demo", "bad", "--follow", "--json", "--payload", '{"fail": ["permanent"]}')
+        assert bad.returncode == 1
+        view = json.loads(bad.stdout)
+        assert view["status"] == "failed" and view["error"]["code"] == "demo_permanent"
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+async def test_show_prints_the_admin_view(dsn, queue, pool, demo_kind):
+    job_id, _ = await queue.submit("demo", "t2", {"steps": 1})
+    [job] = await queue.claim(["demo"], 1, "w-test")
+    await queue.fail_transient(job.id, job.generation, "http_503", "upstream down")
+    out = jobfeed(dsn, "show", str(job_id), "--json")
+    assert out.returncode == 0, out.stderr
+    view = json.loads(out.stdout)
+    assert view["state"] == "queued" and view["status"] == "processing"
+    assert view["last_error"] == {"code": "http_503", "message": "upstream down"}
+    assert view["attempts_log"][0]["worker_id"] == "w-test"
+    human = jobfeed(dsn, "show", str(job_id))
+    assert "http_503" in human.stdout and "w-test" in human.stdout
+    missing = jobfeed(dsn, "show", str(uuid.uuid4()))
+    assert missing.returncode == 1 and "not_found" in missing.stderr
+
+
+async def test_migrate_reports_up_to_date(dsn):
+    out = jobfeed(dsn, "migrate")
+    assert out.returncode == 0 and "up to date" in out.stdout

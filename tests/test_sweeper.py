@@ -1,0 +1,82 @@
+"""The sweeper deletes only finished jobs past retention, in batches, and fails
+expired leases with no attempts left; several sweepers may run at once."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import json
+
+from conftest import JOBFEED, worker_env
+from worker.sweeper import Sweeper
+
+
+async def plant(pool, n: int, state: str, age: str, kind: str = "demo") -> None:
+    """n jobs in `state`, finished (or, if unfinished, created) `age` ago."""
+    finished = "now() - $3::text::interval" if state in ("completed", "failed", "canceled") else "null"
+    await pool.execute(
+        f"insert into jobfeed.jobs (kind, target, state, created_at, finished_at) "
+        f"select $1, 'p' || g || '-' || gen_random_uuid(), $2::jobfeed.job_state, now() - $3::text::interval, {finished} "
+        f"from generate_series(1, $4) g", kind, state, age, n)
+
+
+async def counts(pool) -> dict[str, int]:
+    rows = await pool.fetch("select state::text, count(*) from jobfeed.jobs group by 1")
+    return {r[0]: r[1] for r in rows}
+
+
+async def test_only_finished_jobs_past_retention_are_deleted(queue, pool, demo_kind):
+    await plant(pool, 25, "completed", "8 days")
+    await plant(pool, 5, "failed", "8 days")
+    await plant(pool, 5, "canceled", "8 days")
+    await plant(pool, 7, "completed", "6 days")   # within retention
+    await plant(pool, 3, "queued", "30 days")     # unfinished: never deleted
+    await pool.execute("update jobfeed.jobs set state = 'running', lease_until = now() + interval '1 h' "
+                       "where target like 'p1-%' and state = 'queued'")
+    await plant(pool, 2, "queued", "30 days")
+    sweeper = Sweeper(queue, retention=7 * 86400, batch=10)
+    assert await sweeper.sweep_once() == {"expired": 0, "deleted": 35}
+    assert await counts(pool) == {"completed": 7, "queued": 4, "running": 1}
+    assert await sweeper.sweep_once() == {"expired": 0, "deleted": 0}
+
+
+async def test_sweeper_fails_expired_leases_with_no_attempts_left(queue, pool, demo_kind):
+    job_id, _ = await queue.submit("demo", "x")
+    await pool.execute("update jobfeed.jobs set state = 'running', attempts = max_attempts, generation = 5, "
+                       "lease_until = now() - interval '1 s' where id = $1", job_id)
+    other, _ = await queue.submit("demo", "y")
+    await pool.execute("update jobfeed.jobs set state = 'running', attempts = 1, generation = 1, "
+                       "lease_until = now() - interval '1 s' where id = $1", other)
+    result = await Sweeper(queue, retention=86400).sweep_once()
+    assert result["expired"] == 1
+    view = await queue.get_job(job_id)
+    assert view["status"] == "failed" and view["error"]["code"] == "lease_expired"
+    # attempts left: stays running, to be reclaimed by a worker
+    assert (await queue.admin_get_job(other))["state"] == "running"
+
+
+async def test_concurrent_sweepers_delete_each_job_once(queue, pool, demo_kind):
+    await plant(pool, 500, "completed", "30 days")
+    await plant(pool, 50, "queued", "30 days")
+    sweepers = [Sweeper(queue, retention=86400, batch=40) for _ in range(4)]
+    results = await asyncio.gather(*(s.sweep_once() for s in sweepers))
+    assert sum(r["deleted"] for r in results) == 500
+    assert await counts(pool) == {"queued": 50}
+
+
+async def test_deleting_a_job_deletes_its_attempts(queue, pool, demo_kind):
+    job_id, _ = await queue.submit("demo", "x")
+    [job] = await queue.claim(["demo"], 1, "w")
+    assert await queue.complete(job.id, job.generation, {"ok": True})
+    await pool.execute("update jobfeed.jobs set finished_at = now() - interval '8 days' where id = $1", job_id)
+    assert await pool.fetchval("select count(*) from jobfeed.attempts") == 1
+    await Sweeper(queue, retention=7 * 86400).sweep_once()
+    assert await pool.fetchval("select count(*) from jobfeed.attempts") == 0
+
+
+async def test_sweeper_command_once(dsn, pool, demo_kind):
+    await plant(pool, 3, "completed", "2 days")
+    out = subprocess.run(JOBFEED + ["sweeper", "--once"], env=worker_env(dsn, JOBFEED_RETENTION="1d"),
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"expired": 0, "deleted": 3}

@@ -1,0 +1,156 @@
+"""The runner in-process with handlers of the test's own: lease loss cancels the
+handler and drops its outcome, checkpoints reach the next attempt, exceptions
+map to outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from worker.runner import Runner
+from worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
+from waiting import eventually, wait_state
+
+
+def spec(kind: str, handler, lease: float = 1.0) -> TaskSpec:
+    return TaskSpec(kind, handler, max_attempts=3, lease=lease, backoff=(0.05,), jitter=0.0)
+
+
+@pytest.fixture
+async def run(queue, dsn):
+    """Start a Runner for the given specs (registered in the database first)."""
+    started: list[tuple[Runner, asyncio.Task]] = []
+
+    async def start(*specs: TaskSpec, **kw) -> Runner:
+        for s in specs:
+            await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease,
+                                      backoff=s.backoff, jitter=s.jitter)
+        runner = Runner(queue, dsn, list(specs), poll_interval=0.2, grace=1.0, **kw)
+        started.append((runner, asyncio.create_task(runner.run())))
+        return runner
+
+    yield start
+    for runner, task in started:
+        runner.stop()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_lost_lease_cancels_the_handler_and_drops_its_outcome(queue, pool, run):
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def slow(job, ctx: Context):
+        entered.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return {"never": True}
+
+    await run(spec("slow", slow, lease=0.3))
+    job_id, _ = await queue.submit("slow", "x")
+    await asyncio.wait_for(entered.wait(), 5)
+    await queue.cancel(job_id)  # the heartbeat (every lease/3) finds the lease lost
+    await asyncio.wait_for(cancelled.wait(), 5)
+    view = await queue.admin_get_job(job_id)
+    assert view["state"] == "canceled" and view["result"] is None
+    assert [a["outcome"] for a in view["attempts_log"]] == ["canceled"]
+
+
+async def test_checkpoint_reaches_the_next_attempt(queue, pool, run):
+    seen = []
+
+    async def resumable(job, ctx: Context):
+        seen.append(job.checkpoint)
+        if job.checkpoint is None:
+            await ctx.checkpoint({"page": 7})
+            raise Transient("flaky", "try again")
+        return {"resumed_from": job.checkpoint["page"]}
+
+    await run(spec("resumable", resumable))
+    job_id, _ = await queue.submit("resumable", "x")
+    await wait_state(pool, job_id, "completed")
+    assert seen == [None, {"page": 7}]
+    assert (await queue.get_job(job_id))["result"] == {"resumed_from": 7}
+
+
+async def test_exceptions_map_to_outcomes(queue, pool, run):
+    async def handler(job, ctx):
+        what = job.payload["raise"]
+        if what == "permanent":
+            raise Permanent("gone", "upstream said 404")
+        if what == "release" and job.generation == 1:
+            raise Release("quota", "our key is throttled", retry_after=0.05)
+        if what == "bug" and job.generation < 3:
+            raise KeyError("oops")
+        return {"generation": job.generation}
+
+    await run(spec("mapped", handler))
+    perm, _ = await queue.submit("mapped", "p", {"raise": "permanent"})
+    rel, _ = await queue.submit("mapped", "r", {"raise": "release"})
+    bug, _ = await queue.submit("mapped", "b", {"raise": "bug"})
+    for job_id in (perm, rel, bug):
+        await wait_state(pool, job_id, "completed", "failed")
+    p = await queue.admin_get_job(perm)
+    assert (p["state"], p["last_error"]["code"]) == ("failed", "gone")
+    r = await queue.admin_get_job(rel)
+    assert (r["state"], r["attempts"], [a["outcome"] for a in r["attempts_log"]]) == \
+        ("completed", 1, ["released", "completed"])
+    b = await queue.admin_get_job(bug)
+    # any other exception counts as transient; attempt 3 of 3 succeeds
+    assert [a["outcome"] for a in b["attempts_log"]] == ["transient", "transient", "completed"]
+    assert b["attempts_log"][0]["error"]["code"] == "KeyError"
+
+
+async def test_progress_after_losing_the_lease_raises_lease_lost(queue, pool, run):
+    outcome = asyncio.Queue()
+
+    async def reporter(job, ctx: Context):
+        ctx.heartbeat = False  # so the loss is found by progress(), not the heartbeat
+        await queue.cancel(job.id)
+        try:
+            await ctx.progress(1, 2, "half")
+        except LeaseLost:
+            outcome.put_nowait("lost")
+            raise
+        outcome.put_nowait("kept")
+
+    await run(spec("reporter", reporter))
+    job_id, _ = await queue.submit("reporter", "x")
+    assert await asyncio.wait_for(outcome.get(), 5) == "lost"
+    assert (await queue.get_job(job_id))["progress"] is None
+
+
+async def test_concurrency_limit_is_respected(queue, pool, run):
+    active, peak = 0, 0
+
+    async def busy(job, ctx):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.05)
+        active -= 1
+
+    await run(spec("busy", busy), concurrency=3)
+    ids = [(await queue.submit("busy", f"t{i}"))[0] for i in range(12)]
+    await eventually(lambda: pool.fetchval(
+        "select count(*) = 12 from jobfeed.jobs where state = 'completed'"), what="all done")
+    assert peak == 3
+    assert len(ids) == 12
+
+
+async def test_a_job_due_later_runs_when_due_not_before(queue, pool, run):
+    """The worker sleeps until the next run_after instead of polling blindly."""
+    async def ok(job, ctx):
+        return "ok"
+
+    await run(spec("later", ok))
+    job_id, _ = await queue.submit("later", "x")
+    await wait_state(pool, job_id, "completed")
+    import datetime as dt
+    soon = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=0.5)
+    later_id, _ = await queue.submit("later", "y", run_after=soon)
+    await wait_state(pool, later_id, "completed", timeout=5)
+    started = await pool.fetchval("select started_at from jobfeed.jobs where id = $1", later_id)
+    assert started >= soon
