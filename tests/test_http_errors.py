@@ -1,0 +1,82 @@
+"""The HTTP helpers classify an upstream's answers the way the design says:
+5xx, 429, timeouts and network errors transient; 404/410/422 permanent; 401/403
+release. Against a real server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import httpx
+import pytest
+
+from worker.tasks import Permanent, Release, Transient, check_response, http_errors
+
+
+@pytest.fixture
+async def upstream():
+    """GET /<status>[?delay=s][&retry_after=v] answers that status."""
+    async def handle(reader, writer):
+        request = (await reader.readuntil(b"\r\n\r\n")).decode()
+        path = request.split(" ")[1]
+        status, _, query = path.lstrip("/").partition("?")
+        params = dict(p.split("=") for p in query.split("&") if p)
+        await asyncio.sleep(float(params.get("delay", 0)))
+        extra = f"Retry-After: {params['retry_after']}\r\n" if "retry_after" in params else ""
+        writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n".encode())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.close()
+
+
+async def fetch(url: str, timeout: float = 5.0):
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        with http_errors():
+            return check_response(await client.get(url))
+
+
+@pytest.mark.parametrize("status, error", [
+    (500, Transient), (503, Transient), (429, Transient),
+    (404, Permanent), (410, Permanent), (422, Permanent), (400, Permanent),
+    (401, Release), (403, Release),
+])
+async def test_status_codes_are_classified(upstream, status, error):
+    with pytest.raises(error) as caught:
+        await fetch(f"{upstream}/{status}")
+    assert caught.value.code == f"http_{status}"
+
+
+async def test_success_passes_through(upstream):
+    assert (await fetch(f"{upstream}/200")).status_code == 200
+
+
+async def test_retry_after_is_honoured(upstream):
+    with pytest.raises(Transient) as caught:
+        await fetch(f"{upstream}/429?retry_after=42")
+    assert caught.value.retry_after == 42
+
+
+async def test_timeout_is_transient(upstream):
+    with pytest.raises(Transient) as caught:
+        await fetch(f"{upstream}/200?delay=2", timeout=0.2)
+    assert caught.value.code == "timeout"
+
+
+async def test_connection_refused_is_transient():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(Transient) as caught:
+        await fetch(f"http://127.0.0.1:{port}/")
+    assert caught.value.code == "network_error"
+
+
+async def test_raise_for_status_inside_http_errors_is_classified(upstream):
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(Permanent):
+            with http_errors():
+                (await client.get(f"{upstream}/404")).raise_for_status()
