@@ -1,0 +1,59 @@
+"""Without DATABASE_URL, jobfeed runs its own PostgreSQL from the wheel: started by
+the first process that needs it, shared by the others, stopped by the last, and
+its data kept across restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+
+from conftest import JOBFEED
+
+
+def env_for(data_dir: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update({"JOBFEED_DATA_DIR": data_dir, "JOBFEED_BACKOFF": "200ms", "JOBFEED_LEASE": "1s"})
+    return env
+
+
+def run(data_dir: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(JOBFEED + list(args), env=env_for(data_dir), capture_output=True, text=True, timeout=60)
+
+
+def server_running(data_dir: str) -> bool:
+    pid_file = os.path.join(data_dir, "pgdata", "postmaster.pid")
+    if not os.path.exists(pid_file):
+        return False
+    pid = int(open(pid_file).readline())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_jobs_survive_a_restart_and_processes_share_the_server():
+    data_dir = tempfile.mkdtemp(prefix="jobfeed-embedded-")
+    submitted = run(data_dir, "submit", "demo", "keep-me", "--payload", '{"steps": 2, "step_ms": 10}')
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    assert not server_running(data_dir), "the last process out stops the server"
+
+    # a worker starts the server again; a second process joins it, and leaving does not stop it
+    worker = subprocess.Popen(JOBFEED + ["worker", "--kinds", "demo"], env=env_for(data_dir),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        followed = run(data_dir, "submit", "demo", "keep-me", "--follow", "--json")
+        assert followed.returncode == 0, followed.stderr
+        view = json.loads(followed.stdout)
+        assert view["id"] == job_id and view["deduplicated"] is True  # the job from before the restart
+        assert view["status"] == "completed"
+        assert server_running(data_dir), "the worker still uses the server"
+        shown = run(data_dir, "show", job_id, "--json")
+        assert json.loads(shown.stdout)["state"] == "completed"
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert not server_running(data_dir)
