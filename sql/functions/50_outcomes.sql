@@ -42,8 +42,11 @@ declare
     v_old jsonb;
     v_ver bigint;
 begin
-    if p_done is null or p_done < 0 or p_total < 0 then
-        perform jobfeed.raise_error('JF422', 'invalid_progress', 'done and total must not be negative');
+    -- NaN and infinity would be stored as JSON strings and, ranking above every
+    -- number, freeze the public progress for the rest of the job.
+    if p_done is null or p_done < 0 or p_total < 0
+       or p_done in ('NaN', 'Infinity') or p_total in ('NaN', 'Infinity') then
+        perform jobfeed.raise_error('JF422', 'invalid_progress', 'done and total must be finite and not negative');
     end if;
     v_new := jsonb_build_object('done', p_done, 'total', p_total, 'message', p_message);
     select j.progress into v_old from jobfeed.jobs j

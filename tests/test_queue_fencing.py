@@ -1,0 +1,133 @@
+"""Fencing by generation: once a job has moved on (reclaimed after an expired
+lease, canceled, failed), every write of the worker that held it is refused
+and changes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+T0 = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+S = dt.timedelta(seconds=1)
+M = dt.timedelta(minutes=1)
+
+
+@pytest.fixture
+async def k(pool):
+    await pool.execute("select jobfeed.register_kind('k', 5, '1 minute', '{1 minute}', 0, '')")
+    return "k"
+
+
+async def submit(pool, target="t"):
+    return await pool.fetchval("select id from jobfeed.submit('k', $1, '{}', null, 65536, $2)", target, T0)
+
+
+async def claim_one(pool, now, worker):
+    rows = await pool.fetch("select * from jobfeed.claim(array['k'], 1, $1, null, $2)", worker, now)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+async def snapshot(pool):
+    return (await pool.fetch("select * from jobfeed.jobs order by id"),
+            await pool.fetch("select * from jobfeed.attempts order by job_id, generation"))
+
+
+# Every write a worker can make, as (name, SQL) taking $1 id, $2 generation, $3 now.
+# Each must answer False (or report the id lost) when the generation is stale.
+# Parameters are typed once here, so every statement binds them alike.
+STALE_WRITES = [
+    ("complete", "select jobfeed.complete($1::uuid, $2::int, '{\"late\": true}', $3::timestamptz)"),
+    ("fail_transient", "select jobfeed.fail_transient($1::uuid, $2::int, 'x', 'late', null, $3::timestamptz)"),
+    ("fail_permanent", "select jobfeed.fail_permanent($1::uuid, $2::int, 'x', 'late', $3::timestamptz)"),
+    ("release", "select jobfeed.release($1::uuid, $2::int, 'x', '0', 'late', $3::timestamptz)"),
+    ("extend", "select jobfeed.extend($1::uuid, $2::int, '1 hour', $3::timestamptz)"),
+    ("extend_many", "select cardinality(jobfeed.extend_many(array[$1::uuid], array[$2::int], null, $3::timestamptz)) = 0"),
+    ("complete_many",
+     "select cardinality(jobfeed.complete_many(array[$1::uuid], array[$2::int], array['{}'::jsonb], $3::timestamptz)) = 1"),
+    ("progress", "select jobfeed.progress($1::uuid, $2::int, 9, 10, 'late', $3::timestamptz)"),
+    ("checkpoint", "select jobfeed.checkpoint($1::uuid, $2::int, '{\"late\": true}') and $3::timestamptz is not null"),
+]
+
+
+async def assert_all_refused(pool, job_id, generation, now):
+    before = await snapshot(pool)
+    for name, sql in STALE_WRITES:
+        assert await pool.fetchval(sql, job_id, generation, now) is False, name
+        assert await snapshot(pool) == before, f"{name} changed something"
+
+
+async def test_expired_lease_is_reclaimed_with_next_generation(pool, k):
+    jid = await submit(pool)
+    first = await claim_one(pool, T0, "w1")
+    assert (first["generation"], first["lease_until"]) == (1, T0 + M)
+    # The lease still runs: nobody else gets the job.
+    assert await pool.fetch("select * from jobfeed.claim(array['k'], 5, 'w2', null, $1)", T0 + 59 * S) == []
+    second = await claim_one(pool, T0 + 61 * S, "w2")
+    assert (second["id"], second["generation"], second["attempts"]) == (jid, 2, 2)
+    log = await pool.fetch("select * from jobfeed.attempts where job_id = $1 order by generation", jid)
+    assert [(a["generation"], a["worker_id"], a["outcome"]) for a in log] == \
+        [(1, "w1", "lease_expired"), (2, "w2", None)]
+    assert log[0]["finished_at"] == T0 + 61 * S and log[1]["finished_at"] is None
+
+
+async def test_stale_worker_is_refused_everything_after_reclaim(pool, k):
+    jid = await submit(pool)
+    stale = await claim_one(pool, T0, "w1")
+    fresh = await claim_one(pool, T0 + 2 * M, "w2")
+    await assert_all_refused(pool, jid, stale["generation"], T0 + 2 * M)
+    # The new holder is unaffected.
+    gen, later = fresh["generation"], T0 + 2 * M
+    assert await pool.fetchval("select jobfeed.extend($1, $2, null, $3)", jid, gen, later) is True
+    assert await pool.fetchval("select jobfeed.complete($1, $2, '1', $3)", jid, gen, later) is True
+    # ...and once it has finished, its own generation is stale too.
+    await assert_all_refused(pool, jid, fresh["generation"], T0 + 3 * M)
+
+
+async def test_extend_many_reports_only_lost_ids(pool, k):
+    a, b = await submit(pool, "a"), await submit(pool, "b")
+    ra = await claim_one(pool, T0, "w1")
+    rb = await claim_one(pool, T0 + 30 * S, "w1")  # leases end at T0+60s and T0+90s
+    assert ra["id"] == a
+    await claim_one(pool, T0 + 70 * S, "w2")       # a is reclaimed
+    lost = await pool.fetchval("select jobfeed.extend_many($1::uuid[], $2::int[], null, $3::timestamptz)",
+                               [a, b], [ra["generation"], rb["generation"]], T0 + 70 * S)
+    assert lost == [a]
+    row = await pool.fetchrow("select lease_until from jobfeed.jobs where id = $1", b)
+    assert row["lease_until"] == T0 + 70 * S + M
+
+
+async def test_cancel_makes_the_running_worker_lose_its_lease(pool, queue, k):
+    jid = await submit(pool)
+    r = await claim_one(pool, T0, "w1")
+    await queue.cancel(jid)
+    assert await pool.fetchval("select jobfeed.extend($1::uuid, $2::int)", jid, r["generation"]) is False
+    lost = await pool.fetchval("select jobfeed.extend_many(array[$1::uuid], array[$2::int])", jid, r["generation"])
+    assert lost == [jid]
+    await assert_all_refused(pool, jid, r["generation"], T0)
+    row = await pool.fetchrow("select * from jobfeed.jobs where id = $1", jid)
+    assert (row["state"], row["lease_until"]) == ("canceled", None)
+    [a] = await pool.fetch("select * from jobfeed.attempts where job_id = $1", jid)
+    assert a["outcome"] == "canceled"
+    # A retry re-queues the job; the canceled run stays fenced out, before and after the next claim.
+    await queue.retry(jid)
+    await assert_all_refused(pool, jid, r["generation"], T0)
+    await claim_one(pool, T0 + 10 * M, "w2")
+    await assert_all_refused(pool, jid, r["generation"], T0 + 10 * M)
+
+
+async def test_job_failed_for_expired_lease_refuses_its_worker(pool, k):
+    await pool.execute("select jobfeed.register_kind('k', 1, '1 minute', '{1 minute}', 0, '')")
+    jid = await submit(pool)
+    r = await claim_one(pool, T0, "w1")
+    assert await pool.fetchval("select jobfeed.sweep_expired($1)", T0 + 2 * M) == 1
+    await assert_all_refused(pool, jid, r["generation"], T0 + 2 * M)
+    assert await pool.fetchval("select state from jobfeed.jobs where id = $1", jid) == "failed"
+
+
+async def test_wrong_generation_is_refused_even_while_running(pool, k):
+    jid = await submit(pool)
+    r = await claim_one(pool, T0, "w1")
+    for wrong in (r["generation"] - 1, r["generation"] + 1):
+        await assert_all_refused(pool, jid, wrong, T0)

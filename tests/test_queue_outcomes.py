@@ -1,0 +1,521 @@
+"""Outcomes, backoff, admin actions, public masking, NOTIFY and bad input, each
+proven by trying to break it on the real database. Time is a parameter (p_now):
+nothing here sleeps to let time pass."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import uuid
+
+import asyncpg
+import pytest
+
+from worker.queue import QueueError
+
+T0 = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+S = dt.timedelta(seconds=1)
+M = dt.timedelta(minutes=1)
+
+
+# ---------------------------------------------------------------- helpers
+
+async def register(pool, kind, *, max_attempts=5, lease="5 minutes",
+                   backoff="{1 minute,5 minutes,15 minutes,60 minutes}", jitter=0.0):
+    await pool.execute("select jobfeed.register_kind($1, $2, $3::text::interval, $4::text::interval[], $5, '')",
+                       kind, max_attempts, lease, backoff, jitter)
+
+
+async def submit(pool, target, kind="k", now=T0, payload="{}"):
+    r = await pool.fetchrow("select * from jobfeed.submit($1, $2, $3::jsonb, null, 65536, $4)",
+                            kind, target, payload, now)
+    return r["id"]
+
+
+async def claim(pool, limit=1, now=T0, kinds=("k",), worker="w", lease=None):
+    return await pool.fetch("select * from jobfeed.claim($1, $2, $3, $4, $5)", list(kinds), limit, worker, lease, now)
+
+
+async def claim_one(pool, now=T0, **kw):
+    rows = await claim(pool, 1, now, **kw)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+async def job(pool, job_id):
+    return await pool.fetchrow("select * from jobfeed.jobs where id = $1", job_id)
+
+
+async def public(pool, job_id):
+    return json.loads(await pool.fetchval("select jobfeed.get_job($1)::text", job_id))
+
+
+async def log(pool, job_id):
+    return await pool.fetch("select * from jobfeed.attempts where job_id = $1 order by generation", job_id)
+
+
+async def fail_transient(pool, r, code="boom", now=T0, retry_after=None):
+    return await pool.fetchval("select jobfeed.fail_transient($1, $2, $3, 'msg ' || $3, $4, $5)",
+                               r["id"], r["generation"], code, retry_after, now)
+
+
+@pytest.fixture
+async def k(pool):
+    await register(pool, "k")
+    return "k"
+
+
+# ---------------------------------------------------------------- backoff
+
+async def test_backoff_follows_schedule_by_attempt(pool, k):
+    await register(pool, "k", max_attempts=6)
+    jid = await submit(pool, "t")
+    expected = [M, 5 * M, 15 * M, 60 * M, 60 * M]  # the last step repeats
+    t = T0
+    for attempt, delay in enumerate(expected, start=1):
+        # not claimable a second before it is due
+        assert await claim(pool, now=t - S) == []
+        r = await claim_one(pool, now=t)
+        assert r["attempts"] == attempt
+        failed_at = t + 10 * S
+        assert await fail_transient(pool, r, now=failed_at) is True
+        row = await job(pool, jid)
+        assert row["state"] == "queued"
+        assert row["run_after"] - failed_at == delay, f"attempt {attempt}"
+        t = row["run_after"]
+    assert [a["outcome"] for a in await log(pool, jid)] == ["transient"] * 5
+
+
+async def test_jitter_stays_within_bounds(pool):
+    await register(pool, "j", backoff="{100 seconds}", jitter=0.5)
+    for i in range(40):
+        await submit(pool, f"t{i}", kind="j")
+    delays = []
+    for r in await claim(pool, 40, kinds=("j",)):
+        assert await fail_transient(pool, r) is True
+        delays.append(((await job(pool, r["id"]))["run_after"] - T0).total_seconds())
+    assert len(delays) == 40
+    assert all(50 <= d <= 150 for d in delays), delays
+    assert len(set(delays)) > 1, "jitter was not applied"
+
+
+async def test_longer_retry_after_wins_over_backoff(pool, k):
+    a, b = await submit(pool, "a"), await submit(pool, "b")
+    ra, rb = await claim(pool, 2)
+    assert {ra["id"], rb["id"]} == {a, b}
+    assert await fail_transient(pool, ra, retry_after=10 * M) is True
+    assert await fail_transient(pool, rb, retry_after=10 * S) is True
+    assert (await job(pool, ra["id"]))["run_after"] - T0 == 10 * M
+    assert (await job(pool, rb["id"]))["run_after"] - T0 == M  # backoff (1 min) is longer
+
+
+# ---------------------------------------------------------------- release
+
+async def test_release_is_not_counted_and_respects_retry_after(pool, k):
+    await register(pool, "k", max_attempts=2)
+    jid = await submit(pool, "t")
+    t = T0
+    # Far more releases than max_attempts: the job must never fail for them.
+    for n in range(1, 6):
+        r = await claim_one(pool, now=t)
+        assert r["attempts"] == 1 and r["generation"] == n
+        ok = await pool.fetchval("select jobfeed.release($1, $2, 'budget', $3, 'time is up', $4)",
+                                 r["id"], r["generation"], 30 * S, t)
+        assert ok is True
+        row = await job(pool, jid)
+        assert (row["state"], row["attempts"], row["lease_until"]) == ("queued", 0, None)
+        assert row["run_after"] == t + 30 * S
+        assert row["last_error_code"] == "budget"
+        assert await claim(pool, now=t + 29 * S) == []
+        t = t + 30 * S
+    assert {a["outcome"] for a in await log(pool, jid)} == {"released"}
+    assert (await public(pool, jid))["status"] == "processing"
+
+
+# ---------------------------------------------------------------- failing for good
+
+async def test_max_attempts_fails_with_last_error(pool, k):
+    await register(pool, "k", max_attempts=3, backoff="{1 second}")
+    jid = await submit(pool, "t")
+    t = T0
+    for i in range(3):
+        r = await claim_one(pool, now=t)
+        assert await fail_transient(pool, r, code=f"e{i + 1}", now=t) is True
+        t += M
+    row = await job(pool, jid)
+    assert (row["state"], row["attempts"], row["last_error_code"]) == ("failed", 3, "e3")
+    assert row["finished_at"] == T0 + 2 * M
+    view = await public(pool, jid)
+    assert view["status"] == "failed"
+    assert view["error"] == {"code": "e3", "message": "msg e3"}
+    assert await claim(pool, 10, now=t + 60 * M) == []
+
+
+async def test_permanent_failure_fails_at_once(pool, k):
+    jid = await submit(pool, "t")
+    r = await claim_one(pool)
+    assert await pool.fetchval("select jobfeed.fail_permanent($1, $2, 'gone', 'not found', $3)",
+                               jid, r["generation"], T0 + S) is True
+    row = await job(pool, jid)
+    assert (row["state"], row["attempts"], row["finished_at"]) == ("failed", 1, T0 + S)
+    assert (await public(pool, jid))["error"] == {"code": "gone", "message": "not found"}
+    assert [a["outcome"] for a in await log(pool, jid)] == ["permanent"]
+    assert await claim(pool, 10, now=T0 + 60 * M) == []
+
+
+@pytest.mark.parametrize("via", ["claim", "sweep"])
+async def test_expired_lease_without_attempts_left_fails(pool, k, via):
+    await register(pool, "k", max_attempts=1, lease="1 minute")
+    jid = await submit(pool, "t")
+    await claim_one(pool)
+    version = (await job(pool, jid))["version"]
+    # Not expired yet: nothing happens.
+    assert await pool.fetchval("select jobfeed.sweep_expired($1)", T0 + 30 * S) == 0
+    assert await claim(pool, now=T0 + 30 * S) == []
+    assert (await job(pool, jid))["state"] == "running"
+    later = T0 + 2 * M
+    if via == "claim":
+        assert await claim(pool, now=later) == []  # failed, not handed out again
+    else:
+        assert await pool.fetchval("select jobfeed.sweep_expired($1)", later) == 1
+    row = await job(pool, jid)
+    assert (row["state"], row["last_error_code"], row["finished_at"]) == ("failed", "lease_expired", later)
+    assert row["version"] == version + 1
+    assert (await public(pool, jid))["error"]["code"] == "lease_expired"
+    [a] = await log(pool, jid)
+    assert (a["outcome"], a["finished_at"]) == ("lease_expired", later)
+
+
+async def test_claim_of_other_kinds_leaves_expired_jobs_alone(pool, k):
+    await register(pool, "k", max_attempts=1, lease="1 minute")
+    await register(pool, "other")
+    jid = await submit(pool, "t")
+    await claim_one(pool)
+    assert await claim(pool, 10, now=T0 + 2 * M, kinds=("other",)) == []
+    assert (await job(pool, jid))["state"] == "running"
+
+
+# ---------------------------------------------------------------- admin: retry and cancel
+
+async def test_retry_resets_attempts_and_keeps_generation_growing(pool, queue, k):
+    await register(pool, "k", max_attempts=1)
+    jid = await submit(pool, "t")
+    r = await claim_one(pool)
+    await fail_transient(pool, r)
+    assert (await job(pool, jid))["state"] == "failed"
+    before = await job(pool, jid)
+    await pool.fetchval("select jobfeed.retry($1, $2)", jid, T0 + M)
+    row = await job(pool, jid)
+    assert (row["state"], row["attempts"], row["generation"]) == ("queued", 0, 1)
+    assert row["run_after"] == T0 + M and row["finished_at"] is None
+    assert row["version"] == before["version"] + 1
+    view = await public(pool, jid)
+    assert (view["status"], view["error"]) == ("processing", None)
+    r2 = await claim_one(pool, now=T0 + M)
+    assert (r2["generation"], r2["attempts"]) == (2, 1)
+    # The first run's generation stays fenced out.
+    assert await pool.fetchval("select jobfeed.complete($1, 1, '{}')", jid) is False
+
+
+async def test_retry_and_cancel_refuse_wrong_state_and_unknown_id(pool, queue, k):
+    jid = await submit(pool, "t")
+    with pytest.raises(QueueError) as e:  # queued: not retryable
+        await queue.retry(jid)
+    assert (e.value.code, e.value.status) == ("invalid_state", 409)
+    await claim_one(pool)
+    with pytest.raises(QueueError) as e:  # running: not retryable
+        await queue.retry(jid)
+    assert (e.value.code, e.value.status) == ("invalid_state", 409)
+    view = await queue.cancel(jid)
+    assert view["state"] == "canceled" and view["status"] == "canceled"
+    before = await job(pool, jid)
+    with pytest.raises(QueueError) as e:  # already finished
+        await queue.cancel(jid)
+    assert (e.value.code, e.value.status) == ("invalid_state", 409)
+    assert await job(pool, jid) == before
+    for call in (queue.retry, queue.cancel):
+        with pytest.raises(QueueError) as e:
+            await call(uuid.uuid4())
+        assert (e.value.code, e.value.status) == ("not_found", 404)
+    # canceled -> retry is allowed
+    assert (await queue.retry(jid))["state"] == "queued"
+
+
+async def test_cancel_completed_job_is_refused(pool, queue, k):
+    jid = await submit(pool, "t")
+    r = await claim_one(pool)
+    assert await pool.fetchval("select jobfeed.complete($1, $2, '1')", jid, r["generation"]) is True
+    with pytest.raises(QueueError) as e:
+        await queue.cancel(jid)
+    assert e.value.code == "invalid_state"
+    assert (await job(pool, jid))["state"] == "completed"
+
+
+async def test_retry_refused_while_another_job_holds_the_target(pool, queue, k):
+    old = await submit(pool, "t")
+    r = await claim_one(pool)
+    await pool.fetchval("select jobfeed.fail_permanent($1, $2, 'x')", old, r["generation"])
+    new = await submit(pool, "t")
+    assert new != old
+    before = await pool.fetch("select * from jobfeed.jobs order by id")
+    with pytest.raises(QueueError) as e:
+        await queue.retry(old)
+    assert (e.value.code, e.value.status) == ("target_busy", 409)
+    assert await pool.fetch("select * from jobfeed.jobs order by id") == before
+
+
+# ---------------------------------------------------------------- cleanup
+
+async def test_delete_finished_takes_only_old_finished_jobs_in_batches(pool, k):
+    old = T0 - dt.timedelta(days=8)
+    await pool.execute("""
+        insert into jobfeed.jobs (kind, target, state, created_at, run_after, finished_at)
+        select 'k', s::text || g, s, $1::timestamptz, $1::timestamptz + interval '1 year',
+               case when s in ('completed', 'failed', 'canceled') then $1::timestamptz end
+          from unnest(enum_range(null::jobfeed.job_state)) s, generate_series(1, 3) g""", old)
+    recent = await submit(pool, "recent")
+    r = await claim_one(pool)
+    assert r["id"] == recent
+    await pool.fetchval("select jobfeed.complete($1, $2, null, $3)", recent, r["generation"], T0 - M)
+    # Batches of 4 until one comes back short: 9 old finished jobs go, nothing else.
+    counts = []
+    while not counts or counts[-1] == 4:
+        counts.append(await pool.fetchval("select jobfeed.delete_finished('7 days', 4, $1)", T0))
+    assert counts == [4, 4, 1]
+    left = await pool.fetch("select state::text, count(*) from jobfeed.jobs group by 1 order by 1")
+    assert [tuple(x) for x in left] == [("completed", 1), ("queued", 3), ("running", 3)]
+    assert await pool.fetchval("select count(*) from jobfeed.attempts") == 1  # the recent job's
+
+
+# ---------------------------------------------------------------- public view
+
+async def test_public_status_is_masked_and_version_tracks_public_changes(pool, k):
+    await register(pool, "k", max_attempts=5, backoff="{1 second}")
+    jid = await submit(pool, "t")
+    seen = [await public(pool, jid)]
+    statuses = []
+
+    async def step(expect_status):
+        view = await public(pool, jid)
+        prev = seen[-1]
+        changed = {k: v for k, v in view.items() if k != "version"} != \
+                  {k: v for k, v in prev.items() if k != "version"}
+        # version moves exactly when the public view does, by one
+        assert view["version"] == prev["version"] + (1 if changed else 0), (prev, view)
+        assert view["status"] == expect_status
+        seen.append(view)
+        statuses.append(view["status"])
+
+    assert seen[0]["status"] == "queued" and seen[0]["version"] == 1
+    t = T0
+    r = await claim_one(pool, now=t)
+    await step("processing")
+    await pool.fetchval("select jobfeed.progress($1, $2, 1, 4, 'one', $3)", jid, r["generation"], t)
+    await step("processing")
+    await fail_transient(pool, r, now=t)
+    await step("processing")
+    assert seen[-1]["error"] is None  # the error of an attempt that will be retried stays private
+    t += M
+    r = await claim_one(pool, now=t)
+    await step("processing")
+    await pool.fetchval("select jobfeed.release($1, $2, 'budget', '0', null, $3)", jid, r["generation"], t)
+    await step("processing")
+    r = await claim_one(pool, now=t)
+    await step("processing")
+    await pool.fetchval("select jobfeed.checkpoint($1, $2, '{\"page\": 2}')", jid, r["generation"])
+    await step("processing")
+    await pool.fetchval("select jobfeed.extend($1, $2, null, $3)", jid, r["generation"], t)
+    await step("processing")
+    await pool.fetchval("select jobfeed.complete($1, $2, '{\"ok\": true}', $3)", jid, r["generation"], t)
+    await step("completed")
+    assert seen[-1]["result"] == {"ok": True} and seen[-1]["finished_at"] is not None
+    assert [v["version"] for v in seen] == [1, 2, 3, 3, 3, 3, 3, 3, 3, 4]
+
+
+async def test_result_hidden_until_completed(pool, k):
+    jid = await submit(pool, "t")
+    await claim_one(pool)
+    # A result planted on an unfinished job is not public.
+    await pool.execute("update jobfeed.jobs set result = '{\"x\": 1}' where id = $1", jid)
+    assert (await public(pool, jid))["result"] is None
+
+
+async def test_progress_never_goes_backwards_in_public(pool, k):
+    await register(pool, "k", backoff="{1 second}")
+    jid = await submit(pool, "t")
+    r = await claim_one(pool)
+
+    async def report(done, total=5, msg=None, gen=None):
+        return await pool.fetchval("select jobfeed.progress($1, $2, $3, $4, $5, $6)",
+                                   jid, gen or r["generation"], done, total, msg, T0)
+
+    assert await report(3) is True
+    v = await public(pool, jid)
+    assert v["progress"] == {"done": 3, "total": 5, "message": None}
+    assert await report(2) is True  # accepted, not shown
+    assert await public(pool, jid) == v
+    assert await report(3) is True  # identical: no new version
+    assert await public(pool, jid) == v
+    assert await report(4, msg="four") is True
+    v2 = await public(pool, jid)
+    assert v2["progress"]["done"] == 4 and v2["version"] == v["version"] + 1
+    # The retry starts over: its early reports stay hidden.
+    await fail_transient(pool, r)
+    r = await claim_one(pool, now=T0 + M)
+    assert await report(1, msg="again") is True
+    assert await public(pool, jid) == v2
+    assert await report(5) is True
+    assert (await public(pool, jid))["progress"]["done"] == 5
+    with pytest.raises(asyncpg.PostgresError) as e:
+        await report(-1)
+    assert e.value.sqlstate == "JF422"
+
+
+async def test_progress_must_be_finite_and_not_negative(pool, queue, k):
+    """A NaN or infinite report would be stored as the JSON string "NaN", rank above
+    every number and freeze public progress for the rest of the job."""
+    jid = await submit(pool, "t")
+    r = await claim_one(pool)
+    before = await job(pool, jid)
+    for done, total in [(-1, 5), (1, -5), (float("nan"), 5), (1, float("nan")),
+                        (float("inf"), 5), (1, float("inf")), (float("-inf"), None)]:
+        with pytest.raises(QueueError) as e:
+            await queue.progress(jid, r["generation"], done, total, None)
+        assert (e.value.code, e.value.status) == ("invalid_progress", 422), (done, total)
+        assert await job(pool, jid) == before, (done, total)
+
+
+# ---------------------------------------------------------------- NOTIFY
+
+class Listen:
+    """A dedicated connection collecting notifications (a pooled one would UNLISTEN)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.got: list[tuple[str, str]] = []
+        self.event = asyncio.Event()
+
+    @classmethod
+    async def open(cls, dsn):
+        self = cls(await asyncpg.connect(dsn))
+        for ch in ("jobfeed_changed", "jobfeed_due"):
+            await self.conn.add_listener(ch, self._on)
+        return self
+
+    def _on(self, _conn, _pid, channel, payload):
+        self.got.append((channel, payload))
+        self.event.set()
+
+    async def take(self, settle=0.1):
+        """All notifications so far, after a short quiet period (delivery is async)."""
+        await self.conn.execute("select 1")  # round trip: anything sent before is in
+        await asyncio.sleep(settle)
+        got, self.got = self.got, []
+        return got
+
+
+async def test_submit_claim_complete_notify(pool, dsn, k):
+    listen = await Listen.open(dsn)
+    try:
+        jid = await submit(pool, "t")
+        assert sorted(await listen.take()) == [("jobfeed_changed", f"{jid}:1"), ("jobfeed_due", "k")]
+        assert await submit(pool, "t") == jid
+        assert await listen.take() == []  # a shared job changed nothing
+        r = await claim_one(pool)
+        assert await listen.take() == [("jobfeed_changed", f"{jid}:2")]
+        await pool.fetchval("select jobfeed.complete($1, $2, null, $3)", jid, r["generation"], T0)
+        assert await listen.take() == [("jobfeed_changed", f"{jid}:3")]
+    finally:
+        await listen.conn.close()
+
+
+async def test_batch_claim_sends_few_notifications(pool, dsn, k):
+    n = 400
+    await pool.execute("insert into jobfeed.jobs (kind, target, run_after) "
+                       "select 'k', 't' || g, $1 from generate_series(1, $2) g", T0, n)
+    listen = await Listen.open(dsn)
+    try:
+        rows = await claim(pool, n)
+        assert len(rows) == n
+        got = await listen.take()
+        assert {c for c, _ in got} == {"jobfeed_changed"}
+        assert 1 <= len(got) <= 3, f"{len(got)} notifications for one claim"
+        ids = {item.split(":")[0] for _, p in got for item in p.split(",")}
+        assert ids == {str(r["id"]) for r in rows}
+    finally:
+        await listen.conn.close()
+
+
+# ---------------------------------------------------------------- claim selection
+
+async def test_claim_never_returns_more_than_asked(pool, k):
+    await register(pool, "k2")
+    for i in range(10):
+        await submit(pool, f"t{i}")
+        await submit(pool, f"t{i}", kind="k2")
+    assert await claim(pool, 0) == []
+    assert await claim(pool, -1) == []
+    assert len(await claim(pool, 3)) == 3
+    assert len(await claim(pool, 12, kinds=("k", "k2"))) == 12  # across kinds, one total limit
+    assert len(await claim(pool, 100, kinds=("k", "k2"))) == 5
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'running'") == 20
+    assert await pool.fetchval("select count(*) from jobfeed.attempts") == 20
+
+
+async def test_claim_leaves_other_kinds_and_future_jobs_alone(pool, k):
+    await register(pool, "other")
+    other = await submit(pool, "o", kind="other")
+    future = await pool.fetchval("select id from jobfeed.submit('k', 'f', '{}', $1, 65536, $2)", T0 + M, T0)
+    due = await submit(pool, "d")
+    assert [r["id"] for r in await claim(pool, 10)] == [due]
+    assert (await job(pool, other))["generation"] == 0
+    assert (await job(pool, future))["state"] == "queued"
+    assert [r["id"] for r in await claim(pool, 10, now=T0 + M)] == [future]
+
+
+async def test_next_due_returns_the_soonest(pool, k):
+    await register(pool, "other")
+    assert await pool.fetchval("select jobfeed.next_due(array['k'])") is None
+    await pool.fetchval("select id from jobfeed.submit('k', 'a', '{}', $1, 65536, $2)", T0 + 5 * M, T0)
+    await pool.fetchval("select id from jobfeed.submit('k', 'b', '{}', $1, 65536, $2)", T0 + 3 * M, T0)
+    await pool.fetchval("select id from jobfeed.submit('other', 'c', '{}', $1, 65536, $2)", T0, T0)
+    assert await pool.fetchval("select jobfeed.next_due(array['k'])") == T0 + 3 * M
+    await pool.fetchval("select id from jobfeed.submit('k', 'r', '{}', null, 65536, $1)", T0 - M)
+    await claim_one(pool, now=T0 - M, lease=90 * S)  # running, lease ends at T0 + 30 s
+    assert await pool.fetchval("select jobfeed.next_due(array['k'])") == T0 + 30 * S
+    assert await pool.fetchval("select jobfeed.next_due(array['k', 'other'])") == T0
+
+
+# ---------------------------------------------------------------- bad input
+
+BAD_SUBMISSIONS = [
+    ("nope", "t", {}, "unknown_kind", 422),
+    ("k", "", {}, "invalid_target", 422),
+    ("k", "é" * 257, {}, "invalid_target", 422),  # 257 characters, 514 bytes
+    ("k", "t", [1, 2], "invalid_payload", 422),
+    ("k", "t", "text", "invalid_payload", 422),
+    ("k", "t", {"x": "y" * 70_000}, "payload_too_large", 413),
+]
+
+
+async def test_bad_submission_is_refused_and_changes_nothing(pool, queue, k):
+    await submit(pool, "existing")
+    before = await pool.fetch("select * from jobfeed.jobs")
+    for kind, target, payload, code, status in BAD_SUBMISSIONS:
+        with pytest.raises(QueueError) as e:
+            await queue.submit(kind, target, payload)
+        assert (e.value.code, e.value.status) == (code, status)
+        assert await pool.fetch("select * from jobfeed.jobs") == before, code
+
+
+async def test_target_limit_is_bytes_inclusive(pool, queue, k):
+    _, created = await queue.submit("k", "x" * 512)
+    assert created
+    _, created = await queue.submit("k", "é" * 256)  # 512 bytes
+    assert created
+    with pytest.raises(QueueError):
+        await queue.submit("k", "x" * 513)
+    with pytest.raises(QueueError) as e:
+        await queue.submit("k", "t", {"x": "y" * 100}, max_payload=50)
+    assert e.value.code == "payload_too_large"

@@ -1,0 +1,181 @@
+"""Least privilege: each service role may call exactly its functions and nothing
+else; nobody touches the tables directly; every callable function runs as its
+owner with a pinned search_path. Proven by logging in as each role."""
+
+from __future__ import annotations
+
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+ROLES = ("jobfeed_api", "jobfeed_worker", "jobfeed_sweeper")
+
+# One harmless call per service function. Where the caller is allowed, each
+# either succeeds or is refused by the queue's own rules (SQLSTATE class JF).
+CALLS = {
+    "register_kind": "select jobfeed.register_kind('k')",
+    "list_kinds": "select * from jobfeed.list_kinds()",
+    "submit": "select * from jobfeed.submit('k', gen_random_uuid()::text)",
+    "get_job": "select jobfeed.get_job(gen_random_uuid())",
+    "get_jobs": "select * from jobfeed.get_jobs(array[gen_random_uuid()])",
+    "admin_get_job": "select jobfeed.admin_get_job(gen_random_uuid())",
+    "admin_get_jobs": "select * from jobfeed.admin_get_jobs(array[gen_random_uuid()])",
+    "admin_list_jobs": "select * from jobfeed.admin_list_jobs()",
+    "stats": "select jobfeed.stats()",
+    "retry": "select jobfeed.retry(gen_random_uuid())",
+    "cancel": "select jobfeed.cancel(gen_random_uuid())",
+    "claim": "select * from jobfeed.claim(array['nothing'], 1, 'w')",
+    "next_due": "select jobfeed.next_due(array['k'])",
+    "extend_many": "select jobfeed.extend_many('{}', '{}')",
+    "extend": "select jobfeed.extend(gen_random_uuid(), 1)",
+    "progress": "select jobfeed.progress(gen_random_uuid(), 1, 1)",
+    "checkpoint": "select jobfeed.checkpoint(gen_random_uuid(), 1, '{}')",
+    "complete_many": "select jobfeed.complete_many('{}', '{}', '{}')",
+    "complete": "select jobfeed.complete(gen_random_uuid(), 1)",
+    "fail_transient": "select jobfeed.fail_transient(gen_random_uuid(), 1, 'x')",
+    "fail_permanent": "select jobfeed.fail_permanent(gen_random_uuid(), 1, 'x')",
+    "release": "select jobfeed.release(gen_random_uuid(), 1, 'x')",
+    "sweep_expired": "select jobfeed.sweep_expired()",
+    "delete_finished": "select jobfeed.delete_finished('7 days')",
+    # internal helpers: nobody outside the queue's functions
+    "public_status": "select jobfeed.public_status('queued', 0)",
+    "raise_error": "select jobfeed.raise_error('JF422', 'x', 'x')",
+    "notify_changed": "select jobfeed.notify_changed(array[gen_random_uuid()], array[1::bigint])",
+    "progress_rank": "select jobfeed.progress_rank('{}')",
+    "finish_attempts": "select jobfeed.finish_attempts('{}', '{}', 'x', null, null, now())",
+    "fail_expired": "select jobfeed.fail_expired(null, now())",
+    "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
+    "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
+}
+
+ALLOWED = {
+    "jobfeed_api": {"register_kind", "list_kinds", "submit", "get_job", "get_jobs", "admin_get_job",
+                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
+    "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
+                       "progress", "checkpoint", "complete_many", "complete", "fail_transient",
+                       "fail_permanent", "release"},
+    "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
+}
+
+TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions")
+
+
+def as_user(url: str, user: str) -> str:
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, f"{user}@{host}", parts.path, parts.query, parts.fragment))
+
+
+@pytest.fixture
+async def login(dsn, pool):
+    """login(role) -> a connection of a fresh LOGIN user that holds only that role."""
+    users, conns = [], []
+
+    async def make(role: str) -> asyncpg.Connection:
+        user = f"sec_{uuid.uuid4().hex[:12]}"
+        await pool.execute(f"create role {user} login in role {role}")
+        users.append(user)
+        conn = await asyncpg.connect(as_user(dsn, user))
+        conns.append(conn)
+        assert await conn.fetchval("select current_user") == user
+        return conn
+
+    await pool.execute("select jobfeed.register_kind('k')")
+    yield make
+    for c in conns:
+        await c.close()
+    for u in users:  # roles are cluster-wide: leave none behind
+        await pool.execute(f"drop role {u}")
+
+
+async def test_service_roles_exist_and_cannot_log_in(pool):
+    rows = await pool.fetch("select rolname, rolcanlogin, rolsuper from pg_roles where rolname = any($1)",
+                            list(ROLES))
+    assert {r["rolname"]: (r["rolcanlogin"], r["rolsuper"]) for r in rows} == \
+        {r: (False, False) for r in ROLES}
+
+
+@pytest.mark.parametrize("role", ROLES)
+async def test_each_role_calls_exactly_its_functions(login, role):
+    conn = await login(role)
+    for name, sql in CALLS.items():
+        if name in ALLOWED[role]:
+            try:
+                await conn.execute(sql)
+            except asyncpg.PostgresError as exc:
+                # refused by the queue's rules, not by privileges
+                assert exc.sqlstate.startswith("JF"), f"{role} could not call {name}: {exc}"
+        else:
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(sql)
+                pytest.fail(f"{role} was allowed to call {name}")
+
+
+@pytest.mark.parametrize("role", ROLES)
+async def test_no_role_touches_tables_directly(login, role):
+    conn = await login(role)
+    for table in TABLES:
+        for sql in (f"select * from jobfeed.{table} limit 1",
+                    f"delete from jobfeed.{table}",
+                    f"update jobfeed.{table} set created_at = created_at" if table == "jobs"
+                    else f"truncate jobfeed.{table}",
+                    f"insert into jobfeed.{table} default values"):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(sql)
+                pytest.fail(f"{role} ran: {sql}")
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await conn.execute("create function jobfeed.x() returns int language sql as 'select 1'")
+
+
+async def test_worker_and_api_round_trip_through_functions_only(login, pool):
+    """The roles are enough to run a job end to end, with no table access."""
+    api, worker = await login("jobfeed_api"), await login("jobfeed_worker")
+    jid = (await api.fetchrow("select * from jobfeed.submit('k', 'roundtrip')"))["id"]
+    [r] = await worker.fetch("select * from jobfeed.claim(array['k'], 1, 'w')")
+    assert r["id"] == jid
+    assert await worker.fetchval("select jobfeed.progress($1, $2, 1, 2)", jid, r["generation"]) is True
+    assert await worker.fetchval("select jobfeed.complete($1, $2, '1')", jid, r["generation"]) is True
+    assert '"completed"' in await api.fetchval("select jobfeed.get_job($1)::text", jid)
+    sweeper = await login("jobfeed_sweeper")
+    assert await sweeper.fetchval("select jobfeed.delete_finished('0', 10, now() + interval '1 second')") == 1
+
+
+async def test_public_has_no_execute_on_any_function(pool):
+    rows = await pool.fetch("""
+        select p.oid::regprocedure::text as fn
+          from pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+         where p.pronamespace = 'jobfeed'::regnamespace and a.grantee = 0""")
+    assert [r["fn"] for r in rows] == []
+    # The check above must see the functions at all.
+    assert await pool.fetchval("select count(*) from pg_proc where pronamespace = 'jobfeed'::regnamespace") >= 30
+
+
+async def test_callable_functions_are_security_definer_with_pinned_search_path(pool):
+    rows = await pool.fetch("""
+        select p.oid::regprocedure::text as fn, p.prosecdef, p.proconfig
+          from pg_proc p
+         where p.pronamespace = 'jobfeed'::regnamespace
+           and exists (select from unnest($1::text[]) r where has_function_privilege(r, p.oid, 'execute'))""",
+                            list(ROLES))
+    assert len(rows) == len(set().union(*ALLOWED.values()))
+    for r in rows:
+        assert r["prosecdef"], f"{r['fn']} is not SECURITY DEFINER"
+        paths = [c for c in (r["proconfig"] or []) if c.startswith("search_path=")]
+        assert len(paths) == 1, f"{r['fn']} has no pinned search_path"
+        # pg_temp named last, or it is searched first and can shadow our objects
+        assert [s.strip() for s in paths[0].split("=", 1)[1].split(",")] == ["jobfeed", "pg_temp"], r["fn"]
+
+
+async def test_function_privileges_match_the_matrix(pool):
+    """The catalog agrees with ALLOWED for every role and function, including any
+    function added later (it must then be named here)."""
+    rows = await pool.fetch("""
+        select p.proname, r as role, has_function_privilege(r, p.oid, 'execute') as can
+          from pg_proc p, unnest($1::text[]) r
+         where p.pronamespace = 'jobfeed'::regnamespace""", list(ROLES))
+    names = {r["proname"] for r in rows}
+    assert names == set(CALLS), "a function is missing from CALLS (or gone): decide who may call it"
+    for r in rows:
+        assert r["can"] == (r["proname"] in ALLOWED[r["role"]]), (r["role"], r["proname"])
