@@ -1,0 +1,106 @@
+// Shared by every page: JSON requests that turn the API's error shape into an
+// ApiError, error display, DOM building and formatting.
+
+export const TERMINAL = new Set(["completed", "failed", "canceled"]);
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status; // 0 when the server could not be reached
+    this.code = code;
+  }
+}
+
+// fetch() a JSON endpoint. Resolves to {status, data}; rejects with ApiError on
+// a network failure or any non-2xx answer ({"error": {"code", "message"}}).
+export async function api(path, { method = "GET", body } = {}) {
+  const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch {
+    throw new ApiError(0, "network_error", "Could not reach the server. Check the connection and try again.");
+  }
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const error = (data && data.error) || {};
+    throw new ApiError(
+      response.status,
+      error.code || `http_${response.status}`,
+      error.message || response.statusText || "The server answered with an error.",
+    );
+  }
+  return { status: response.status, data };
+}
+
+// Show an error in a region (role="alert" in the page): what went wrong in
+// words, then the status and code for anyone reporting it.
+export function showError(region, err) {
+  const detail = err instanceof ApiError && err.status
+    ? ` (HTTP ${err.status}, ${err.code})`
+    : err instanceof ApiError ? ` (${err.code})` : "";
+  region.replaceChildren(h("strong", {}, "Error: "), err.message, h("span", { class: "muted" }, detail));
+  region.className = "message error";
+  region.hidden = false;
+}
+
+export function showNote(region, text) {
+  region.replaceChildren(text);
+  region.className = "message ok";
+  region.hidden = false;
+}
+
+export function clearMessage(region) {
+  region.replaceChildren();
+  region.hidden = true;
+}
+
+// h("a", {href: "/x", class: "y"}, "text", child) -> element. Strings become
+// text nodes (never HTML); null/false children are skipped.
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+    else el.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined && child !== false) el.append(child);
+  }
+  return el;
+}
+
+export function formatTime(iso) {
+  if (!iso) return "—";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return String(iso);
+  const sameDay = date.toDateString() === new Date().toDateString();
+  return sameDay ? date.toLocaleTimeString() : date.toLocaleString();
+}
+
+export function formatSeconds(seconds) {
+  if (seconds === null || seconds === undefined) return "—";
+  const s = Math.round(Number(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+export function prettyJson(value) {
+  return JSON.stringify(value, null, 2);
+}
+
+// A <time> element with the local time as text and the exact instant as title.
+export function timeEl(iso) {
+  return iso ? h("time", { datetime: iso, title: iso }, formatTime(iso)) : "—";
+}

@@ -1,0 +1,154 @@
+// Job page /jobs/{id}: follows the job's public view over SSE until it ends.
+// The status shown is always the server's word; the EventSource reconnects by
+// itself after a drop and is closed once the job reaches a terminal status.
+
+import { api, prettyJson, TERMINAL, timeEl } from "/static/js/api.js";
+
+const RETRY_MS = 3000; // after the server refused the stream (not a drop)
+
+const jobId = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop());
+const $ = (id) => document.getElementById(id);
+const statusBadge = $("status");
+const progress = $("progress");
+const connection = $("connection");
+
+let source = null;
+let finished = false;
+let lastVersion = -Infinity;
+
+function setConnection(state, text) {
+  connection.dataset.state = state;
+  connection.textContent = text;
+}
+
+function renderProgress(job) {
+  const p = job.progress;
+  progress.dataset.status = job.status;
+  if (job.status === "completed") {
+    const total = p && p.total > 0 ? p.total : 1;
+    progress.max = total;
+    progress.value = total;
+  } else if (p && p.total > 0) {
+    progress.max = p.total;
+    progress.value = Math.min(p.done, p.total);
+  } else if (job.status === "processing") {
+    progress.removeAttribute("value"); // running, amount unknown: indeterminate
+  } else {
+    progress.max = 1;
+    progress.value = 0;
+  }
+  const parts = [];
+  if (p && p.total > 0) parts.push(`${p.done} of ${p.total} (${Math.round((100 * Math.min(p.done, p.total)) / p.total)}%)`);
+  if (p && p.message) parts.push(p.message);
+  if (!parts.length) parts.push(job.status === "queued" ? "Waiting for a worker." : job.status === "processing" ? "Working…" : "");
+  $("progress-text").textContent = parts.join(" · ");
+}
+
+function render(job) {
+  if (job.version < lastVersion) return; // an older view than the one shown
+  lastVersion = job.version;
+
+  document.title = `${job.status} · ${job.kind} ${job.target} · jobfeed`;
+  $("heading").textContent = `${job.kind}: ${job.target}`;
+  if (statusBadge.textContent !== job.status) {
+    statusBadge.textContent = job.status;
+    statusBadge.dataset.status = job.status;
+  }
+  statusBadge.hidden = false;
+  $("status-pending").hidden = true;
+  renderProgress(job);
+
+  $("result-panel").hidden = job.status !== "completed";
+  if (job.status === "completed") $("result").textContent = prettyJson(job.result);
+  $("error-panel").hidden = !(job.status === "failed" && job.error);
+  if (job.error) $("error").textContent = `${job.error.message} (${job.error.code})`;
+  $("canceled-note").hidden = job.status !== "canceled";
+
+  $("kind").textContent = job.kind;
+  $("target").textContent = job.target;
+  $("created").replaceChildren(timeEl(job.created_at));
+  $("updated").replaceChildren(timeEl(job.updated_at));
+  $("finished").replaceChildren(timeEl(job.finished_at));
+  $("job-id").textContent = job.id;
+}
+
+function showNotFound() {
+  finished = true;
+  $("job").hidden = true;
+  $("shared-note").hidden = true;
+  $("heading").textContent = "No such job";
+  document.title = "No such job · jobfeed";
+  const box = $("not-found");
+  box.replaceChildren(
+    `There is no job with the id “${jobId}”. Check the link; a finished job is also deleted `
+    + "after the retention period (7 days by default).");
+  box.hidden = false;
+}
+
+function finish(job) {
+  finished = true;
+  if (source) source.close();
+  setConnection("finished", `The job ended: ${job.status}. Live updates stopped.`);
+}
+
+function connect() {
+  source = new EventSource(`/api/jobs/${encodeURIComponent(jobId)}/events`);
+  source.addEventListener("open", () => setConnection("live", "Live: updates appear as they happen."));
+  source.addEventListener("job", (event) => {
+    const job = JSON.parse(event.data);
+    render(job);
+    if (TERMINAL.has(job.status)) finish(job);
+  });
+  source.addEventListener("error", onStreamError);
+}
+
+async function onStreamError() {
+  if (finished) return;
+  if (source.readyState === EventSource.CONNECTING) {
+    // A dropped connection: the browser retries by itself.
+    setConnection("reconnecting", "Connection lost: reconnecting…");
+    return;
+  }
+  // The server refused the stream (an unknown id answers 404): ask why.
+  source.close();
+  try {
+    const { data } = await api(`/api/jobs/${encodeURIComponent(jobId)}`);
+    render(data);
+    if (TERMINAL.has(data.status)) {
+      finish(data);
+      return;
+    }
+  } catch (err) {
+    if (err.status === 404) {
+      showNotFound();
+      return;
+    }
+  }
+  setConnection("reconnecting", "Connection lost: reconnecting…");
+  setTimeout(connect, RETRY_MS);
+}
+
+function setUpSharing() {
+  const url = `${location.origin}/jobs/${encodeURIComponent(jobId)}`;
+  const input = $("share-url");
+  input.value = url;
+  input.addEventListener("focus", () => input.select());
+  $("copy").addEventListener("click", async () => {
+    const status = $("copy-status");
+    try {
+      await navigator.clipboard.writeText(url);
+      status.textContent = "Link copied.";
+    } catch {
+      input.focus();
+      input.select();
+      status.textContent = document.execCommand && document.execCommand("copy")
+        ? "Link copied."
+        : "Copying is blocked here: the link is selected, press Ctrl+C to copy it.";
+    }
+  });
+}
+
+$("job-id").textContent = jobId;
+$("shared-note").hidden = new URLSearchParams(location.search).get("shared") !== "1";
+setUpSharing();
+connect();

@@ -1,0 +1,125 @@
+// Submit page: choose a kind, enter a target and an optional JSON payload,
+// POST /api/jobs, then go to the job's page (marked shared when deduplicated).
+
+import { api, clearMessage, h, showError } from "/static/js/api.js";
+
+const form = document.getElementById("submit-form");
+const kindSelect = document.getElementById("kind");
+const kindHelp = document.getElementById("kind-help");
+const target = document.getElementById("target");
+const payload = document.getElementById("payload");
+const payloadError = document.getElementById("payload-error");
+const formError = document.getElementById("form-error");
+const submitButton = document.getElementById("submit");
+const submitStatus = document.getElementById("submit-status");
+
+let kinds = [];
+
+function describeKind() {
+  const kind = kinds.find((k) => k.kind === kindSelect.value);
+  if (!kind) {
+    kindHelp.textContent = "";
+    return;
+  }
+  const settings = `Up to ${kind.max_attempts} attempts, lease ${kind.lease_seconds} s.`;
+  const description = kind.description ? kind.description.replace(/\.?$/, ". ") : "";
+  kindHelp.textContent = description + settings;
+}
+
+async function loadKinds() {
+  try {
+    const { data } = await api("/api/kinds");
+    kinds = Array.isArray(data) ? data : (data && data.kinds) || [];
+  } catch (err) {
+    kindSelect.replaceChildren(h("option", { value: "" }, "Could not load kinds"));
+    showError(formError, err);
+    return;
+  }
+  if (kinds.length === 0) {
+    kindSelect.replaceChildren(h("option", { value: "" }, "No kinds registered"));
+    kindHelp.textContent = "No kind of job is registered yet: start a worker (jobfeed worker) and reload.";
+    return;
+  }
+  const wanted = new URLSearchParams(location.search).get("kind");
+  kindSelect.replaceChildren(...kinds.map((k) => h("option", { value: k.kind }, k.kind)));
+  if (wanted && kinds.some((k) => k.kind === wanted)) kindSelect.value = wanted;
+  kindSelect.disabled = false;
+  describeKind();
+}
+
+function setPayloadError(text) {
+  payload.setAttribute("aria-invalid", text ? "true" : "false");
+  payloadError.textContent = text || "";
+  payloadError.hidden = !text;
+}
+
+// The payload as an object, or undefined when empty. Throws a message for the user.
+function readPayload() {
+  const text = payload.value.trim();
+  if (!text) return undefined;
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`The payload is not valid JSON: ${err.message}`);
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new Error('The payload must be a JSON object, like {"steps": 4}.');
+  }
+  return value;
+}
+
+async function submit(event) {
+  event.preventDefault();
+  clearMessage(formError);
+  setPayloadError("");
+  target.setAttribute("aria-invalid", "false");
+
+  if (!kindSelect.value) {
+    kindSelect.focus();
+    showError(formError, new Error("Choose a kind of job."));
+    return;
+  }
+  if (!target.value.trim()) {
+    target.setAttribute("aria-invalid", "true");
+    showError(formError, new Error("Enter a target."));
+    target.focus();
+    return;
+  }
+  let body;
+  try {
+    body = { kind: kindSelect.value, target: target.value.trim(), payload: readPayload() };
+  } catch (err) {
+    setPayloadError(err.message); // announced: the message is an alert beside the field
+    payload.focus();
+    return;
+  }
+
+  submitButton.disabled = true;
+  submitStatus.textContent = "Submitting…";
+  try {
+    const { data } = await api("/api/jobs", { method: "POST", body });
+    submitStatus.textContent = data.deduplicated ? "Joining the existing job…" : "Submitted. Opening the job…";
+    const page = `/jobs/${encodeURIComponent(data.id)}`;
+    location.assign(data.deduplicated ? `${page}?shared=1` : page);
+  } catch (err) {
+    submitStatus.textContent = "";
+    showError(formError, err);
+    formError.focus();
+    submitButton.disabled = false;
+  }
+}
+
+kindSelect.addEventListener("change", describeKind);
+payload.addEventListener("input", () => setPayloadError(""));
+payload.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) form.requestSubmit();
+});
+form.addEventListener("submit", submit);
+formError.tabIndex = -1;
+// Coming back to this page from history (back button): the form is usable again.
+window.addEventListener("pageshow", () => {
+  submitButton.disabled = false;
+  submitStatus.textContent = "";
+});
+loadKinds();
