@@ -44,6 +44,7 @@ CALLS = {
     "raise_error": "select jobfeed.raise_error('JF422', 'x', 'x')",
     "notify_changed": "select jobfeed.notify_changed(array[gen_random_uuid()], array[1::bigint])",
     "progress_rank": "select jobfeed.progress_rank('{}')",
+    "clock": "select jobfeed.clock(now())",
     "finish_attempts": "select jobfeed.finish_attempts('{}', '{}', 'x', null, null, now())",
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
@@ -140,6 +141,24 @@ async def test_worker_and_api_round_trip_through_functions_only(login, pool):
     assert '"completed"' in await api.fetchval("select jobfeed.get_job($1)::text", jid)
     sweeper = await login("jobfeed_sweeper")
     assert await sweeper.fetchval("select jobfeed.delete_finished('0', 10, now() + interval '1 second')") == 1
+
+
+async def test_service_roles_cannot_move_the_clock(login, pool):
+    """p_now is for the schema's owner (tests, an operator at psql): a worker
+    passing a future time must not reclaim a lease that has not expired, and the
+    api cannot backdate a job."""
+    api, worker = await login("jobfeed_api"), await login("jobfeed_worker")
+    jid = (await api.fetchrow("select * from jobfeed.submit('k', 'clock', '{}', null, 65536, "
+                              "now() - interval '3 days')"))["id"]
+    assert await pool.fetchval("select created_at > now() - interval '1 minute' from jobfeed.jobs "
+                               "where id = $1", jid)
+    [first] = await worker.fetch("select * from jobfeed.claim(array['k'], 1, 'w1')")
+    stolen = await worker.fetch("select * from jobfeed.claim(array['k'], 1, 'w2', null, "
+                                "now() + interval '1 day')")
+    assert stolen == []
+    # the owner may plant time: the same call as the owner does reclaim
+    [again] = await pool.fetch("select * from jobfeed.claim(array['k'], 1, 'w2', null, now() + interval '1 day')")
+    assert again["id"] == first["id"] and again["generation"] == first["generation"] + 1
 
 
 async def test_public_has_no_execute_on_any_function(pool):

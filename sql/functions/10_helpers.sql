@@ -11,6 +11,20 @@ returns text language sql immutable parallel safe as $$
     end
 $$;
 
+-- The time a function works at: now(), or p_now when the session's login role
+-- owns the schema (tests and the operator at psql plant time this way). A
+-- service role passing p_now is ignored, so it cannot, say, claim jobs whose
+-- lease has not expired by pretending the clock has moved on.
+create or replace function jobfeed.clock(p_now timestamptz)
+returns timestamptz language sql stable as $$
+    select case
+        when p_now is null then now()
+        when pg_has_role(session_user, (select n.nspowner from pg_namespace n where n.nspname = 'jobfeed'), 'usage')
+            then p_now
+        else now()
+    end
+$$;
+
 -- Raise a queue error the Python side maps to an HTTP status: the SQLSTATE class
 -- 'JF' marks ours, the HINT carries the stable error code.
 create or replace function jobfeed.raise_error(p_sqlstate text, p_code text, p_message text)

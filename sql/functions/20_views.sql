@@ -93,7 +93,7 @@ $$;
 create or replace function jobfeed.stats(p_minutes int default 15, p_now timestamptz default null)
 returns jsonb language plpgsql stable security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
 begin
     return jsonb_build_object(
         'now', v_now,

@@ -25,7 +25,7 @@ returns table (id uuid, created boolean)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
     v_max int;
     v_id uuid;

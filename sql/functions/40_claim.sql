@@ -14,7 +14,7 @@ returns table (id uuid, kind text, target text, payload jsonb, attempts int, max
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_kind text;
     v_lease interval;
     v_rows jobfeed.jobs[] := '{}';

@@ -10,7 +10,7 @@ create or replace function jobfeed.extend_many(
     p_ids uuid[], p_generations int[], p_lease interval default null, p_now timestamptz default null)
 returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_kept uuid[];
 begin
     with upd as (
@@ -37,7 +37,7 @@ create or replace function jobfeed.progress(
     p_message text default null, p_now timestamptz default null)
 returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_new jsonb;
     v_old jsonb;
     v_ver bigint;
@@ -81,7 +81,7 @@ create or replace function jobfeed.complete_many(
     p_ids uuid[], p_generations int[], p_results jsonb[], p_now timestamptz default null)
 returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
     v_gens int[];
     v_vers bigint[];
@@ -118,7 +118,7 @@ create or replace function jobfeed.fail_transient(
     p_retry_after interval default null, p_now timestamptz default null)
 returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_attempts int;
     v_max int;
     v_backoff interval[];
@@ -165,7 +165,7 @@ create or replace function jobfeed.fail_permanent(
     p_id uuid, p_generation int, p_code text, p_message text default null, p_now timestamptz default null)
 returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_ver bigint;
 begin
     update jobfeed.jobs j
@@ -188,7 +188,7 @@ create or replace function jobfeed.release(
     p_message text default null, p_now timestamptz default null)
 returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_ver bigint;
     v_kind text;
 begin

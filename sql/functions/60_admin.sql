@@ -5,7 +5,7 @@
 create or replace function jobfeed.retry(p_id uuid, p_now timestamptz default null)
 returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_state jobfeed.job_state;
     v_kind text;
     v_ver bigint;
@@ -38,7 +38,7 @@ end $$;
 create or replace function jobfeed.cancel(p_id uuid, p_now timestamptz default null)
 returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
-    v_now timestamptz := coalesce(p_now, now());
+    v_now timestamptz := jobfeed.clock(p_now);
     v_state jobfeed.job_state;
     v_gen int;
     v_ver bigint;

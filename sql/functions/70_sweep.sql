@@ -3,7 +3,7 @@
 -- Fail every running job whose lease expired with no attempts left.
 create or replace function jobfeed.sweep_expired(p_now timestamptz default null)
 returns int language sql security definer set search_path = jobfeed, pg_temp as $$
-    select jobfeed.fail_expired(null, coalesce(p_now, now()))
+    select jobfeed.fail_expired(null, jobfeed.clock(p_now))
 $$;
 
 -- Delete up to p_limit finished jobs (and their attempts) that finished more than
@@ -15,7 +15,7 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
     with doomed as (
         select j.id from jobfeed.jobs j
          where j.state in ('completed', 'failed', 'canceled')
-           and j.finished_at < coalesce(p_now, now()) - p_retention
+           and j.finished_at < jobfeed.clock(p_now) - p_retention
          order by j.finished_at
          limit p_limit
          for update skip locked
