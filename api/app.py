@@ -1,0 +1,108 @@
+"""The API process: create_app() builds the Starlette app from its routes list.
+Its lifespan finds the database, migrates it, registers the kinds this process
+knows, and owns the pool and the live feed.
+
+    uvicorn api.app:create_app --factory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from worker import db, migrate, tasks
+from worker.queue import Queue
+from worker.settings import Settings
+
+from . import admin, health, jobs, openapi, ui
+from .config import ApiConfig
+from .errors import EXCEPTION_HANDLERS
+from .feed import Feed
+from .metrics import Metrics
+from .state import Services
+
+log = logging.getLogger("jobfeed.api")
+
+
+def routes() -> list[BaseRoute]:
+    return [
+        Route("/api/jobs", jobs.submit, methods=["POST"]),
+        Route("/api/jobs/{job_id}", jobs.get_job, methods=["GET"]),
+        Route("/api/jobs/{job_id}/events", jobs.job_events, methods=["GET"]),
+        Route("/api/kinds", jobs.list_kinds, methods=["GET"]),
+        Route("/api/admin/jobs", admin.list_jobs, methods=["GET"]),
+        Route("/api/admin/jobs/{job_id}", admin.get_job, methods=["GET"]),
+        Route("/api/admin/jobs/{job_id}/retry", admin.retry, methods=["POST"]),
+        Route("/api/admin/jobs/{job_id}/cancel", admin.cancel, methods=["POST"]),
+        Route("/api/admin/stats", admin.stats, methods=["GET"]),
+        Route("/api/admin/events", admin.events, methods=["GET"]),
+        Route("/api/admin/session", admin.sign_in, methods=["POST"]),
+        Route("/api/admin/session", admin.sign_out, methods=["DELETE"]),
+        Route("/healthz", health.healthz, methods=["GET"]),
+        Route("/readyz", health.readyz, methods=["GET"]),
+        Route("/metrics", health.metrics, methods=["GET"]),
+        Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
+        Route("/", ui.index, methods=["GET"]),
+        Route("/jobs/{job_id}", ui.job_page, methods=["GET"]),
+        Route("/admin", ui.admin_page, methods=["GET"]),
+        # check_dir=False: the UI's files may be added after the process starts
+        Mount("/static", StaticFiles(directory=ui.STATIC_DIR, check_dir=False), name="static"),
+    ]
+
+
+def create_app(settings: Settings | None = None, config: ApiConfig | None = None) -> Starlette:
+    settings = settings or Settings.from_env()
+    config = config or ApiConfig.from_env()
+    svc = Services(settings=settings, config=config, metrics=Metrics())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        dsn = await db.resolve_dsn(settings)
+        conn = await db.connect(dsn, name="jobfeed-api-migrate")
+        try:
+            await migrate.migrate(conn)  # under an advisory lock: API processes take turns
+        finally:
+            await conn.close()
+        tasks.load_tasks(settings.tasks)
+        svc.pool = await db.create_pool(dsn, name="jobfeed-api")
+        try:
+            svc.queue = Queue(svc.pool)
+            await tasks.register_kinds(svc.queue, settings)
+            svc.feed = Feed(dsn, svc.queue, batch=config.feed_batch, health_interval=config.listener_health)
+            await svc.feed.start()
+            try:
+                yield
+            finally:
+                await svc.feed.close()
+        finally:
+            await svc.pool.close()
+
+    app = Starlette(
+        routes=routes(),
+        middleware=[
+            Middleware(svc.metrics.middleware),
+            Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                       allow_methods=["GET", "POST", "DELETE"],
+                       allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+                       expose_headers=["Location"]),
+        ],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=lifespan,
+    )
+    app.state.services = svc
+    return app
+
+
+def end_streams(app: Starlette) -> None:
+    """End the app's open event streams. For a server that stops without a
+    signal uvicorn sees (an embedding process calling server.should_exit):
+    uvicorn waits for open responses before it shuts the app down."""
+    feed = app.state.services.feed
+    if feed is not None:
+        feed.end_streams()

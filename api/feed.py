@@ -1,0 +1,275 @@
+"""The live feed: one LISTEN connection per API process, fanned out to any number
+of SSE streams.
+
+A notification on `jobfeed_changed` carries "id:version,..."; it is only a hint.
+Ids nobody here watches are dropped after parsing. Watched ids whose version is
+newer than what was last offered are collected for a few milliseconds and
+re-read in one get_jobs query. Each subscriber holds at most one pending view,
+the newest, so a slow client costs one view, not a queue. After every
+(re)connect of the listener every watched job is re-read, so a notification lost
+while disconnected costs latency, never a change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import NamedTuple
+
+from worker.db import Listener
+from worker.queue import Queue
+
+log = logging.getLogger("jobfeed.feed")
+
+CHANNEL = "jobfeed_changed"
+TERMINAL = frozenset({"completed", "failed", "canceled"})
+
+
+class View(NamedTuple):
+    """A public view as PostgreSQL wrote it, with what the feed needs to know."""
+    job_id: str
+    version: int
+    terminal: bool
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> "View":
+        data = json.loads(text)
+        return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text)
+
+
+class JobSubscription:
+    """One stream's interest in one job: the version it last sent and the newest
+    view it has not sent yet."""
+
+    __slots__ = ("job_id", "sent", "_pending", "_wake", "_closed", "_feed")
+
+    def __init__(self, feed: "Feed", job_id: str):
+        self.job_id = job_id
+        self.sent = 0
+        self._pending: View | None = None
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._feed = feed
+
+    @property
+    def newest(self) -> int:
+        return self._pending.version if self._pending is not None else self.sent
+
+    def offer(self, view: View) -> None:
+        if not self._closed and view.version > self.newest:
+            self._pending = view  # replaces an older pending view: coalesce
+            self._wake.set()
+
+    def skip_to(self, version: int) -> None:
+        """The client already has this version (Last-Event-ID)."""
+        self.sent = max(self.sent, version)
+        if self._pending is not None and self._pending.version <= self.sent:
+            self._pending = None
+
+    async def next(self) -> View | None:
+        """The next view to send, or None once the subscription is closed."""
+        while self._pending is None:
+            if self._closed:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+        view, self._pending = self._pending, None
+        self.sent = view.version
+        return view
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._wake.set()
+            self._feed._unsubscribe(self)
+
+
+class AdminSubscription:
+    """The dashboard's stream: true views of every changed job, coalesced per job.
+    Past `limit` distinct pending jobs it drops them and asks for a resync (the
+    dashboard reloads its list), so its memory stays bounded."""
+
+    def __init__(self, feed: "Feed", limit: int = 1000):
+        self._feed = feed
+        self._limit = limit
+        self._pending: dict[str, str] = {}
+        self._resync = False
+        self._wake = asyncio.Event()
+        self._closed = False
+
+    def offer(self, job_id: str, text: str) -> None:
+        if self._closed or self._resync:
+            return
+        if job_id not in self._pending and len(self._pending) >= self._limit:
+            self.resync()
+            return
+        self._pending.pop(job_id, None)  # keep the order of the latest change
+        self._pending[job_id] = text
+        self._wake.set()
+
+    def resync(self) -> None:
+        self._resync = True
+        self._pending.clear()
+        self._wake.set()
+
+    async def next(self) -> tuple[bool, list[str]] | None:
+        """(resync, views), or None once closed."""
+        while not self._pending and not self._resync:
+            if self._closed:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+        resync, views = self._resync, list(self._pending.values())
+        self._resync = False
+        self._pending.clear()
+        return resync, views
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._wake.set()
+            self._feed._admins.discard(self)
+
+
+class Feed:
+    def __init__(self, dsn: str, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
+                 name: str = "jobfeed-api-feed"):
+        self.queue = queue
+        self.batch = batch
+        self.listener = Listener(dsn, {CHANNEL: self._on_notify}, on_connect=self._on_connect,
+                                 health_interval=health_interval, name=name)
+        self._watch: dict[str, set[JobSubscription]] = {}
+        self._known: dict[str, int] = {}  # newest version offered to the watchers of a job
+        self._admins: set[AdminSubscription] = set()
+        self._dirty: set[str] = set()
+        self._admin_dirty: set[str] = set()
+        self._resync = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.notifications = 0  # for /metrics
+        self.rereads = 0
+        self.reconnects = 0
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="jobfeed-feed")
+        await self.listener.start()
+
+    def end_streams(self) -> None:
+        """End every open stream now (the server is stopping): each one sends
+        what it has pending and finishes, so nothing holds the server open."""
+        for subs in list(self._watch.values()):
+            for sub in list(subs):
+                sub.close()
+        for admin in list(self._admins):
+            admin.close()
+
+    async def close(self) -> None:
+        """End every stream and stop listening."""
+        self.end_streams()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.listener.stop()
+
+    @property
+    def connected(self) -> bool:
+        return self.listener.connected.is_set()
+
+    @property
+    def watched_jobs(self) -> int:
+        return len(self._watch)
+
+    # ---------------------------------------------------------------- subscribing
+    def subscribe(self, job_id: str) -> JobSubscription:
+        """Register before reading the snapshot (see seed), so no change falls
+        between the two."""
+        sub = JobSubscription(self, job_id)
+        self._watch.setdefault(job_id, set()).add(sub)
+        return sub
+
+    def seed(self, sub: JobSubscription, view: View) -> None:
+        """Offer the snapshot read after subscribing."""
+        self._known[view.job_id] = max(self._known.get(view.job_id, 0), view.version)
+        sub.offer(view)
+
+    def subscribe_admin(self) -> AdminSubscription:
+        sub = AdminSubscription(self)
+        self._admins.add(sub)
+        return sub
+
+    def _unsubscribe(self, sub: JobSubscription) -> None:
+        subs = self._watch.get(sub.job_id)
+        if subs is None:
+            return
+        subs.discard(sub)
+        if not subs:
+            del self._watch[sub.job_id]
+            self._known.pop(sub.job_id, None)
+
+    # ---------------------------------------------------------------- listening
+    def _on_notify(self, _channel: str, payload: str) -> None:
+        self.notifications += 1
+        admins = bool(self._admins)
+        for item in payload.split(","):
+            job_id, _, version = item.partition(":")
+            if admins:
+                self._admin_dirty.add(job_id)
+            if job_id not in self._watch:
+                continue
+            # A version no newer than what was offered means the public view did
+            # not change (a retry's private bookkeeping): nothing to send.
+            if version.isdigit() and int(version) <= self._known.get(job_id, 0):
+                continue
+            self._dirty.add(job_id)
+        if self._dirty or self._admin_dirty:
+            self._wake.set()
+
+    async def _on_connect(self) -> None:
+        # Anything may have changed while we were not listening.
+        self.reconnects += 1
+        self._resync = True
+        for admin in self._admins:
+            admin.resync()
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(self.batch)  # let a burst of notifications gather
+            self._wake.clear()
+            resync, self._resync = self._resync, False
+            ids = set(self._watch) if resync else self._dirty
+            self._dirty = set()
+            admin_ids, self._admin_dirty = self._admin_dirty, set()
+            try:
+                await self._reread(ids, admin_ids)
+            except Exception as exc:  # the database may be restarting: try again
+                log.warning("feed: re-reading %d jobs failed (%s); retrying", len(ids) + len(admin_ids), exc)
+                self._resync = self._resync or resync
+                self._dirty |= ids
+                self._admin_dirty |= admin_ids
+                await asyncio.sleep(0.5)
+                self._wake.set()
+
+    async def _reread(self, ids: set[str], admin_ids: set[str]) -> None:
+        ids &= self._watch.keys()  # streams may have ended meanwhile
+        if ids:
+            self.rereads += 1
+            for text in await self.queue.get_jobs_json(list(ids)):
+                view = View.parse(text)
+                if view.version <= self._known.get(view.job_id, 0):
+                    continue
+                self._known[view.job_id] = view.version
+                for sub in list(self._watch.get(view.job_id, ())):
+                    sub.offer(view)
+        if admin_ids and self._admins:
+            self.rereads += 1
+            for text in await self.queue.admin_get_jobs_json(list(admin_ids)):
+                job_id = json.loads(text)["id"]
+                for admin in list(self._admins):
+                    admin.offer(job_id, text)

@@ -1,0 +1,86 @@
+"""Public routes: submit, read, watch a job; list kinds."""
+
+from __future__ import annotations
+
+import asyncpg
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from worker.tasks import registry
+
+from . import auth, streams
+from .body import read_json
+from .errors import ApiError, json_text
+from .state import services
+from .views import parse_job_id, with_flag
+
+_FIELDS = {"kind", "target", "payload"}
+MAX_TARGET_BYTES = 512
+
+
+def _storable(text: str) -> bool:
+    """PostgreSQL text holds neither NUL nor lone surrogates."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_submission(body) -> tuple[str, str, dict]:
+    if not isinstance(body, dict):
+        raise ApiError(422, "invalid_request", "the body must be a JSON object with kind, target and payload")
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
+    kind = body.get("kind")
+    if not isinstance(kind, str):
+        raise ApiError(422, "invalid_request", "kind must be a string")
+    if not kind or not _storable(kind):
+        raise ApiError(422, "unknown_kind", f"unknown kind {kind!r}")
+    target = body.get("target")
+    if not isinstance(target, str) or not _storable(target) \
+            or not 1 <= len(target.encode("utf-8")) <= MAX_TARGET_BYTES:
+        raise ApiError(422, "invalid_target", f"target must be a string of 1 to {MAX_TARGET_BYTES} bytes")
+    payload = body.get("payload", {})
+    if not isinstance(payload, dict):
+        raise ApiError(422, "invalid_payload", "payload must be a JSON object")
+    spec = registry.get(kind)
+    if spec is not None and spec.validate is not None:
+        try:
+            spec.validate(payload)
+        except (ValueError, TypeError) as exc:
+            raise ApiError(422, "invalid_payload", str(exc) or "payload refused by its kind") from None
+    return kind, target, payload
+
+
+async def submit(request: Request) -> Response:
+    svc = services(request)
+    auth.require_api_token(request, svc.settings.api_token)
+    kind, target, payload = _check_submission(await read_json(request, svc.body_limit))
+    try:
+        job_id, created = await svc.queue.submit(kind, target, payload, max_payload=svc.settings.max_payload)
+    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
+        # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
+        raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
+    text = await svc.queue.get_job_json(job_id)
+    return json_text(with_flag(text, "deduplicated", not created), 201 if created else 200,
+                     headers={"Location": f"/api/jobs/{job_id}"})
+
+
+async def get_job(request: Request) -> Response:
+    job_id = parse_job_id(request.path_params["job_id"])
+    text = await services(request).queue.get_job_json(job_id)
+    if text is None:
+        raise ApiError(404, "not_found", "no such job")
+    return json_text(text)
+
+
+async def job_events(request: Request) -> Response:
+    return await streams.job_stream(request, parse_job_id(request.path_params["job_id"]))
+
+
+async def list_kinds(request: Request) -> Response:
+    return JSONResponse({"kinds": await services(request).queue.list_kinds()})

@@ -1,0 +1,194 @@
+"""The OpenAPI 3 description of every route (a test checks it against the
+routes list, so neither can drift from the other)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _err(description: str) -> dict:
+    return _json(_ERROR, description)
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+_JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+_ADMIN = [{"bearer": []}, {"session": []}]
+_UNAUTHORIZED = {"401": _err("no valid admin token or session")}
+_SSE = {"description": "a stream of server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+_HTML = {"description": "a page of the web UI", "content": {"text/html": {"schema": {"type": "string"}}}}
+
+OPERATIONS: dict[tuple[str, str], dict] = {
+    ("POST", "/api/jobs"): {
+        "summary": "Submit a job, deduplicated by (kind, target)",
+        "security": [{}, {"bearer": []}],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Submission")}}},
+        "responses": {
+            "201": _json(_ref("SubmitResult"), "a new job; Location names it"),
+            "200": _json(_ref("SubmitResult"), "an unfinished job already held the target (deduplicated: true)"),
+            "400": _err("malformed JSON (invalid_json)"),
+            "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
+            "413": _err("payload or body too large (payload_too_large)"),
+            "422": _err("invalid_request, unknown_kind, invalid_target or invalid_payload"),
+        }},
+    ("GET", "/api/jobs/{job_id}"): {
+        "summary": "A job's public view",
+        "parameters": [_JOB_ID],
+        "responses": {"200": _json(_ref("JobView"), "the job"), "404": _err("no such job")}},
+    ("GET", "/api/jobs/{job_id}/events"): {
+        "summary": "Server-sent events of a job's public view until it finishes",
+        "description": "event: job, id: the view's version, data: the public view. The first event "
+                       "is skipped when Last-Event-ID (header or ?last_event_id=) equals the current "
+                       "version; ': ping' comments keep the connection open; the stream ends after a "
+                       "completed, failed or canceled view.",
+        "parameters": [_JOB_ID, {"name": "last_event_id", "in": "query", "schema": {"type": "integer"}},
+                       {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"}}],
+        "responses": {"200": _SSE, "204": {"description": "the client already has the final view"},
+                      "404": _err("no such job")}},
+    ("GET", "/api/kinds"): {
+        "summary": "Registered kinds and their settings",
+        "responses": {"200": _json({"type": "object", "properties": {
+            "kinds": {"type": "array", "items": _ref("Kind")}}}, "the kinds")}},
+    ("GET", "/api/admin/jobs"): {
+        "summary": "Jobs newest first, with true states",
+        "security": _ADMIN,
+        "parameters": [
+            {"name": "state", "in": "query", "schema": {"type": "string", "enum": [
+                "queued", "running", "completed", "failed", "canceled"]}},
+            {"name": "kind", "in": "query", "schema": {"type": "string"}},
+            {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500,
+                                                         "default": 50}},
+            {"name": "cursor", "in": "query", "schema": {"type": "string"},
+             "description": "next_cursor of the previous page"}],
+        "responses": {"200": _json(_ref("JobsPage"), "a page of jobs"), **_UNAUTHORIZED,
+                      "422": _err("a bad query parameter (invalid_query)")}},
+    ("GET", "/api/admin/jobs/{job_id}"): {
+        "summary": "A job's true view with every attempt",
+        "security": _ADMIN, "parameters": [_JOB_ID],
+        "responses": {"200": _json(_ref("AdminJobView"), "the job"), **_UNAUTHORIZED, "404": _err("no such job")}},
+    ("POST", "/api/admin/jobs/{job_id}/retry"): {
+        "summary": "Re-run a failed or canceled job",
+        "security": _ADMIN, "parameters": [_JOB_ID],
+        "responses": {"200": _json(_ref("AdminJobView"), "the job, queued again"), **_UNAUTHORIZED,
+                      "404": _err("no such job"),
+                      "409": _err("not failed or canceled (invalid_state), or the target is busy (target_busy)")}},
+    ("POST", "/api/admin/jobs/{job_id}/cancel"): {
+        "summary": "Cancel an unfinished job",
+        "security": _ADMIN, "parameters": [_JOB_ID],
+        "responses": {"200": _json(_ref("AdminJobView"), "the job, canceled"), **_UNAUTHORIZED,
+                      "404": _err("no such job"), "409": _err("already finished (invalid_state)")}},
+    ("GET", "/api/admin/stats"): {
+        "summary": "Counts by kind and state, oldest due job age, throughput per minute",
+        "security": _ADMIN,
+        "responses": {"200": _json(_ref("Stats"), "the numbers"), **_UNAUTHORIZED}},
+    ("GET", "/api/admin/events"): {
+        "summary": "Server-sent events of every change, with true views (for the dashboard)",
+        "description": "event: ready once subscribed; event: job with an admin view per change; "
+                       "event: resync when changes may have been missed (reload the list).",
+        "security": _ADMIN,
+        "responses": {"200": _SSE, **_UNAUTHORIZED}},
+    ("POST", "/api/admin/session"): {
+        "summary": "Sign in: trade the admin token for an HttpOnly, SameSite=Strict session cookie",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["token"], "properties": {"token": {"type": "string"}}}}}},
+        "responses": {"200": _json({"type": "object"}, "signed in; the cookie is set"),
+                      "401": _err("wrong token, or no admin token configured"),
+                      "422": _err("the body is not {\"token\": ...}")}},
+    ("DELETE", "/api/admin/session"): {
+        "summary": "Sign out: clear the session cookie",
+        "responses": {"204": {"description": "signed out"}}},
+    ("GET", "/healthz"): {
+        "summary": "Liveness", "responses": {"200": _json({"type": "object"}, "the process answers")}},
+    ("GET", "/readyz"): {
+        "summary": "Readiness: the database answers and its schema is current",
+        "responses": {"200": _json({"type": "object"}, "ready"),
+                      "503": _json({"type": "object"}, "database unreachable or migrations pending")}},
+    ("GET", "/metrics"): {
+        "summary": "Prometheus metrics",
+        "responses": {"200": {"description": "text exposition format",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}}},
+    ("GET", "/openapi.json"): {
+        "summary": "This document", "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}},
+    ("GET", "/"): {"summary": "Web UI: submit and watch jobs", "responses": {"200": _HTML}},
+    ("GET", "/jobs/{job_id}"): {"summary": "Web UI: one job's page", "parameters": [_JOB_ID],
+                                "responses": {"200": _HTML}},
+    ("GET", "/admin"): {"summary": "Web UI: the admin dashboard", "responses": {"200": _HTML}},
+    ("GET", "/static/{path}"): {
+        "summary": "The web UI's files",
+        "parameters": [{"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "responses": {"200": {"description": "a file"}, "404": {"description": "no such file"}}},
+}
+
+_TIME = {"type": "string", "format": "date-time"}
+_ERROR_OBJ = {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}
+_PUBLIC = {
+    "id": {"type": "string", "format": "uuid"}, "kind": {"type": "string"}, "target": {"type": "string"},
+    "status": {"type": "string", "enum": ["queued", "processing", "completed", "failed", "canceled"]},
+    "progress": {"type": "object", "nullable": True, "properties": {
+        "done": {"type": "number"}, "total": {"type": "number", "nullable": True},
+        "message": {"type": "string", "nullable": True}}},
+    "result": {"nullable": True}, "error": {**_ERROR_OBJ, "nullable": True},
+    "created_at": _TIME, "updated_at": _TIME, "finished_at": {**_TIME, "nullable": True},
+    "version": {"type": "integer"},
+}
+
+SCHEMAS = {
+    "Error": {"type": "object", "required": ["error"], "properties": {"error": _ERROR_OBJ}},
+    "Submission": {"type": "object", "required": ["kind", "target"], "additionalProperties": False,
+                   "properties": {"kind": {"type": "string"},
+                                  "target": {"type": "string", "minLength": 1, "description": "1 to 512 bytes"},
+                                  "payload": {"type": "object", "default": {}}}},
+    "JobView": {"type": "object", "properties": _PUBLIC},
+    "SubmitResult": {"type": "object", "properties": {**_PUBLIC, "deduplicated": {"type": "boolean"}}},
+    "AdminJobView": {"type": "object", "properties": {
+        **_PUBLIC,
+        "state": {"type": "string", "enum": ["queued", "running", "completed", "failed", "canceled"]},
+        "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"}, "generation": {"type": "integer"},
+        "run_after": _TIME, "lease_until": {**_TIME, "nullable": True},
+        "worker_id": {"type": "string", "nullable": True}, "started_at": {**_TIME, "nullable": True},
+        "last_error": {**_ERROR_OBJ, "nullable": True}, "payload": {"type": "object"},
+        "attempts_log": {"type": "array", "items": {"type": "object"}}}},
+    "JobsPage": {"type": "object", "properties": {
+        "jobs": {"type": "array", "items": _ref("AdminJobView")},
+        "next_cursor": {"type": "string", "nullable": True}}},
+    "Kind": {"type": "object", "properties": {
+        "kind": {"type": "string"}, "description": {"type": "string"}, "max_attempts": {"type": "integer"},
+        "lease_seconds": {"type": "number"}, "backoff_seconds": {"type": "array", "items": {"type": "number"}},
+        "jitter": {"type": "number"}}},
+    "Stats": {"type": "object", "properties": {
+        "now": _TIME,
+        "counts": {"type": "object", "additionalProperties": {"type": "object",
+                                                              "additionalProperties": {"type": "integer"}}},
+        "oldest_due_seconds": {"type": "number", "nullable": True},
+        "throughput": {"type": "array", "items": {"type": "object"}}}},
+}
+
+
+def document() -> dict:
+    paths: dict[str, dict] = {}
+    for (method, path), operation in OPERATIONS.items():
+        paths.setdefault(path, {})[method.lower()] = operation
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "jobfeed", "version": "0.1.0",
+                 "description": "A PostgreSQL job service: submit jobs, watch them live, run them with workers."},
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "jobfeed_admin"}}},
+    }
+
+
+async def openapi_json(request: Request) -> Response:
+    return JSONResponse(document())

@@ -1,0 +1,35 @@
+"""What the handlers share, owned by the app's lifespan."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import asyncpg
+from starlette.requests import Request
+
+from worker.queue import Queue
+from worker.settings import Settings
+
+from .config import ApiConfig
+from .feed import Feed
+from .metrics import Metrics
+
+
+@dataclasses.dataclass
+class Services:
+    settings: Settings
+    config: ApiConfig
+    metrics: Metrics
+    pool: asyncpg.Pool | None = None
+    queue: Queue | None = None
+    feed: Feed | None = None
+
+    @property
+    def body_limit(self) -> int:
+        # The payload limit is exact (checked in SQL on the stored form); the body
+        # may be a little larger for kind, target and the JSON around them.
+        return self.settings.max_payload + 16 * 1024
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services

@@ -1,0 +1,185 @@
+"""Public routes: submit (dedupe, Location), read, kinds, and every kind of bad
+input answered with a clear 4xx that changes nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from api.app import create_app
+from servers import FAST, asgi_client, make_settings
+
+PUBLIC_FIELDS = {"id", "kind", "target", "status", "progress", "result", "error", "created_at",
+                 "updated_at", "finished_at", "version"}
+
+
+@pytest.fixture
+async def client(dsn):
+    async with asgi_client(create_app(make_settings(dsn), FAST)) as c:
+        yield c
+
+
+async def count_jobs(pool) -> int:
+    return await pool.fetchval("select count(*) from jobfeed.jobs")
+
+
+async def test_submit_creates_then_shares_the_unfinished_job(client, queue):
+    first = await client.post("/api/jobs", json={"kind": "demo", "target": "video-1", "payload": {"steps": 2}})
+    assert first.status_code == 201
+    job = first.json()
+    assert first.headers["location"] == f"/api/jobs/{job['id']}"
+    assert set(job) == PUBLIC_FIELDS | {"deduplicated"}
+    assert job["deduplicated"] is False
+    assert (job["kind"], job["target"], job["status"], job["version"]) == ("demo", "video-1", "queued", 1)
+
+    again = await client.post("/api/jobs", json={"kind": "demo", "target": "video-1"})
+    assert again.status_code == 200
+    assert again.json()["id"] == job["id"] and again.json()["deduplicated"] is True
+    assert again.headers["location"] == f"/api/jobs/{job['id']}"
+
+    other = await client.post("/api/jobs", json={"kind": "demo", "target": "video-2"})
+    assert other.status_code == 201 and other.json()["id"] != job["id"]
+
+    # Once the job is finished, the same target makes a new job.
+    (claimed,) = await queue.claim(["demo"], 1, "w")
+    assert claimed.id == uuid.UUID(job["id"])
+    assert await queue.complete(claimed.id, claimed.generation, {"ok": True})
+    after = await client.post("/api/jobs", json={"kind": "demo", "target": "video-1"})
+    assert after.status_code == 201 and after.json()["id"] != job["id"]
+
+
+async def test_get_job_shows_the_public_view(client, queue):
+    created = (await client.post("/api/jobs", json={"kind": "demo", "target": "t"})).json()
+    (claimed,) = await queue.claim(["demo"], 1, "w")
+    await queue.progress(claimed.id, claimed.generation, 1, 4, "one")
+    await queue.fail_transient(claimed.id, claimed.generation, "boom", "upstream said 500")
+
+    response = await client.get(f"/api/jobs/{created['id']}")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    view = response.json()
+    assert set(view) == PUBLIC_FIELDS
+    # The retry is invisible: still processing, no error, progress kept.
+    assert view["status"] == "processing" and view["error"] is None
+    assert view["progress"] == {"done": 1, "total": 4, "message": "one"}
+
+
+@pytest.mark.parametrize("job_id", [str(uuid.uuid4()), "not-a-uuid", "1234", "%00", "x" * 300])
+async def test_unknown_or_malformed_job_id_is_404(client, job_id):
+    for path in (f"/api/jobs/{job_id}", f"/api/jobs/{job_id}/events"):
+        response = await client.get(path)
+        assert response.status_code == 404
+        assert response.json() == {"error": {"code": "not_found", "message": "no such job"}}
+
+
+async def test_kinds_lists_registered_kinds(client, queue):
+    await queue.register_kind("fetch_email", max_attempts=3, lease=60, backoff=(1, 2), jitter=0.0,
+                              description="from elsewhere")
+    response = await client.get("/api/kinds")
+    assert response.status_code == 200
+    kinds = {k["kind"]: k for k in response.json()["kinds"]}
+    assert kinds["demo"]["lease_seconds"] == 1 and kinds["demo"]["backoff_seconds"] == [0.2]
+    assert kinds["fetch_email"] == {"kind": "fetch_email", "description": "from elsewhere", "max_attempts": 3,
+                                    "lease_seconds": 60, "backoff_seconds": [1, 2], "jitter": 0}
+
+
+async def test_kind_known_only_to_the_database_is_accepted(client, queue):
+    # Another process registered it; this API has no handler, so no local validation.
+    await queue.register_kind("resize", max_attempts=2, lease=30, backoff=(1,))
+    response = await client.post("/api/jobs", json={"kind": "resize", "target": "img", "payload": {"w": 3}})
+    assert response.status_code == 201
+
+
+BAD = [
+    # (raw body, status, error code)
+    (b"{", 400, "invalid_json"),
+    (b"", 400, "invalid_json"),
+    (b"\xff\xfe\x00garbage", 400, "invalid_json"),
+    (b'{"kind": "demo", "target": "a", "payload": {"x": NaN}}', 400, "invalid_json"),
+    (b'{"kind": "demo", "target": "a", "payload": {"x": Infinity}}', 400, "invalid_json"),
+    (b"[" * 30_000 + b"]" * 30_000, 400, "invalid_json"),
+    (b"[]", 422, "invalid_request"),
+    (b'"demo"', 422, "invalid_request"),
+    (b"null", 422, "invalid_request"),
+    (b'{"target": "a"}', 422, "invalid_request"),
+    (b'{"kind": 5, "target": "a"}', 422, "invalid_request"),
+    (b'{"kind": "demo", "target": "a", "priority": 1}', 422, "invalid_request"),
+    (b'{"kind": "nope", "target": "a"}', 422, "unknown_kind"),
+    (b'{"kind": "", "target": "a"}', 422, "unknown_kind"),
+    (b'{"kind": "de\\u0000mo", "target": "a"}', 422, "unknown_kind"),
+    (b'{"kind": "\\ud800", "target": "a"}', 422, "unknown_kind"),
+    (b'{"kind": "demo"}', 422, "invalid_target"),
+    (b'{"kind": "demo", "target": ""}', 422, "invalid_target"),
+    (b'{"kind": "demo", "target": 7}', 422, "invalid_target"),
+    (b'{"kind": "demo", "target": null}', 422, "invalid_target"),
+    (json.dumps({"kind": "demo", "target": "\u00e9" * 257}).encode(), 422, "invalid_target"),  # 514 bytes
+    (b'{"kind": "demo", "target": "a\\u0000b"}', 422, "invalid_target"),
+    (b'{"kind": "demo", "target": "\\udc00"}', 422, "invalid_target"),
+    (b'{"kind": "demo", "target": "a", "payload": []}', 422, "invalid_payload"),
+    (b'{"kind": "demo", "target": "a", "payload": "steps=3"}', 422, "invalid_payload"),
+    (b'{"kind": "demo", "target": "a", "payload": null}', 422, "invalid_payload"),
+    (b'{"kind": "demo", "target": "a", "payload": {"steps": "many"}}', 422, "invalid_payload"),
+    (b'{"kind": "demo", "target": "a", "payload": {"fail": ["explode"]}}', 422, "invalid_payload"),
+    (b'{"kind": "demo", "target": "a", "payload": {"note": "x\\u0000y"}}', 422, "invalid_payload"),
+    (b'{"kind": "demo", "target": "a", "payload": {"note": "\\ud800"}}', 422, "invalid_payload"),
+]
+
+
+async def test_bad_submissions_are_refused_and_change_nothing(client, pool):
+    for body, status, code in BAD:
+        response = await client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
+        case = f"{body[:80]!r} -> {response.status_code} {response.text[:200]}"
+        assert response.status_code == status, case
+        error = response.json()["error"]
+        assert error["code"] == code and error["message"], case
+    assert await count_jobs(pool) == 0
+
+
+async def test_target_of_exactly_512_bytes_is_accepted(client):
+    response = await client.post("/api/jobs", json={"kind": "demo", "target": "\u00e9" * 256})
+    assert response.status_code == 201
+
+
+async def test_payload_over_the_limit_is_413(dsn, pool):
+    app = create_app(make_settings(dsn, max_payload=1000), FAST)
+    async with asgi_client(app) as client:
+        # Within the body's allowance, so the database measures the payload itself.
+        measured = await client.post("/api/jobs", json={"kind": "demo", "target": "a", "payload": {"n": "x" * 1500}})
+        assert measured.status_code == 413
+        assert measured.json()["error"]["code"] == "payload_too_large"
+        # A body over the allowance is refused on its Content-Length alone.
+        declared = await client.post("/api/jobs", json={"kind": "demo", "target": "a", "payload": {"n": "x" * 40_000}})
+        assert declared.status_code == 413
+        assert declared.json()["error"]["code"] == "payload_too_large"
+        fits = await client.post("/api/jobs", json={"kind": "demo", "target": "a", "payload": {"n": "x" * 900}})
+        assert fits.status_code == 201
+    assert await count_jobs(pool) == 1
+
+
+async def test_api_token_guards_submissions_only(dsn, pool):
+    app = create_app(make_settings(dsn, api_token="submit-secret"), FAST)
+    async with asgi_client(app) as client:
+        body = {"kind": "demo", "target": "a"}
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic c3VibWl0LXNlY3JldA=="},
+                        {"authorization": "Bearer"}):
+            response = await client.post("/api/jobs", json=body, headers=headers)
+            assert response.status_code == 401
+            assert response.json()["error"]["code"] == "unauthorized"
+        assert await count_jobs(pool) == 0
+        ok = await client.post("/api/jobs", json=body, headers={"authorization": "Bearer submit-secret"})
+        assert ok.status_code == 201
+        assert (await client.get(f"/api/jobs/{ok.json()['id']}")).status_code == 200
+        assert (await client.get("/api/kinds")).status_code == 200
+
+
+async def test_unknown_api_routes_answer_json(client):
+    missing = await client.get("/api/nothing/here")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    wrong_method = await client.delete("/api/jobs")
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+    outside = await client.get("/no-such-page")
+    assert outside.status_code == 404 and not outside.headers["content-type"].startswith("application/json")

@@ -1,0 +1,125 @@
+"""Health, readiness, metrics, the OpenAPI document against the routes list, the
+UI's pages and CORS."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from starlette.routing import Mount, Route
+
+from api import openapi, ui
+from api.app import create_app, routes
+from servers import FAST, asgi_client, make_settings
+
+
+@pytest.fixture
+async def app(dsn):
+    return create_app(make_settings(dsn), FAST)
+
+
+@pytest.fixture
+async def client(app):
+    async with asgi_client(app) as c:
+        yield c
+
+
+async def test_healthz_and_readyz(client, pool):
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "database": True, "pending": [], "feed": True}
+
+    # Functions changed on disk but not applied: not ready.
+    await pool.execute("update jobfeed.schema_functions set checksum = 'older'")
+    stale = await client.get("/readyz")
+    assert stale.status_code == 503 and stale.json()["pending"] == ["functions"]
+
+
+async def test_readyz_is_503_when_the_database_is_gone(app, client):
+    app.state.services.pool.terminate()
+    gone = await client.get("/readyz")
+    assert gone.status_code == 503 and gone.json()["database"] is False
+
+
+async def test_metrics(client):
+    for target in ("a", "b"):
+        assert (await client.post("/api/jobs", json={"kind": "demo", "target": target})).status_code == 201
+    await client.get(f"/api/jobs/{uuid.uuid4()}")
+    response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = response.text
+    assert 'jobfeed_jobs{kind="demo",state="queued"} 2' in text
+    assert 'jobfeed_http_requests_total{method="POST",route="/api/jobs",status="201"} 2' in text
+    assert 'jobfeed_http_requests_total{method="GET",route="/api/jobs/{job_id}",status="404"} 1' in text
+    assert 'jobfeed_sse_streams{stream="job"} 0' in text
+    assert "jobfeed_feed_connected 1" in text
+    # Every sample line is "name{labels} number" under a TYPE line.
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            assert re.fullmatch(r'[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)+\})? -?[0-9.e+]+', line), line
+
+
+def _route_operations() -> set[tuple[str, str]]:
+    found = set()
+    for route in routes():
+        if isinstance(route, Mount):
+            found.add(("GET", route.path + "/{path}"))
+        else:
+            assert isinstance(route, Route)
+            found |= {(m, route.path) for m in route.methods if m != "HEAD"}
+    return found
+
+
+async def test_openapi_describes_every_route(client):
+    assert _route_operations() == set(openapi.OPERATIONS)
+    response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["openapi"].startswith("3.")
+    served = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert served == _route_operations()
+    # Every reference resolves, every operation answers something.
+    refs = re.findall(r'"\$ref": "#/components/schemas/(\w+)"', response.text.replace('":"', '": "'))
+    assert refs and set(refs) <= set(doc["components"]["schemas"])
+    for ops in doc["paths"].values():
+        for op in ops.values():
+            assert op["summary"] and op["responses"]
+            for param in op.get("parameters", []):
+                if param["in"] == "path":
+                    assert param["required"] is True
+
+
+@pytest.mark.parametrize("path, name", [("/", "index.html"), (f"/jobs/{uuid.uuid4()}", "job.html"),
+                                        ("/admin", "admin.html")])
+async def test_ui_pages_are_served_from_static(client, path, name):
+    response = await client.get(path)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert response.content == (ui.STATIC_DIR / name).read_bytes()
+
+
+async def test_static_files(client):
+    files = [p for p in ui.STATIC_DIR.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        response = await client.get("/static/" + path.relative_to(ui.STATIC_DIR).as_posix())
+        assert response.status_code == 200 and response.content == path.read_bytes()
+    assert (await client.get("/static/no-such-file.js")).status_code == 404
+    assert (await client.get("/static/../pyproject.toml")).status_code == 404
+
+
+async def test_cors_allows_configured_origins_only(dsn):
+    app = create_app(make_settings(dsn, cors_origins=("https://app.example",)), FAST)
+    async with asgi_client(app) as client:
+        preflight = await client.options("/api/jobs", headers={
+            "origin": "https://app.example", "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type, authorization"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+        simple = await client.get("/api/kinds", headers={"origin": "https://app.example"})
+        assert simple.headers["access-control-allow-origin"] == "https://app.example"
+        other = await client.get("/api/kinds", headers={"origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
