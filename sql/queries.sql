@@ -10,6 +10,9 @@ select k::text from jobfeed.list_kinds() k;
 -- name: submit
 select id, created from jobfeed.submit($1, $2, $3::jsonb, $4, $5);
 
+-- name: submit_many
+select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
+
 -- name: get_job
 select jobfeed.get_job($1)::text;
 

@@ -86,6 +86,18 @@ class Queue:
         rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
         return rows[0]["id"], rows[0]["created"]
 
+    async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
+                          run_after: dt.datetime | None = None,
+                          max_payload: int = 65536) -> list[tuple[uuid.UUID, bool]]:
+        """Submit (target, payload) pairs of one kind in one statement; answers
+        (job id, created) per item, in order, deduplicated as submit() is."""
+        if not items:
+            return []
+        targets = [t for t, _ in items]
+        payloads = [json.dumps(p if p is not None else {}) for _, p in items]
+        rows = await self._fetch("submit_many", kind, targets, payloads, run_after, max_payload)
+        return [(r["id"], r["created"]) for r in rows]
+
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""
         return await self._fetchval("get_job", job_id)

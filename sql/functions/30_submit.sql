@@ -63,3 +63,84 @@ begin
         end if;
     end loop;
 end $$;
+
+-- Submit many jobs of one kind in one statement (an outbox flush, a bulk import).
+-- Row n of the answer is for p_targets[n]: the new job, or the unfinished one
+-- that already held that target (also when the same target appears twice in
+-- the batch: the first occurrence creates, the rest share).
+create or replace function jobfeed.submit_many(
+    p_kind text, p_targets text[], p_payloads jsonb[] default null, p_run_after timestamptz default null,
+    p_max_payload int default 65536, p_now timestamptz default null)
+returns table (n int, id uuid, created boolean)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_max int;
+    v_bad int;
+    v_new_ids uuid[];
+    v_new_targets text[];
+    v_pending text[];
+begin
+    select k.max_attempts into v_max from jobfeed.kinds k where k.kind = p_kind;
+    if not found then
+        perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
+    end if;
+    if p_payloads is not null and cardinality(p_payloads) <> cardinality(p_targets) then
+        perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets and payloads differ in number');
+    end if;
+    select min(t.n) into v_bad from unnest(p_targets) with ordinality t(target, n)
+     where t.target is null or octet_length(t.target) not between 1 and 512;
+    if v_bad is not null then
+        perform jobfeed.raise_error('JF422', 'invalid_target', format('target %s must be 1 to 512 bytes', v_bad));
+    end if;
+    select min(t.n) into v_bad from unnest(p_payloads) with ordinality t(payload, n)
+     where jsonb_typeof(coalesce(t.payload, '{}')) <> 'object';
+    if v_bad is not null then
+        perform jobfeed.raise_error('JF422', 'invalid_payload', format('payload %s must be a JSON object', v_bad));
+    end if;
+    select min(t.n) into v_bad from unnest(p_payloads) with ordinality t(payload, n)
+     where octet_length(t.payload::text) > p_max_payload;
+    if v_bad is not null then
+        perform jobfeed.raise_error('JF413', 'payload_too_large',
+                                    format('payload %s is over %s bytes', v_bad, p_max_payload));
+    end if;
+
+    v_new_ids := '{}';
+    v_new_targets := '{}';
+    v_pending := p_targets;
+    -- Loop only if a job holding one of our targets finished between insert and look-up.
+    while cardinality(v_pending) > 0 loop
+        with ins as (
+            insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
+            select p_kind, t.target, coalesce(p_payloads[t.n], '{}'), v_max, coalesce(p_run_after, v_now), v_now, v_now
+              from unnest(p_targets) with ordinality t(target, n)
+             where t.target = any (v_pending)
+             order by t.n
+            on conflict (kind, target) where state in ('queued', 'running') do nothing
+            returning j.id, j.target
+        )
+        select v_new_ids || coalesce(array_agg(ins.id), '{}'), v_new_targets || coalesce(array_agg(ins.target), '{}')
+          into v_new_ids, v_new_targets from ins;
+        select coalesce(array_agg(distinct t.target), '{}') into v_pending
+          from unnest(v_pending) t(target)
+         where t.target <> all (v_new_targets)
+           and not exists (select from jobfeed.jobs j where j.kind = p_kind and j.target = t.target
+                                                         and j.state in ('queued', 'running'));
+    end loop;
+
+    if cardinality(v_new_ids) > 0 then
+        perform jobfeed.notify_changed(v_new_ids, array_fill(1::bigint, array[cardinality(v_new_ids)]));
+        perform pg_notify('jobfeed_due', p_kind);
+    end if;
+    return query
+        select t.n::int, coalesce(i.id, e.id),
+               i.id is not null and t.n = min(t.n) over (partition by t.target)
+          from unnest(p_targets) with ordinality t(target, n)
+          left join unnest(v_new_targets, v_new_ids) as i(target, id) on i.target = t.target
+          left join lateral (
+              select j.id from jobfeed.jobs j
+               where i.id is null and j.kind = p_kind and j.target = t.target and j.state in ('queued', 'running')
+          ) e on true
+         order by t.n;
+end $$;

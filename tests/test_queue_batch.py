@@ -1,0 +1,68 @@
+"""submit_many: one statement for many jobs, deduplicated like submit, all or
+nothing on bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from worker.queue import QueueError
+
+
+async def test_submit_many_creates_in_order_and_dedupes(queue, pool, demo_kind):
+    existing, _ = await queue.submit("demo", "old")
+    answer = await queue.submit_many("demo", [("a", {"n": 1}), ("old", None), ("b", None), ("a", {"n": 2})])
+    ids = [i for i, _ in answer]
+    assert [c for _, c in answer] == [True, False, True, False]
+    assert ids[1] == existing and ids[3] == ids[0] and len(set(ids)) == 3
+    payloads = dict(await pool.fetch("select target, payload::text from jobfeed.jobs"))
+    assert payloads == {"old": "{}", "a": '{"n": 1}', "b": "{}"}
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 3
+
+
+async def test_submit_many_after_the_holder_finished_makes_a_new_job(queue, demo_kind):
+    first, _ = await queue.submit("demo", "x")
+    [job] = await queue.claim(["demo"], 1, "w")
+    await queue.complete(job.id, job.generation, None)
+    [(again, created)] = await queue.submit_many("demo", [("x", None)])
+    assert created and again != first
+
+
+@pytest.mark.parametrize("items, code", [
+    ([("ok", None), ("", None)], "invalid_target"),
+    ([("ok", None), ("x" * 513, None)], "invalid_target"),
+    ([("ok", None), ("p", [1])], "invalid_payload"),
+    ([("ok", None), ("p", {"pad": "x" * 70000})], "payload_too_large"),
+])
+async def test_one_bad_item_refuses_the_whole_batch(queue, pool, demo_kind, items, code):
+    with pytest.raises(QueueError) as caught:
+        await queue.submit_many("demo", items)
+    assert caught.value.code == code
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+
+
+async def test_unknown_kind(queue, pool):
+    with pytest.raises(QueueError) as caught:
+        await queue.submit_many("nope", [("a", None)])
+    assert (caught.value.code, caught.value.status) == ("unknown_kind", 422)
+
+
+async def test_concurrent_batches_over_the_same_targets_share_jobs(queue, pool, demo_kind):
+    targets = [f"t{i}" for i in range(200)]
+    answers = await asyncio.gather(*(queue.submit_many("demo", [(t, None) for t in targets]) for _ in range(8)))
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 200
+    for n in range(200):
+        assert len({a[n][0] for a in answers}) == 1
+        assert sum(a[n][1] for a in answers) == 1
+
+
+async def test_one_notification_per_chunk_not_per_job(queue, dsn, demo_kind):
+    from worker import db
+    got: list[str] = []
+    conn = await db.connect(dsn)
+    await conn.add_listener("jobfeed_changed", lambda *a: got.append(a[3]))
+    await queue.submit_many("demo", [(f"n{i}", None) for i in range(300)])
+    await asyncio.sleep(0.2)
+    await conn.close()
+    assert len(got) == 2 and sum(len(p.split(",")) for p in got) == 300
