@@ -1,0 +1,336 @@
+"""The web UI in a real browser: Debian's chromium driven by Playwright against a
+real API process (uvicorn) and a real worker process on the test database.
+
+What a user does: submit a job and watch it from two pages, keep watching
+while the API restarts, submit the same target again and land on the shared
+job, use the form with the keyboard only, see errors from the form and the
+server, and as an admin sign in, watch the dashboard and retry a failed job. Screenshots of every page at phone and
+desktop width go to $JOBFEED_SHOTS (default /tmp/jobfeed-shots).
+
+Needs `apt-get install chromium` and `pip install playwright` (Playwright's own
+browser download is not used). Without them these tests skip, except under
+CI=true, where they fail."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import JOBFEED, worker_env
+from servers import ADMIN_TOKEN, Process, api_env
+from waiting import eventually
+
+try:
+    from playwright.async_api import async_playwright, expect
+except ImportError:  # reported by _need_browser
+    async_playwright = expect = None
+
+CHROMIUM = os.environ.get("JOBFEED_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = Path(os.environ.get("JOBFEED_SHOTS", "/tmp/jobfeed-shots"))
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+JOB_URL = re.compile(r"/jobs/([0-9a-f-]{36})(\?shared=1)?$")
+WAIT_MS = 15_000  # the longest any expectation below waits
+
+
+def _browser_missing() -> str | None:
+    if async_playwright is None:
+        return "playwright is not installed (pip install playwright)"
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"no chromium at {CHROMIUM} (apt-get install chromium, or set JOBFEED_CHROMIUM)"
+    return None
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_browser():
+    """Before any server starts: no browser skips these tests, but fails them in CI."""
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(f"the browser tests must run in CI: {missing}")
+        pytest.skip(missing)
+
+
+class Api:
+    """A real API process: uvicorn with the deployed factory, as
+    servers.start_api_process runs it, but on a port chosen here so that a
+    restarted API answers at the same address (the browser reconnects to it)."""
+
+    def __init__(self, dsn: str):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dsn = dsn
+        self.proc: Process | None = None
+
+    async def start(self) -> None:
+        self.proc = Process([sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+                             "--host", "127.0.0.1", "--port", str(self.port),
+                             "--timeout-graceful-shutdown", "2"], api_env(self.dsn))
+        await self.proc.start(ready=r"Uvicorn running on")
+
+
+@pytest.fixture
+async def api(dsn):
+    server = Api(dsn)
+    await server.start()
+    yield server
+    await server.proc.stop()
+
+
+@pytest.fixture
+async def worker(dsn, api):
+    """A real worker process for the demo kind (a short grace: these tests
+    leave long jobs running, and do not test the graceful stop)."""
+    proc = Process(JOBFEED + ["worker", "--kinds", "demo", "--concurrency", "4", "--grace", "500ms"],
+                   worker_env(dsn))
+    await proc.start(ready=r"kinds demo")
+    yield proc
+    await proc.stop(timeout=5)
+
+
+@pytest.fixture
+async def new_page(api):
+    """new_page(viewport) -> a page in a browser context of its own (its own
+    cookies, as another person's browser). Chromium closes before the API stops
+    (it holds the API's event streams); an uncaught script error fails the test."""
+    errors: list[str] = []
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+        async def make(viewport=DESKTOP):
+            context = await browser.new_context(viewport=viewport, base_url=api.url)
+            context.set_default_timeout(WAIT_MS)
+            page = await context.new_page()
+            page.on("pageerror", lambda exc: errors.append(f"{page.url}: {exc}"))
+            return page
+
+        yield make
+        await browser.close()
+    assert not errors, f"script errors in the pages: {errors}"
+
+
+@pytest.fixture
+async def http(api):
+    async with httpx.AsyncClient(base_url=api.url, timeout=10) as client:
+        yield client
+
+
+async def shot(page, name: str) -> None:
+    """A full-page screenshot, named by page and width."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=SHOTS / f"{name}-{page.viewport_size['width']}.png", full_page=True)
+
+
+async def submit(page, target: str, payload: str = "") -> str:
+    """Fill in the submit form and send it; -> the job page's URL."""
+    await page.goto("/")
+    await expect(page.locator("#kind")).to_be_enabled()
+    await page.select_option("#kind", "demo")
+    await page.fill("#target", target)
+    await page.fill("#payload", payload)
+    await page.click("#submit")
+    await page.wait_for_url(JOB_URL)
+    return page.url
+
+
+async def expect_completed(page, steps: int) -> None:
+    await expect(page.locator("#status")).to_have_text("completed")
+    await expect(page.locator("#progress")).to_have_js_property("position", 1)
+    await expect(page.locator("#progress-text")).to_contain_text(f"{steps} of {steps} (100%)")
+    await expect(page.locator("#result")).to_contain_text(f'"steps": {steps}')
+    await expect(page.locator("#connection")).to_contain_text("Live updates stopped")
+
+
+# ---------------------------------------------------------------- tests
+
+async def test_two_pages_follow_one_job_to_completion(worker, new_page):
+    """One person submits on a desktop, a second opens the shared link on a
+    phone; both watch the same progress live until 'completed'."""
+    first = await new_page(DESKTOP)
+    url = await submit(first, "video-1", '{"steps": 5, "step_ms": 400}')
+    await expect(first.locator("#share-url")).to_have_value(url)
+    await first.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    await first.click("#copy")
+    await expect(first.locator("#copy-status")).to_have_text("Link copied.")
+    assert await first.evaluate("navigator.clipboard.readText()") == url
+
+    second = await new_page(PHONE)
+    await second.goto(url)
+    for page in (first, second):
+        await expect(page.locator("#status")).to_have_text("processing")
+        await expect(page.locator("#progress")).to_have_attribute("max", "5")
+    await shot(second, "job-processing")
+    for page in (first, second):
+        await expect_completed(page, 5)
+    await expect(second.locator("#heading")).to_have_text("demo: video-1")
+    await shot(first, "job-completed")
+    await shot(second, "job-completed")
+
+
+async def test_job_page_reconnects_after_the_api_goes_away(api, worker, new_page):
+    """The API dies mid-job: the page says it is reconnecting and keeps the
+    server's last status; the API comes back and the page follows the job to
+    the end, then stops asking for the stream."""
+    page = await new_page()
+    streams: list[str] = []
+    page.on("request", lambda request: streams.append(request.url) if request.url.endswith("/events") else None)
+    await submit(page, "restart-1", '{"steps": 8, "step_ms": 300}')
+    await expect(page.locator("#status")).to_have_text("processing")
+
+    await api.proc.kill()
+    await expect(page.locator("#connection")).to_have_text("Connection lost: reconnecting…")
+    await expect(page.locator("#connection")).to_have_attribute("data-state", "reconnecting")
+    await expect(page.locator("#status")).to_have_text("processing")
+    await shot(page, "job-reconnecting")
+
+    await api.start()
+    await expect(page.locator("#connection")).to_contain_text("Live")
+    await expect_completed(page, 8)
+    connections = len(streams)
+    assert connections >= 2
+    await page.wait_for_timeout(1500)  # three times the retry interval the API sends
+    assert len(streams) == connections, "the page kept reconnecting after the job ended"
+
+
+async def test_same_kind_and_target_lands_on_the_shared_job(worker, new_page):
+    first = await new_page()
+    url = await submit(first, "email-42", '{"steps": 40, "step_ms": 250}')
+
+    second = await new_page(PHONE)
+    shared_url = await submit(second, "email-42")
+    assert JOB_URL.search(shared_url).group(1) == JOB_URL.search(url).group(1)
+    assert shared_url.endswith("?shared=1")
+    await expect(second.locator("#shared-note")).to_be_visible()
+    await expect(second.locator("#shared-note")).to_contain_text("joined that job")
+    await expect(first.locator("#shared-note")).to_be_hidden()
+    await expect(second.locator("#status")).to_have_text("processing")
+    await shot(second, "job-shared")
+
+
+async def test_admin_signs_in_and_retries_a_failed_job(worker, new_page, http):
+    # Run 1 fails permanently; run 2 has no script and completes.
+    created = await http.post("/api/jobs", json={"kind": "demo", "target": "doc-7",
+                                                 "payload": {"steps": 3, "step_ms": 50, "fail": ["permanent"]}})
+    job_id = created.json()["id"]
+
+    async def failed():
+        return (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "failed"
+    await eventually(failed, what="the job to fail")
+
+    page = await new_page(DESKTOP)
+    await page.goto("/admin")
+    await expect(page.locator("#dashboard")).to_be_hidden()
+    await page.fill("#token", "not-the-token")
+    await page.press("#token", "Enter")
+    await expect(page.locator("#signin-error")).to_contain_text("wrong admin token")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#dashboard")).to_be_visible()
+    await expect(page.locator("#connection")).to_contain_text("Live")
+
+    # Counts, the chart and the table show the true state and the last error.
+    await expect(page.locator('#counts td[data-state="failed"]')).to_have_text("1")
+    await expect(page.locator("#chart svg")).to_have_attribute("aria-label", re.compile(r"0 completed, 1 failed"))
+    row = page.locator(f'#jobs tr[data-job-id="{job_id}"]')
+    await expect(row).to_contain_text("failed")
+    await expect(row).to_contain_text("1 / 5")
+    await expect(row).to_contain_text("demo_permanent")
+
+    # The detail: every attempt; retry runs it again, live, to completed.
+    await row.get_by_role("button", name="Open demo job doc-7").click()
+    detail = page.locator("#detail")
+    await expect(detail).to_be_focused()
+    await expect(page.locator("#attempts tbody tr")).to_have_count(1)
+    await expect(page.locator("#attempts tbody")).to_contain_text("permanent")
+    await expect(page.locator("#cancel")).to_be_disabled()
+    await shot(page, "admin-failed")
+    await page.click("#retry")
+    await expect(page.locator("#action-message")).to_contain_text("Retry accepted")
+    await expect(detail.locator(".badge")).to_have_text("completed")
+    await expect(page.locator("#attempts tbody tr")).to_have_count(2)
+    await expect(page.locator("#attempts tbody tr").nth(1)).to_contain_text("completed")
+    await expect(row.locator(".badge")).to_have_text("completed")
+    await expect(page.locator('#counts td[data-state="completed"]')).to_have_text("1")
+    await expect(page.locator('#counts td[data-state="failed"]')).to_have_text("0")
+    await expect(page.locator("#retry")).to_be_disabled()
+    await shot(page, "admin")
+    await page.set_viewport_size(PHONE)
+    await shot(page, "admin")
+
+    # A session cookie, not the token, keeps the admin signed in.
+    await page.reload()
+    await expect(page.locator("#dashboard")).to_be_visible()
+    await page.click("#signout")
+    await expect(page.locator("#signin")).to_be_visible()
+    await shot(page, "admin-signin")
+
+
+async def test_submit_form_works_with_the_keyboard_only(api, new_page):
+    """Tab to each field, type, and submit with Enter; a bad payload is caught
+    before sending, with the message next to the field and the focus on it."""
+    page = await new_page()
+    await page.goto("/")
+    await expect(page.locator("#kind")).to_be_enabled()
+    await shot(page, "submit")
+    for _ in range(10):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("document.activeElement.id") == "kind":
+            break
+    else:
+        pytest.fail("Tab never reached the kind field")
+    await page.keyboard.press("ArrowDown")  # stays on demo, the only kind
+    await page.keyboard.press("Tab")
+    await page.keyboard.type("keyboard-1")
+    await page.keyboard.press("Tab")
+    await page.keyboard.type('{"steps": 2,')
+    await page.keyboard.press("Tab")
+    await page.keyboard.press("Enter")
+    error = page.locator("#payload-error")
+    await expect(error).to_contain_text("not valid JSON")
+    await expect(page.locator("#payload")).to_be_focused()
+    await expect(page.locator("#payload")).to_have_attribute("aria-invalid", "true")
+    assert page.url.endswith("/")
+    await page.set_viewport_size(PHONE)
+    await shot(page, "submit-invalid")
+
+    await page.keyboard.press("End")
+    await page.keyboard.type(' "step_ms": 10}')
+    await page.keyboard.press("Control+Enter")
+    await page.wait_for_url(JOB_URL)
+    await expect(page.locator("#heading")).to_have_text("demo: keyboard-1")
+    await expect(page.locator("#status")).to_have_text("queued")  # no worker runs in this test
+
+
+async def test_errors_from_the_server_are_shown(api, new_page):
+    page = await new_page(PHONE)
+    await page.goto("/")
+    await expect(page.locator("#kind")).to_be_enabled()
+    await page.fill("#target", "t-1")
+    await page.fill("#payload", '{"steps": "many"}')
+    await page.click("#submit")
+    alert = page.locator("#form-error")
+    await expect(alert).to_be_visible()
+    await expect(alert).to_contain_text("steps must be a whole number")
+    await expect(alert).to_contain_text("422")
+    await expect(alert).to_have_attribute("role", "alert")
+    await shot(page, "submit-server-error")
+
+    await page.goto(f"/jobs/{uuid.uuid4()}")
+    await expect(page.locator("#heading")).to_have_text("No such job")
+    await expect(page.locator("#not-found")).to_be_visible()
+    await expect(page.locator("#job")).to_be_hidden()
+    await page.set_viewport_size(DESKTOP)
+    await shot(page, "job-not-found")
