@@ -53,6 +53,9 @@ select jobfeed.progress($1, $2, $3, $4, $5);
 -- name: checkpoint
 select jobfeed.checkpoint($1, $2, $3::jsonb);
 
+-- name: complete_many
+select jobfeed.complete_many($1, $2, $3::jsonb[]);
+
 -- name: complete
 select jobfeed.complete($1, $2, $3::jsonb);
 

@@ -165,6 +165,13 @@ class Queue:
     async def complete(self, job_id: uuid.UUID, generation: int, result: Any) -> bool:
         return await self._fetchval("complete", job_id, generation, json.dumps(result))
 
+    async def complete_many(self, jobs: Sequence[tuple[uuid.UUID, int, Any]]) -> set[uuid.UUID]:
+        """Complete (id, generation, result) triples in one statement; returns the
+        ids completed (the others had lost their lease)."""
+        done = await self._fetchval("complete_many", [j[0] for j in jobs], [j[1] for j in jobs],
+                                    [json.dumps(j[2]) for j in jobs])
+        return set(done)
+
     async def fail_transient(self, job_id: uuid.UUID, generation: int, code: str, message: str | None,
                              retry_after: float | None = None) -> bool:
         return await self._fetchval("fail_transient", job_id, generation, code, message, _seconds(retry_after))

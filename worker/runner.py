@@ -36,6 +36,40 @@ class _Running:
     stop_reason: str | None = None  # set when we cancel the handler: lost | shutdown | budget
 
 
+class _Completions:
+    """Completions from many handlers, recorded with one complete_many call:
+    while a call is in flight the next batch gathers, so a busy worker writes in
+    batches and an idle one at once."""
+
+    MAX_BATCH = 1000
+
+    def __init__(self, queue: Queue):
+        self.queue = queue
+        self._pending: list[tuple[uuid.UUID, int, object, asyncio.Future]] = []
+        self._wake = asyncio.Event()
+
+    async def complete(self, job_id: uuid.UUID, generation: int, result) -> bool:
+        done = asyncio.get_running_loop().create_future()
+        self._pending.append((job_id, generation, result, done))
+        self._wake.set()
+        return await done
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch, self._pending = self._pending[:self.MAX_BATCH], self._pending[self.MAX_BATCH:]
+                try:
+                    completed = await self.queue.complete_many([(i, g, r) for i, g, r, _ in batch])
+                except Exception as exc:
+                    for *_, done in batch:
+                        done.set_exception(exc)
+                    continue
+                for job_id, _, _, done in batch:
+                    done.set_result(job_id in completed)
+
+
 class Runner:
     def __init__(self, queue: Queue, dsn: str, specs: Sequence[TaskSpec], *, concurrency: int = 10,
                  worker_id: str | None = None, poll_interval: float = 5.0, grace: float = 30.0,
@@ -60,6 +94,7 @@ class Runner:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._deadline: float | None = None
+        self._completions = _Completions(queue)
 
     # -------------------------------------------------------------- control
     def stop(self) -> None:
@@ -90,6 +125,7 @@ class Runner:
                             name="jobfeed-worker-listen")
         await listener.start()
         heartbeat = asyncio.create_task(self._heartbeat(), name="jobfeed-heartbeat")
+        completions = asyncio.create_task(self._completions.run(), name="jobfeed-completions")
         budget_timer = (asyncio.create_task(self._budget_timer(), name="jobfeed-budget")
                         if self._deadline is not None else None)
         log.info("worker %s: kinds %s, concurrency %d", self.worker_id, ",".join(self.kinds), self.concurrency)
@@ -98,6 +134,7 @@ class Runner:
         finally:
             await self._shutdown()
             heartbeat.cancel()
+            completions.cancel()
             if budget_timer:
                 budget_timer.cancel()
             await listener.stop()
@@ -208,7 +245,7 @@ class Runner:
                      "lease lost" if what == "lost" else "abandoned by its handler")
             return
         if what == "complete":
-            ok = await q.complete(*ident, value)
+            ok = await self._completions.complete(*ident, value)
         elif isinstance(value, Permanent):
             ok = await q.fail_permanent(*ident, value.code, value.message)
         elif isinstance(value, Release):
