@@ -158,7 +158,17 @@ class _SharedLoopServer:
                                             timeout_graceful_shutdown=5, lifespan="on"))
 
     async def serve(self) -> None:
-        await self.server.serve()
+        try:
+            await self.server.serve()
+        except SystemExit:  # uvicorn exits when it cannot bind; it has logged why
+            config = self.server.config
+            raise UsageError(f"the API could not listen on {config.host}:{config.port}") from None
+
+    async def wait_started(self, serving: asyncio.Task) -> bool:
+        """True once the server listens; False if it ended first (e.g. port taken)."""
+        while not self.server.started and not serving.done():
+            await asyncio.sleep(0.02)
+        return self.server.started
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -178,9 +188,10 @@ async def cmd_up(settings: Settings, args) -> int:
         sweeper = make_sweeper(queue, settings, args)
         server = _SharedLoopServer(create_app(settings), settings)
         on_signals(runner.stop, sweeper.stop, server.stop)
-        url = f"http://{settings.host}:{settings.port}/"
-        print(f"jobfeed is up: {url}\n  admin: {url}admin  token: {token}\n  database: {dsn}", flush=True)
         parts = [asyncio.create_task(p) for p in (server.serve(), runner.run(), sweeper.run())]
+        if await server.wait_started(parts[0]):
+            url = f"http://{settings.host}:{settings.port}/"
+            print(f"jobfeed is up: {url}\n  admin: {url}admin  token: {token}\n  database: {dsn}", flush=True)
         done, _ = await asyncio.wait(parts, return_when=asyncio.FIRST_COMPLETED)
         # One part ending (a signal, or the server failing to bind) ends them all.
         runner.stop(), sweeper.stop(), server.stop()
