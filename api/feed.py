@@ -23,6 +23,7 @@ log = logging.getLogger("jobfeed.feed")
 
 CHANNEL = "jobfeed_changed"
 TERMINAL = frozenset({"completed", "failed", "canceled"})
+REREAD_CHUNK = 5000  # ids per get_jobs query (a resync may re-read every watched job)
 
 
 class View(NamedTuple):
@@ -197,8 +198,8 @@ class Feed:
         self._known[view.job_id] = max(self._known.get(view.job_id, 0), view.version)
         sub.offer(view)
 
-    def subscribe_admin(self) -> AdminSubscription:
-        sub = AdminSubscription(self)
+    def subscribe_admin(self, limit: int = 1000) -> AdminSubscription:
+        sub = AdminSubscription(self, limit)
         self._admins.add(sub)
         return sub
 
@@ -257,19 +258,20 @@ class Feed:
                 self._wake.set()
 
     async def _reread(self, ids: set[str], admin_ids: set[str]) -> None:
-        ids &= self._watch.keys()  # streams may have ended meanwhile
-        if ids:
+        ids = list(ids & self._watch.keys())  # streams may have ended meanwhile
+        for start in range(0, len(ids), REREAD_CHUNK):
             self.rereads += 1
-            for text in await self.queue.get_jobs_json(list(ids)):
+            for text in await self.queue.get_jobs_json(ids[start:start + REREAD_CHUNK]):
                 view = View.parse(text)
                 if view.version <= self._known.get(view.job_id, 0):
                     continue
                 self._known[view.job_id] = view.version
                 for sub in list(self._watch.get(view.job_id, ())):
                     sub.offer(view)
-        if admin_ids and self._admins:
+        admin_list = list(admin_ids) if self._admins else []
+        for start in range(0, len(admin_list), REREAD_CHUNK):
             self.rereads += 1
-            for text in await self.queue.admin_get_jobs_json(list(admin_ids)):
+            for text in await self.queue.admin_get_jobs_json(admin_list[start:start + REREAD_CHUNK]):
                 job_id = json.loads(text)["id"]
                 for admin in list(self._admins):
                     admin.offer(job_id, text)

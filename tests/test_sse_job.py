@@ -54,7 +54,7 @@ async def watch(http, job_id: str, headers: dict | None = None, query: str = "")
 async def seen(watchers: list[Watcher], version: int) -> None:
     async def probe():
         return all(w.views and w.views[-1]["version"] >= version for w in watchers)
-    await eventually(probe, timeout=5, interval=0.01, what=f"version {version} at every watcher")
+    await eventually(probe, timeout=10, interval=0.01, what=f"version {version} at every watcher")
 
 
 def assert_clean_history(views: list[dict]) -> None:

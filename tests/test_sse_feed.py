@@ -1,0 +1,64 @@
+"""The feed on its own, on a real database and a real LISTEN connection: views
+coalesce per subscriber, unwatched jobs cost no queries, a burst is re-read in
+one query, and a dashboard that falls far behind is told to resync."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from api.feed import Feed, View
+from waiting import eventually
+
+
+@pytest.fixture
+async def feed(dsn, queue, demo_kind):
+    f = Feed(dsn, queue, batch=0.005, health_interval=1.0)
+    await f.start()
+    yield f
+    await f.close()
+
+
+async def watch(feed, queue, job_id):
+    sub = feed.subscribe(str(job_id))
+    feed.seed(sub, View.parse(await queue.get_job_json(job_id)))
+    return sub
+
+
+async def test_a_slow_subscriber_holds_only_the_newest_view(feed, queue):
+    job_id, _ = await queue.submit("demo", "slow")
+    sub = await watch(feed, queue, job_id)
+    assert (await sub.next()).version == 1
+    (claimed,) = await queue.claim(["demo"], 1, "w")
+    for done in range(1, 6):
+        await queue.progress(claimed.id, claimed.generation, done, 5, None)
+    await eventually(lambda: asyncio.sleep(0, sub.newest == 7), timeout=5, what="version 7 pending")
+    view = await sub.next()  # the four views in between were replaced, not queued
+    assert view.version == 7 and '"done": 5' in view.text
+    assert sub.newest == sub.sent == 7
+    sub.close()
+    assert await sub.next() is None and feed.watched_jobs == 0
+
+
+async def test_unwatched_jobs_cost_no_queries_and_bursts_are_read_once(feed, queue):
+    ids = [(await queue.submit("demo", f"t{i}"))[0] for i in range(20)]
+    await eventually(lambda: asyncio.sleep(0, feed.notifications >= 20), timeout=5, what="notifications")
+    assert feed.rereads == 0  # nobody watches: parsed and dropped
+
+    subs = [await watch(feed, queue, job_id) for job_id in ids]
+    before = feed.rereads
+    await queue.claim(["demo"], 20, "w")  # one statement, one notification for 20 jobs
+    await eventually(lambda: asyncio.sleep(0, all(s.newest == 2 for s in subs)), timeout=5, what="all claimed")
+    assert feed.rereads == before + 1
+
+
+async def test_a_dashboard_far_behind_is_asked_to_resync(feed, queue):
+    admin = feed.subscribe_admin(limit=3)
+    for i in range(5):
+        await queue.submit("demo", f"a{i}")
+    await eventually(lambda: asyncio.sleep(0, admin._resync), timeout=5, what="resync")
+    assert await admin.next() == (True, [])
+    await queue.submit("demo", "after")
+    resync, views = await asyncio.wait_for(admin.next(), 5)
+    assert not resync and len(views) == 1 and '"target": "after"' in views[0]
