@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
         svc.pool = await db.create_pool(dsn, name="jobfeed-api")
         try:
             svc.queue = Queue(svc.pool)
-            await tasks.register_kinds(svc.queue, settings)
+            await tasks.register_kinds(svc.queue, settings, overwrite=False)
             svc.feed = Feed(dsn, svc.queue, batch=config.feed_batch, health_interval=config.listener_health)
             await svc.feed.start()
             try:

@@ -2,7 +2,7 @@
 -- sql/functions/, so the rules stay in the database.
 
 -- name: register_kind
-select jobfeed.register_kind($1, $2, $3, $4, $5, $6);
+select jobfeed.register_kind($1, $2, $3, $4, $5, $6, $7);
 
 -- name: list_kinds
 select k::text from jobfeed.list_kinds() k;

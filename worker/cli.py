@@ -28,9 +28,10 @@ class UsageError(Exception):
 
 # ---------------------------------------------------------------- shared start-up
 
-async def prepare(settings: Settings, *, register: bool = True) -> str:
+async def prepare(settings: Settings, *, register: bool = True, runs_kinds: bool = False) -> str:
     """Resolve the database (starting the embedded one if need be), bring the
-    schema up to date, register the known kinds. Returns the DSN."""
+    schema up to date, register the known kinds (overwriting their settings
+    only from a process that runs them). Returns the DSN."""
     dsn = await db.resolve_dsn(settings)
     conn = await db.connect(dsn, name="jobfeed-migrate")
     try:
@@ -42,7 +43,7 @@ async def prepare(settings: Settings, *, register: bool = True) -> str:
     if register:
         pool = await db.create_pool(dsn, min_size=1, max_size=2)
         try:
-            await tasks.register_kinds(Queue(pool), settings)
+            await tasks.register_kinds(Queue(pool), settings, overwrite=runs_kinds)
         finally:
             await pool.close()
     return dsn
@@ -104,7 +105,7 @@ async def cmd_migrate(settings: Settings, args) -> int:
 
 
 async def cmd_worker(settings: Settings, args) -> int:
-    dsn = await prepare(settings)
+    dsn = await prepare(settings, runs_kinds=True)
     pool = await db.create_pool(dsn, min_size=1, max_size=max(4, min(args.concurrency + 2, 20)),
                                 name="jobfeed-worker")
     try:
@@ -148,6 +149,7 @@ class _SharedLoopServer:
     handlers stop all three together."""
 
     def __init__(self, app, settings: Settings):
+        self.app = app
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -171,12 +173,15 @@ class _SharedLoopServer:
         return self.server.started
 
     def stop(self) -> None:
+        from api.app import end_streams
+
         self.server.should_exit = True
+        end_streams(self.app)  # uvicorn would otherwise wait for open event streams
 
 
 async def cmd_up(settings: Settings, args) -> int:
     token = admin_token(settings)
-    dsn = await prepare(settings)
+    dsn = await prepare(settings, runs_kinds=True)
     settings = dataclasses.replace(settings, database_url=dsn, admin_token=token)
     from api.app import create_app
 

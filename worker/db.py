@@ -120,14 +120,18 @@ class Listener:
 
     async def _connect(self) -> None:
         conn = await connect(self.dsn, name=self.name)
-        self._lost.clear()
-        conn.add_termination_listener(lambda _c: self._lost.set())
-        for channel, callback in self.channels.items():
-            await conn.add_listener(channel, lambda _c, _pid, ch, payload, cb=callback: cb(ch, payload))
+        try:
+            self._lost.clear()
+            conn.add_termination_listener(lambda _c: self._lost.set())
+            for channel, callback in self.channels.items():
+                await conn.add_listener(channel, lambda _c, _pid, ch, payload, cb=callback: cb(ch, payload))
+            if self.on_connect is not None:
+                await self.on_connect()
+        except BaseException:
+            conn.terminate()  # a half-set-up connection is dropped, never kept
+            raise
         self._conn = conn
         self.connected.set()
-        if self.on_connect is not None:
-            await self.on_connect()
 
     async def _keep_alive(self) -> None:
         delay = 0.1

@@ -70,9 +70,11 @@ class Queue:
 
     # -- kinds
     async def register_kind(self, kind: str, *, max_attempts: int, lease: float,
-                            backoff: Sequence[float], jitter: float = 0.1, description: str = "") -> None:
+                            backoff: Sequence[float], jitter: float = 0.1, description: str = "",
+                            overwrite: bool = True) -> None:
+        """overwrite=False only adds a kind not registered yet (see sql/functions/30_submit.sql)."""
         await self._fetch("register_kind", kind, max_attempts, _seconds(lease),
-                          [_seconds(b) for b in backoff], jitter, description)
+                          [_seconds(b) for b in backoff], jitter, description, overwrite)
 
     async def list_kinds(self) -> list[dict]:
         return [json.loads(r[0]) for r in await self._fetch("list_kinds")]

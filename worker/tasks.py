@@ -112,13 +112,15 @@ def load_tasks(modules: Sequence[str]) -> Registry:
     return registry
 
 
-async def register_kinds(queue, settings: Settings) -> list[TaskSpec]:
+async def register_kinds(queue, settings: Settings, *, overwrite: bool) -> list[TaskSpec]:
     """Record every registered kind's settings in the database, where the queue's
-    functions apply them."""
+    functions apply them. Workers overwrite (they run the kind); other processes
+    only add kinds nobody registered yet."""
     specs = registry.specs(settings)
     for spec in specs:
         await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
-                                  backoff=spec.backoff, jitter=spec.jitter, description=spec.description)
+                                  backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
+                                  overwrite=overwrite)
     return specs
 
 

@@ -1,16 +1,20 @@
 -- Registering kinds and submitting jobs.
 
+-- Record a kind's settings. Workers, which run the kind, overwrite; other
+-- processes (the API, `jobfeed submit`) pass p_overwrite => false and only add
+-- a kind nobody has registered yet, so their defaults never undo a worker's.
 create or replace function jobfeed.register_kind(
     p_kind text, p_max_attempts int default 5, p_lease interval default '5 minutes',
     p_backoff interval[] default '{1 minute,5 minutes,15 minutes,60 minutes}',
-    p_jitter double precision default 0.1, p_description text default '')
+    p_jitter double precision default 0.1, p_description text default '', p_overwrite boolean default true)
 returns void language sql security definer set search_path = jobfeed, pg_temp as $$
     insert into jobfeed.kinds as k (kind, max_attempts, lease, backoff, jitter, description)
     values (p_kind, p_max_attempts, p_lease, p_backoff, p_jitter, p_description)
     on conflict (kind) do update
        set max_attempts = excluded.max_attempts, lease = excluded.lease, backoff = excluded.backoff,
            jitter = excluded.jitter, description = excluded.description, updated_at = now()
-     where (k.max_attempts, k.lease, k.backoff, k.jitter, k.description)
+     where p_overwrite
+       and (k.max_attempts, k.lease, k.backoff, k.jitter, k.description)
            is distinct from (excluded.max_attempts, excluded.lease, excluded.backoff,
                              excluded.jitter, excluded.description)
 $$;

@@ -4,7 +4,7 @@
 revoke execute on all functions in schema jobfeed from public;
 
 grant execute on function
-    jobfeed.register_kind(text, int, interval, interval[], double precision, text),
+    jobfeed.register_kind(text, int, interval, interval[], double precision, text, boolean),
     jobfeed.list_kinds()
 to jobfeed_api, jobfeed_worker;
 
