@@ -1,0 +1,92 @@
+"""The benchmarks must keep running and counting right: every scenario once, at
+tiny sizes, through the same command as a full run (`python -m bench --quick`).
+Nothing here is about speed: no timing is asserted.
+
+jobfeed and the raw baseline always run. The peers (pgqueuer, procrastinate)
+run only when their virtual environments already exist (bench/.peers, made by a
+full `python -m bench`): the tests never install from the network."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.run import QUICK  # noqa: E402
+from bench.systems import ALL  # noqa: E402
+
+
+def run_bench(tmp_path: Path, *args: str, timeout: float = 170) -> dict:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert out.exists(), proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-4000:])
+    return result
+
+
+def check_queue_scenarios(q: dict, systems: list[str]) -> None:
+    for name in systems:
+        for mode in ("single", "batch"):
+            enq = q["enqueue"][name][mode]
+            assert enq["n"] == QUICK.enqueue_n and enq["queued_in_db"] == QUICK.enqueue_n, (name, enq)
+        drain = q["drain"][name]
+        assert drain["completed_in_db"] == QUICK.drain_n and drain["seconds"] > 0, (name, drain)
+        lat = q["latency"][name]
+        expected = int(QUICK.latency_rate * QUICK.latency_seconds)
+        assert lat["n"] == lat["completed_in_db"] == lat["matched"] == expected, (name, lat)
+        assert lat["p50_ms"] is not None and lat["p99_ms"] >= lat["p50_ms"], (name, lat)
+
+
+@pytest.mark.timeout(180)
+def test_every_scenario_runs_and_counts_right(tmp_path):
+    result = run_bench(tmp_path, "--systems", "jobfeed,raw")
+    q = result["scenarios"]
+    assert result["ok"] and result["quick"]
+    check_queue_scenarios(q, ["jobfeed", "raw"])
+
+    http = q["http"]
+    assert http["jobfeed_new"]["requests"] > 0 and set(http["jobfeed_new"]["statuses"]) == {"201"}
+    assert http["jobfeed_new"]["created_in_db"] >= http["jobfeed_new"]["requests"]
+    assert set(http["jobfeed_dup"]["statuses"]) == {"200"} and http["jobfeed_dup"]["new_jobs_in_db"] == 0
+    assert http["bare"]["requests"] > 0 and set(http["bare"]["statuses"]) == {"201"}
+
+    sse = q["sse"]
+    assert sse["opened"]["opened"] == QUICK.sse_watchers
+    assert sse["claim_all"]["jobs"] == QUICK.sse_jobs + 1
+    assert sse["claim_all"]["got"]["got"] == QUICK.sse_watchers
+    assert [g["got"] for g in sse["hot_job"]["got"]] == [QUICK.sse_hot] * QUICK.sse_rounds
+    assert sse["hot_job"]["samples"] == QUICK.sse_hot * QUICK.sse_rounds
+    assert sse["complete_all"]["streams_ended"] == QUICK.sse_watchers
+    assert sse["bare"]["opened"]["opened"] == QUICK.sse_watchers
+    assert sse["memory"]["bytes_per_stream"] is not None
+
+    depth = q["depth"]
+    assert depth["base"]["due"] == QUICK.depth_base and depth["deep"]["due"] == QUICK.depth_deep
+    assert depth["future"]["future"] == QUICK.depth_future
+    for case in depth.values():
+        assert case["completed_in_db"] >= QUICK.depth_drain and case["rate"] > 0, case
+
+    # Every target has its figure, except the one that needs pgqueuer.
+    verdicts = {t["target"]: t["verdict"] for t in result["targets"]}
+    assert len(verdicts) == 12
+    missing = [name for name, v in verdicts.items() if v == "n/a"]
+    assert missing == ["drain: jobfeed / pgqueuer"], missing
+
+
+@pytest.mark.timeout(180)
+def test_peer_drivers_run_and_count_right(tmp_path):
+    peers = ["pgqueuer", "procrastinate"]
+    absent = [p for p in peers if not ALL[p].installed()]
+    if absent:
+        pytest.skip(f"{', '.join(absent)} not installed in {ALL[absent[0]].venv.parent} "
+                    "(a full `python -m bench` makes them; tests never install from the network)")
+    result = run_bench(tmp_path, "--systems", ",".join(peers), "--only", "enqueue,drain,latency")
+    check_queue_scenarios(result["scenarios"], peers)
