@@ -32,8 +32,15 @@ def default_worker_id() -> str:
 @dataclasses.dataclass
 class _Running:
     ctx: Context
-    handler: asyncio.Task
-    stop_reason: str | None = None  # set when we cancel the handler: lost | shutdown | budget
+    task: asyncio.Task | None = None
+    stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget
+    recording: bool = False         # the handler is done; its outcome is being written
+
+    def stop(self, reason: str) -> None:
+        """Cancel the handler (never the write of its outcome)."""
+        if self.stop_reason is None and not self.recording and self.task is not None:
+            self.stop_reason = reason
+            self.task.cancel()
 
 
 class _Completions:
@@ -200,25 +207,26 @@ class Runner:
         job = Job(id=claimed.id, kind=claimed.kind, target=claimed.target, payload=claimed.payload,
                   attempt=claimed.attempt, max_attempts=claimed.max_attempts,
                   generation=claimed.generation, checkpoint=claimed.checkpoint)
-        ctx = Context(self.queue, job, spec.lease)
-        handler = asyncio.create_task(spec.handler(job, ctx), name=f"job-{job.id}-{job.generation}")
         key = (job.id, job.generation)
-        self._running[key] = _Running(ctx, handler)
+        entry = _Running(Context(self.queue, job, spec.lease))
+        self._running[key] = entry
         self.claimed_count += 1
-        task = asyncio.create_task(self._finish(key), name=f"finish-{job.id}-{job.generation}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # One task per job runs the handler and then records its outcome.
+        entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}")
+        self._tasks.add(entry.task)
+        entry.task.add_done_callback(self._tasks.discard)
 
-    async def _finish(self, key: tuple[uuid.UUID, int]) -> None:
-        entry = self._running[key]
+    async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
         job = entry.ctx.job
         try:
             try:
-                result = await entry.handler
-                outcome = ("complete", result)
+                outcome = ("complete", await spec.handler(job, entry.ctx))
             except asyncio.CancelledError:
+                if entry.stop_reason is None:
+                    raise  # not ours: the runner itself is being torn down
+                asyncio.current_task().uncancel()
                 if entry.stop_reason in ("shutdown", "budget"):
-                    outcome = ("release", Release(entry.stop_reason, f"worker {entry.stop_reason}", retry_after=0))
+                    outcome = ("error", Release(entry.stop_reason, f"worker {entry.stop_reason}", retry_after=0))
                 else:
                     outcome = ("lost", None)
             except LeaseLost:
@@ -230,8 +238,8 @@ class Runner:
             except Exception as exc:  # a bug or an unclassified error: worth retrying
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", Transient(type(exc).__name__, str(exc)[:2000]))
-            # The outcome write must not be cut short by a cancellation of ours.
-            await asyncio.shield(self._record(job, *outcome))
+            entry.recording = True
+            await self._record(job, *outcome)
         except Exception:
             log.exception("job %s: recording the outcome failed; the lease will expire and it runs again", job.id)
         finally:
@@ -259,7 +267,8 @@ class Runner:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            held = [(k, r) for k, r in self._running.items() if r.ctx.heartbeat and r.stop_reason is None]
+            held = [(k, r) for k, r in self._running.items()
+                    if r.ctx.heartbeat and r.stop_reason is None and not r.recording]
             if not held:
                 continue
             try:
@@ -268,17 +277,14 @@ class Runner:
                 log.warning("heartbeat failed (%s); will try again", exc)
                 continue
             for key, entry in held:
-                if key[0] in lost and entry.stop_reason is None:
-                    entry.stop_reason = "lost"
+                if key[0] in lost:
                     entry.ctx.lost.set()
-                    entry.handler.cancel()
+                    entry.stop("lost")
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:
-        for entry in self._running.values():
-            if entry.stop_reason is None and not entry.handler.done():
-                entry.stop_reason = reason
-                entry.handler.cancel()
+        for entry in list(self._running.values()):
+            entry.stop(reason)
 
     async def _shutdown(self) -> None:
         if self._tasks:

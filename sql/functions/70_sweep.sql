@@ -6,8 +6,8 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
     select jobfeed.fail_expired(null, jobfeed.clock(p_now))
 $$;
 
--- Delete up to p_limit finished jobs (and their attempts) that finished more than
--- p_retention ago. Returns how many went; call again until it returns < p_limit.
+-- Delete up to p_limit jobs that finished more than p_retention ago, with their
+-- attempts log. Returns how many went; call again until it returns < p_limit.
 -- Unfinished jobs are never touched.
 create or replace function jobfeed.delete_finished(
     p_retention interval, p_limit int default 1000, p_now timestamptz default null)
@@ -22,7 +22,9 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
     ), del as (
         delete from jobfeed.jobs j using doomed
          where j.id = doomed.id and j.state in ('completed', 'failed', 'canceled')
-        returning 1
+        returning j.id
+    ), del_attempts as (
+        delete from jobfeed.attempts a using del where a.job_id = del.id
     )
     select count(*)::int from del
 $$;
