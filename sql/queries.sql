@@ -26,7 +26,7 @@ select jobfeed.admin_get_job($1)::text;
 select v::text from jobfeed.admin_get_jobs($1) v;
 
 -- name: admin_list_jobs
-select v::text from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, $3, $4, $5) v;
+select v::text from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, $3, $4) v;
 
 -- name: stats
 select jobfeed.stats($1)::text;

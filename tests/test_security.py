@@ -46,6 +46,7 @@ CALLS = {
     "notify_changed": "select jobfeed.notify_changed(array[gen_random_uuid()], array[1::bigint])",
     "progress_rank": "select jobfeed.progress_rank('{}')",
     "clock": "select jobfeed.clock(now())",
+    "uuid_v7": "select jobfeed.uuid_v7()",
     "finish_attempts": "select jobfeed.finish_attempts('{}', '{}', 'x', null, null, now())",
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",

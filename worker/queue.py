@@ -119,9 +119,9 @@ class Queue:
         return [r[0] for r in await self._fetch("admin_get_jobs", list(job_ids))]
 
     async def admin_list_jobs(self, *, state: str | None = None, kind: str | None = None, limit: int = 50,
-                              before: tuple[dt.datetime, uuid.UUID] | None = None) -> list[dict]:
-        before_created, before_id = before if before else (None, None)
-        rows = await self._fetch("admin_list_jobs", state, kind, limit, before_created, before_id)
+                              before: uuid.UUID | None = None) -> list[dict]:
+        """Newest first; `before` is the last id of the previous page."""
+        rows = await self._fetch("admin_list_jobs", state, kind, limit, before)
         return [json.loads(r[0]) for r in rows]
 
     async def stats(self, minutes: int = 15) -> dict:

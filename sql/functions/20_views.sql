@@ -65,16 +65,17 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
     select jobfeed.admin_view(j) from jobfeed.jobs j where j.id = any (p_ids)
 $$;
 
--- Newest first, keyset-paginated on (created_at, id).
+-- Newest first (ids are time-ordered), keyset-paginated: the page after the
+-- row whose id is p_before_id.
 create or replace function jobfeed.admin_list_jobs(
     p_state jobfeed.job_state default null, p_kind text default null, p_limit int default 50,
-    p_before_created timestamptz default null, p_before_id uuid default null)
+    p_before_id uuid default null)
 returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
     select jobfeed.admin_view(j) from jobfeed.jobs j
      where (p_state is null or j.state = p_state)
        and (p_kind is null or j.kind = p_kind)
-       and (p_before_created is null or (j.created_at, j.id) < (p_before_created, p_before_id))
-     order by j.created_at desc, j.id desc
+       and (p_before_id is null or j.id < p_before_id)
+     order by j.id desc
      limit least(greatest(p_limit, 1), 500)
 $$;
 

@@ -15,7 +15,7 @@ grant execute on function
     jobfeed.get_jobs(uuid[]),
     jobfeed.admin_get_job(uuid),
     jobfeed.admin_get_jobs(uuid[]),
-    jobfeed.admin_list_jobs(jobfeed.job_state, text, int, timestamptz, uuid),
+    jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),
     jobfeed.stats(int, timestamptz),
     jobfeed.retry(uuid, timestamptz),
     jobfeed.cancel(uuid, timestamptz)
