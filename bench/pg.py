@@ -10,6 +10,7 @@ import resource
 import tempfile
 import warnings
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import asyncpg
 
@@ -58,7 +59,7 @@ class Server:
         return with_database(self.admin_url, name)
 
     async def drop_database(self, url: str) -> None:
-        name = url.rsplit("/", 1)[1].split("?", 1)[0]
+        name = database_name(url)
         conn = await asyncpg.connect(self.admin_url)
         try:
             await conn.execute(f'drop database if exists "{name}" with (force)')
@@ -70,6 +71,10 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def database_name(url: str) -> str:
+    return unquote(urlsplit(url).path.lstrip("/"))
 
 
 def raise_open_files(wanted: int = 65536) -> int:

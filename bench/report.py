@@ -82,6 +82,9 @@ def text(r: dict) -> str:
     out.append(f"jobfeed bench {r.get('date', '')} - {env.get('cpus', '?')} CPUs ({env.get('cpu', '?')}), "
                f"PostgreSQL {env.get('postgres', '?')} (embedded, default settings), Python {env.get('python', '?')}"
                f"{' - QUICK (tiny sizes, figures meaningless)' if r.get('quick') else ''}")
+    if (env.get("busy_before_pct") or 0) > 15:
+        out.append(f"WARNING: the machine was {env['busy_before_pct']:.0f}% busy before the run (other work): "
+                   "figures are skewed; rerun on a quiet machine")
     versions = env.get("versions", {})
     if versions:
         out.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v))

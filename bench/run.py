@@ -58,7 +58,11 @@ def environment(systems: list[System]) -> dict:
                 break
     except OSError:
         pass
+    import psutil
+    # Other work on the machine skews every figure: note how busy it was just before.
+    busy = psutil.cpu_percent(interval=2.0)
     return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "busy_before_pct": busy, "loadavg_before": os.getloadavg()[0],
             "platform": platform.platform(),
             "versions": {s.name: s.version() for s in systems if s.version_module}}
 
@@ -127,6 +131,7 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
                     server, base=sizes.depth_base, deep=sizes.depth_deep, future=sizes.depth_future,
                     drain_n=sizes.depth_drain, settings=jobfeed_settings))
     result["seconds"] = time.monotonic() - started
+    result["environment"]["loadavg_after"] = os.getloadavg()[0]
     result["targets"] = report.targets(result)
     result["ok"] = all_ok(result)
     return result

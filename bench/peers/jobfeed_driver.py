@@ -21,7 +21,7 @@ from worker.queue import Queue  # noqa: E402
 
 KIND = "noop"
 # Settings of the worker process (overridable with --set key=value).
-WORKER_DEFAULTS = {"concurrency": "200", "poll": "5s"}
+WORKER_DEFAULTS = {"concurrency": "1000", "poll": "5s"}
 
 # The same rows submit() makes, written by one statement (loading a backlog, not
 # what is measured), then one wake-up for idle workers.
