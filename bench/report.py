@@ -119,7 +119,7 @@ def text(r: dict) -> str:
                  "ok" if _get(http, key, "ok") else "COUNT WRONG"]
                 for name, key in (("jobfeed POST /api/jobs, new targets", "jobfeed_new"),
                                   ("jobfeed POST /api/jobs, duplicate targets", "jobfeed_dup"),
-                                  ("bare Starlette route, same JSON", "bare"))]
+                                  ("bare Starlette route, same JSON (mean of a run before and after)", "bare"))]
         out.append(_table(["HTTP (1 uvicorn process)", "requests/s", "p50 ms", "p99 ms", "counts"], rows))
         out.append(f"  {_get(http, 'jobfeed_new', 'connections')} keep-alive connections, "
                    f"{_get(http, 'jobfeed_new', 'seconds')} s each; server: {http.get('server')}")
