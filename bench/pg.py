@@ -5,6 +5,7 @@ fresh database for every scenario and system, so none disturbs another."""
 from __future__ import annotations
 
 import itertools
+import shutil
 import logging
 import resource
 import tempfile
@@ -37,8 +38,10 @@ class Server:
 
     def stop(self) -> None:
         if self.server is not None:
-            self.server.cleanup()
+            self.server.cleanup()  # stops the server, deletes pgdata
             self.server = None
+        if self.data is not None:
+            shutil.rmtree(self.data.parent, ignore_errors=True)
 
     async def version(self) -> str:
         conn = await asyncpg.connect(self.admin_url)
