@@ -20,9 +20,16 @@ SERVER_SETTINGS = {"timezone": "UTC"}
 DATABASE_NAME = "jobfeed"
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pooled connections hold no session state (LISTEN and migrations use
+    connections of their own), so the default reset (RESET ALL, UNLISTEN *, ...:
+    one more round trip per query) is skipped. asyncpg still rolls back an open
+    transaction on release."""
+
+
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "jobfeed") -> asyncpg.Pool:
     return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size,
+        dsn, min_size=min_size, max_size=max_size, reset=_keep_session,
         server_settings={**SERVER_SETTINGS, "application_name": name})
 
 

@@ -4,8 +4,8 @@
 -- and running jobs whose lease expired (their worker died). First fails expired
 -- jobs with no attempts left. Each claim bumps attempts and generation, sets the
 -- lease (the kind's unless p_lease is given) and opens an attempts log row.
--- Selection is one kind per statement, inside a CTE with LIMIT and SKIP LOCKED, so
--- no more rows are locked than are claimed and concurrent claimers never wait.
+-- Selection is one kind per statement, in a sub-select with LIMIT and SKIP LOCKED,
+-- so no more rows are locked than are claimed and concurrent claimers never wait.
 create or replace function jobfeed.claim(
     p_kinds text[], p_limit int, p_worker text, p_lease interval default null,
     p_now timestamptz default null)
@@ -31,19 +31,21 @@ begin
         select coalesce(p_lease, k.lease) into v_lease from jobfeed.kinds k where k.kind = v_kind;
         v_lease := coalesce(v_lease, p_lease, interval '5 minutes');
 
-        -- Expired leases first: those jobs have waited longest.
-        with picked as (
-            select j.id from jobfeed.jobs j
-             where j.kind = v_kind and j.state = 'running' and j.lease_until < v_now
-               and j.attempts < j.max_attempts
-             order by j.lease_until
-             limit p_limit - cardinality(v_rows)
-             for update skip locked
-        ), upd as (
+        -- Expired leases first: those jobs have waited longest. The ids are
+        -- picked into an array so the UPDATE finds each row by primary key; a
+        -- join with the picking query is planned (LIMIT being a parameter here)
+        -- as a scan of the whole table.
+        with upd as (
             update jobfeed.jobs j
                set attempts = j.attempts + 1, generation = j.generation + 1,
                    lease_until = v_now + v_lease, worker_id = p_worker
-              from picked where j.id = picked.id
+             where j.id = any (array(
+                       select e.id from jobfeed.jobs e
+                        where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now
+                          and e.attempts < e.max_attempts
+                        order by e.lease_until
+                        limit p_limit - cardinality(v_rows)
+                        for update skip locked))
             returning j as r
         )
         select coalesce(array_agg(upd.r), '{}') into v_batch from upd;
@@ -56,13 +58,7 @@ begin
         end if;
 
         exit when cardinality(v_rows) >= p_limit;
-        with picked as (
-            select j.id from jobfeed.jobs j
-             where j.kind = v_kind and j.state = 'queued' and j.run_after <= v_now
-             order by j.run_after
-             limit p_limit - cardinality(v_rows)
-             for update skip locked
-        ), upd as (
+        with upd as (
             update jobfeed.jobs j
                set state = 'running', attempts = j.attempts + 1, generation = j.generation + 1,
                    lease_until = v_now + v_lease, worker_id = p_worker,
@@ -70,7 +66,12 @@ begin
                    -- the first claim is the only one the public sees (queued -> processing)
                    version = j.version + (j.generation = 0)::int,
                    updated_at = case when j.generation = 0 then v_now else j.updated_at end
-              from picked where j.id = picked.id
+             where j.id = any (array(
+                       select q.id from jobfeed.jobs q
+                        where q.kind = v_kind and q.state = 'queued' and q.run_after <= v_now
+                        order by q.run_after
+                        limit p_limit - cardinality(v_rows)
+                        for update skip locked))
             returning j as r
         )
         select coalesce(array_agg(upd.r), '{}') into v_batch from upd;

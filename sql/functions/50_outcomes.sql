@@ -3,6 +3,11 @@
 -- id missing from a batch's answer) means the lease is lost: the job was
 -- reclaimed by another worker, canceled, or failed for an expired lease. The
 -- worker must stop and drop its outcome.
+--
+-- Batch functions test `j.state::text = 'running'`: written plainly, the planner
+-- may pick the partial index of running jobs (estimated tiny after an ANALYZE
+-- taken while nothing ran) and filter it once per batch row; this way each row
+-- is found by primary key.
 
 -- Renew leases, many jobs in one call (the runner's heartbeat). Returns the ids
 -- whose lease is lost.
@@ -17,7 +22,7 @@ begin
         update jobfeed.jobs j
            set lease_until = v_now + coalesce(p_lease, k.lease)
           from unnest(p_ids, p_generations) as t(id, generation), jobfeed.kinds k
-         where j.id = t.id and j.generation = t.generation and j.state = 'running' and k.kind = j.kind
+         where j.id = t.id and j.generation = t.generation and j.state::text = 'running' and k.kind = j.kind
         returning j.id
     )
     select coalesce(array_agg(upd.id), '{}') into v_kept from upd;
@@ -91,7 +96,7 @@ begin
            set state = 'completed', result = t.result, lease_until = null, finished_at = v_now,
                updated_at = v_now, version = j.version + 1
           from unnest(p_ids, p_generations, p_results) as t(id, generation, result)
-         where j.id = t.id and j.generation = t.generation and j.state = 'running'
+         where j.id = t.id and j.generation = t.generation and j.state::text = 'running'
         returning j.id, j.generation, j.version
     )
     select array_agg(upd.id), array_agg(upd.generation), array_agg(upd.version)
