@@ -135,7 +135,7 @@ async def cmd_sweeper(settings: Settings, args) -> int:
 def cmd_api(settings: Settings, args) -> int:
     import uvicorn
 
-    dsn = asyncio.run(prepare(settings))
+    dsn = run(prepare(settings))
     # Worker processes of uvicorn build the app from the environment.
     os.environ["DATABASE_URL"] = dsn
     os.environ["JOBFEED_ADMIN_TOKEN"] = admin_token(settings)
@@ -345,6 +345,15 @@ COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper
             "submit": cmd_submit, "show": cmd_show}
 
 
+def run(coro):
+    """asyncio.run on uvloop where it is installed (not on Windows)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -354,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))
         if args.command == "api":
             return cmd_api(settings, args)
-        return asyncio.run(COMMANDS[args.command](settings, args))
+        return run(COMMANDS[args.command](settings, args))
     except (SettingError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -38,18 +38,19 @@ def _seconds(value: float | None) -> dt.timedelta | None:
     return None if value is None else dt.timedelta(seconds=value)
 
 
-@dataclasses.dataclass(frozen=True)
-class Claimed:
-    """A job as a worker holds it: every write about it names (id, generation)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    """A job as a worker holds it (and its handler sees it): every write about
+    it names (id, generation)."""
     id: uuid.UUID
     kind: str
     target: str
     payload: dict
-    attempt: int
+    attempt: int          # this claim's attempt number (releases are not counted)
     max_attempts: int
-    generation: int
+    generation: int       # grows on every claim: run n of the job
     lease_until: dt.datetime
-    checkpoint: Any
+    checkpoint: Any       # what an earlier attempt saved with ctx.checkpoint, or None
 
 
 class Queue:
@@ -136,12 +137,10 @@ class Queue:
 
     # -- worker side: every write is fenced by (id, generation); False = lease lost
     async def claim(self, kinds: Sequence[str], limit: int, worker_id: str,
-                    lease: float | None = None) -> list[Claimed]:
+                    lease: float | None = None) -> list[Job]:
         rows = await self._fetch("claim", list(kinds), limit, worker_id, _seconds(lease))
-        return [Claimed(id=r["id"], kind=r["kind"], target=r["target"], payload=json.loads(r["payload"]),
-                        attempt=r["attempts"], max_attempts=r["max_attempts"], generation=r["generation"],
-                        lease_until=r["lease_until"],
-                        checkpoint=None if r["checkpoint"] is None else json.loads(r["checkpoint"]))
+        loads = json.loads
+        return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]))
                 for r in rows]
 
     async def next_due(self, kinds: Sequence[str]) -> float | None:

@@ -19,8 +19,8 @@ import uuid
 from typing import Sequence
 
 from .db import Listener
-from .queue import Claimed, Queue
-from .tasks import Abandon, Context, Job, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient
+from .queue import Job, Queue
+from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -44,22 +44,31 @@ class _Running:
 
 
 class _Completions:
-    """Completions from many handlers, recorded with one complete_many call:
-    while a call is in flight the next batch gathers, so a busy worker writes in
-    batches and an idle one at once."""
+    """Completions from many handlers, written with one complete_many call by one
+    task: while a call is in flight the next batch gathers, so a busy worker
+    writes in batches and an idle one at once. A handler's task ends as soon as
+    its result is queued here; `unwritten` counts what waits (the runner caps
+    it), and drained() waits for all of it (shutdown)."""
 
     MAX_BATCH = 1000
 
-    def __init__(self, queue: Queue):
+    def __init__(self, queue: Queue, on_written):
         self.queue = queue
-        self._pending: list[tuple[uuid.UUID, int, object, asyncio.Future]] = []
+        self.on_written = on_written
+        self.unwritten = 0
+        self._pending: list[tuple[uuid.UUID, int, object]] = []
         self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
 
-    async def complete(self, job_id: uuid.UUID, generation: int, result) -> bool:
-        done = asyncio.get_running_loop().create_future()
-        self._pending.append((job_id, generation, result, done))
+    def add(self, job_id: uuid.UUID, generation: int, result) -> None:
+        self._pending.append((job_id, generation, result))
+        self.unwritten += 1
+        self._idle.clear()
         self._wake.set()
-        return await done
+
+    async def drained(self) -> None:
+        await self._idle.wait()
 
     async def run(self) -> None:
         while True:
@@ -68,13 +77,17 @@ class _Completions:
             while self._pending:
                 batch, self._pending = self._pending[:self.MAX_BATCH], self._pending[self.MAX_BATCH:]
                 try:
-                    completed = await self.queue.complete_many([(i, g, r) for i, g, r, _ in batch])
-                except Exception as exc:
-                    for *_, done in batch:
-                        done.set_exception(exc)
-                    continue
-                for job_id, _, _, done in batch:
-                    done.set_result(job_id in completed)
+                    completed = await self.queue.complete_many(batch)
+                    for job_id, generation, _ in batch:
+                        if job_id not in completed:
+                            log.info("job %s gen %d: lease lost before its completion was recorded",
+                                     job_id, generation)
+                except Exception:
+                    # Those jobs stay running until their leases expire, then run again.
+                    log.exception("recording %d completions failed", len(batch))
+                self.unwritten -= len(batch)
+                self.on_written()
+            self._idle.set()
 
 
 class Runner:
@@ -101,7 +114,8 @@ class Runner:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._deadline: float | None = None
-        self._completions = _Completions(queue)
+        self._completions = _Completions(queue, self._wake.set)
+        self._recording = 0  # handlers done, failures and releases being written
 
     # -------------------------------------------------------------- control
     def stop(self) -> None:
@@ -117,7 +131,11 @@ class Runner:
         """How many jobs we may claim now."""
         if self._stop.is_set():
             return 0
-        free = self.concurrency - len(self._running)
+        # A finished handler frees its slot before its outcome is written, so the
+        # next claim overlaps the last batch's write; at most `concurrency`
+        # outcomes may wait unwritten.
+        unwritten = self._recording + self._completions.unwritten
+        free = self.concurrency - len(self._running) - max(unwritten - self.concurrency, 0)
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.claimed_count)
         if self._deadline is not None and self._deadline - time.monotonic() < self.reserve:
@@ -152,7 +170,7 @@ class Runner:
         while not self._stop.is_set():
             self._wake.clear()  # before claiming: a NOTIFY arriving meanwhile wakes the wait below
             limit = self._may_claim()
-            claimed: list[Claimed] = []
+            claimed: list[Job] = []
             try:
                 if limit > 0:
                     claimed = await self.queue.claim(self.kinds, limit, self.worker_id)
@@ -202,16 +220,13 @@ class Runner:
         self._cancel_all("budget")
 
     # -------------------------------------------------------------- one job
-    def _start(self, claimed: Claimed) -> None:
-        spec = self.specs[claimed.kind]
-        job = Job(id=claimed.id, kind=claimed.kind, target=claimed.target, payload=claimed.payload,
-                  attempt=claimed.attempt, max_attempts=claimed.max_attempts,
-                  generation=claimed.generation, checkpoint=claimed.checkpoint)
+    def _start(self, job: Job) -> None:
+        spec = self.specs[job.kind]
         key = (job.id, job.generation)
         entry = _Running(Context(self.queue, job, spec.lease))
         self._running[key] = entry
         self.claimed_count += 1
-        # One task per job runs the handler and then records its outcome.
+        # One task per job runs the handler, then queues or writes its outcome.
         entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}")
         self._tasks.add(entry.task)
         entry.task.add_done_callback(self._tasks.discard)
@@ -220,7 +235,7 @@ class Runner:
         job = entry.ctx.job
         try:
             try:
-                outcome = ("complete", await spec.handler(job, entry.ctx))
+                result = await spec.handler(job, entry.ctx)
             except asyncio.CancelledError:
                 if entry.stop_reason is None:
                     raise  # not ours: the runner itself is being torn down
@@ -238,8 +253,18 @@ class Runner:
             except Exception as exc:  # a bug or an unclassified error: worth retrying
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", Transient(type(exc).__name__, str(exc)[:2000]))
+            else:
+                self._completions.add(job.id, job.generation, result)  # written in a batch
+                return
             entry.recording = True
-            await self._record(job, *outcome)
+            self._running.pop(key, None)
+            self._recording += 1
+            self._wake.set()
+            try:
+                await self._record(job, *outcome)
+            finally:
+                self._recording -= 1
+                self._wake.set()
         except Exception:
             log.exception("job %s: recording the outcome failed; the lease will expire and it runs again", job.id)
         finally:
@@ -252,9 +277,7 @@ class Runner:
             log.info("job %s gen %d: %s, nothing recorded", job.id, job.generation,
                      "lease lost" if what == "lost" else "abandoned by its handler")
             return
-        if what == "complete":
-            ok = await self._completions.complete(*ident, value)
-        elif isinstance(value, Permanent):
+        if isinstance(value, Permanent):
             ok = await q.fail_permanent(*ident, value.code, value.message)
         elif isinstance(value, Release):
             ok = await q.release(*ident, value.code, value.retry_after or 0, value.message)
@@ -294,3 +317,7 @@ class Runner:
                          self.worker_id, len(pending), self.grace)
                 self._cancel_all("shutdown")
                 await asyncio.wait(set(self._tasks), timeout=10)
+        try:  # completions queued by handlers that finished are written before we go
+            await asyncio.wait_for(self._completions.drained(), 10)
+        except asyncio.TimeoutError:
+            log.warning("worker %s: completions not written; those jobs will run again", self.worker_id)

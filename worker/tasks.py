@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 import httpx
 
+from .queue import Job  # noqa: F401  (handlers import it from here)
 from .settings import Settings
 
 
@@ -122,18 +123,6 @@ async def register_kinds(queue, settings: Settings, *, overwrite: bool) -> list[
                                   backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
                                   overwrite=overwrite)
     return specs
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    id: uuid.UUID
-    kind: str
-    target: str
-    payload: dict
-    attempt: int          # this claim's attempt number (releases are not counted)
-    max_attempts: int
-    generation: int       # grows on every claim: run n of the job
-    checkpoint: Any       # what an earlier attempt saved with ctx.checkpoint, or None
 
 
 class Context:
