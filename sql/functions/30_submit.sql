@@ -85,6 +85,8 @@ declare
     v_new_ids uuid[];
     v_new_targets text[];
     v_pending text[];
+    v_ids uuid[];
+    v_created boolean[];
 begin
     select k.max_attempts into v_max from jobfeed.kinds k where k.kind = p_kind;
     if not found then
@@ -112,39 +114,38 @@ begin
 
     v_new_ids := '{}';
     v_new_targets := '{}';
-    v_pending := p_targets;
-    -- Loop only if a job holding one of our targets finished between insert and look-up.
-    while cardinality(v_pending) > 0 loop
+    v_pending := null;  -- first pass: every target
+    loop
         with ins as (
             insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
             select p_kind, t.target, coalesce(p_payloads[t.n], '{}'), v_max, coalesce(p_run_after, v_now), v_now, v_now
               from unnest(p_targets) with ordinality t(target, n)
-             where t.target = any (v_pending)
+             where v_pending is null or t.target = any (v_pending)
              order by t.n
             on conflict (kind, target) where state in ('queued', 'running') do nothing
             returning j.id, j.target
         )
         select v_new_ids || coalesce(array_agg(ins.id), '{}'), v_new_targets || coalesce(array_agg(ins.target), '{}')
           into v_new_ids, v_new_targets from ins;
-        select coalesce(array_agg(distinct t.target), '{}') into v_pending
-          from unnest(v_pending) t(target)
-         where t.target <> all (v_new_targets)
-           and not exists (select from jobfeed.jobs j where j.kind = p_kind and j.target = t.target
-                                                         and j.state in ('queued', 'running'));
+        -- Each target's job: the one we made (hash-joined), else the unfinished
+        -- one that holds it (found by the dedupe index).
+        select array_agg(r.id order by r.n), array_agg(r.created order by r.n) into v_ids, v_created
+          from (select t.n, coalesce(i.id, e.id) as id,
+                       i.id is not null and t.n = min(t.n) over (partition by t.target) as created
+                  from unnest(p_targets) with ordinality t(target, n)
+                  left join unnest(v_new_targets, v_new_ids) as i(target, id) on i.target = t.target
+                  left join lateral (
+                      select j.id from jobfeed.jobs j
+                       where i.id is null and j.kind = p_kind and j.target = t.target
+                         and j.state in ('queued', 'running')) e on true) r;
+        exit when array_position(v_ids, null) is null;
+        -- A job holding one of our targets finished between insert and look-up: again, for those.
+        v_pending := array(select t.target from unnest(p_targets, v_ids) t(target, id) where t.id is null);
     end loop;
 
     if cardinality(v_new_ids) > 0 then
         perform jobfeed.notify_changed(v_new_ids, array_fill(1::bigint, array[cardinality(v_new_ids)]));
         perform pg_notify('jobfeed_due', p_kind);
     end if;
-    return query
-        select t.n::int, coalesce(i.id, e.id),
-               i.id is not null and t.n = min(t.n) over (partition by t.target)
-          from unnest(p_targets) with ordinality t(target, n)
-          left join unnest(v_new_targets, v_new_ids) as i(target, id) on i.target = t.target
-          left join lateral (
-              select j.id from jobfeed.jobs j
-               where i.id is null and j.kind = p_kind and j.target = t.target and j.state in ('queued', 'running')
-          ) e on true
-         order by t.n;
+    return query select a.n::int, a.id, a.created from unnest(v_ids, v_created) with ordinality a(id, created, n);
 end $$;
