@@ -8,7 +8,7 @@ select jobfeed.register_kind($1, $2, $3, $4, $5, $6, $7);
 select k::text from jobfeed.list_kinds() k;
 
 -- name: submit
-select id, created from jobfeed.submit($1, $2, $3::jsonb, $4, $5);
+select id, created, view::text from jobfeed.submit($1, $2, $3::jsonb, $4, $5);
 
 -- name: submit_many
 select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);

@@ -85,9 +85,17 @@ class Queue:
                      run_after: dt.datetime | None = None, max_payload: int = 65536) -> tuple[uuid.UUID, bool]:
         """-> (job id, created). created is False when an unfinished job already
         held (kind, target): the caller shares that job."""
+        job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
+                                                    max_payload=max_payload)
+        return job_id, created
+
+    async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
+                          run_after: dt.datetime | None = None,
+                          max_payload: int = 65536) -> tuple[uuid.UUID, bool, str]:
+        """submit(), also answering the job's public view as JSON text."""
         text = json.dumps(payload if payload is not None else {})
         rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
-        return rows[0]["id"], rows[0]["created"]
+        return rows[0]["id"], rows[0]["created"], rows[0]["view"]
 
     async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
                           run_after: dt.datetime | None = None,

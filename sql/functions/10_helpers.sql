@@ -43,6 +43,10 @@ declare
     i int := 1;
     chunk constant int := 150;
 begin
+    if n = 1 then  -- the common case, without the aggregate
+        perform pg_notify('jobfeed_changed', p_ids[1]::text || ':' || p_versions[1]::text);
+        return;
+    end if;
     while i <= n loop
         perform pg_notify('jobfeed_changed', (
             select string_agg(p_ids[k]::text || ':' || p_versions[k]::text, ',')

@@ -20,19 +20,21 @@ returns void language sql security definer set search_path = jobfeed, pg_temp as
 $$;
 
 -- Submit, deduplicated by (kind, target): returns the new job (created) or the
--- unfinished one that already holds the target. If that one finishes between our
--- insert and our look-up, we insert again, so the caller always gets a live job.
+-- unfinished one that already holds the target, with its public view (what an
+-- HTTP submitter is answered, without a second query). If that job finishes
+-- between our insert and our look-up, we insert again, so the caller always
+-- gets a live job.
 create or replace function jobfeed.submit(
     p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
     p_max_payload int default 65536, p_now timestamptz default null)
-returns table (id uuid, created boolean)
+returns table (id uuid, created boolean, view jsonb)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
     v_max int;
-    v_id uuid;
+    v_job jobfeed.jobs;
 begin
     select k.max_attempts into v_max from jobfeed.kinds k where k.kind = p_kind;
     if not found then
@@ -52,17 +54,17 @@ begin
         insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
         values (p_kind, p_target, v_payload, v_max, coalesce(p_run_after, v_now), v_now, v_now)
         on conflict (kind, target) where state in ('queued', 'running') do nothing
-        returning j.id into v_id;
-        if v_id is not null then
-            perform jobfeed.notify_changed(array[v_id], array[1::bigint]);
+        returning j.* into v_job;
+        if v_job.id is not null then
+            perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
             perform pg_notify('jobfeed_due', p_kind);
-            return query select v_id, true;
+            return query select v_job.id, true, jobfeed.public_view(v_job);
             return;
         end if;
-        select j.id into v_id from jobfeed.jobs j
+        select j.* into v_job from jobfeed.jobs j
          where j.kind = p_kind and j.target = p_target and j.state in ('queued', 'running');
-        if v_id is not null then
-            return query select v_id, false;
+        if found then
+            return query select v_job.id, false, jobfeed.public_view(v_job);
             return;
         end if;
     end loop;
