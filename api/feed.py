@@ -16,6 +16,8 @@ import json
 import logging
 from typing import NamedTuple
 
+import anyio
+
 from worker.db import Listener
 from worker.queue import Queue
 
@@ -148,14 +150,25 @@ class Feed:
         self._resync = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._shutdown_task: asyncio.Task | None = None
+        self.shutdown: anyio.Event | None = None
         self.notifications = 0  # for /metrics
         self.rereads = 0
         self.reconnects = 0
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
+        # One event for every stream of this process: sse-starlette sets it when
+        # the server starts shutting down, and one task then ends all streams
+        # cleanly (rather than a task and an event per stream).
+        self.shutdown = anyio.Event()
         self._task = asyncio.create_task(self._run(), name="jobfeed-feed")
+        self._shutdown_task = asyncio.create_task(self._end_on_shutdown(), name="jobfeed-feed-shutdown")
         await self.listener.start()
+
+    async def _end_on_shutdown(self) -> None:
+        await self.shutdown.wait()
+        self.end_streams()
 
     def end_streams(self) -> None:
         """End every open stream now (the server is stopping): each one sends
@@ -169,6 +182,8 @@ class Feed:
     async def close(self) -> None:
         """End every stream and stop listening."""
         self.end_streams()
+        if self._shutdown_task is not None:
+            self._shutdown_task.cancel()
         if self._task is not None:
             self._task.cancel()
             try:
