@@ -3,12 +3,14 @@ tiny sizes, through the same command as a full run (`python -m bench --quick`).
 Nothing here is about speed: no timing is asserted.
 
 jobfeed and the raw baseline always run. The peers (pgqueuer, procrastinate)
-run only when their virtual environments already exist (bench/.peers, made by a
-full `python -m bench`): the tests never install from the network."""
+need virtual environments of their own (bench/.peers, made by a full
+`python -m bench`): under CI=true the test makes them (PyPI is reachable there);
+elsewhere, without them, it skips rather than download on every run."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,10 +83,14 @@ def test_every_scenario_runs_and_counts_right(tmp_path):
     assert missing == ["drain: jobfeed / pgqueuer"], missing
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_peer_drivers_run_and_count_right(tmp_path):
     peers = ["pgqueuer", "procrastinate"]
     absent = [p for p in peers if not ALL[p].installed()]
+    if absent and os.environ.get("CI") == "true":
+        for p in absent:
+            ALL[p].ensure()
+        absent = []
     if absent:
         pytest.skip(f"{', '.join(absent)} not installed in {ALL[absent[0]].venv.parent} "
                     "(a full `python -m bench` makes them; tests never install from the network)")
