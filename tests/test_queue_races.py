@@ -175,6 +175,6 @@ async def test_stale_workers_racing_a_reclaim(pool, conns, k):
         assert (rows[r["id"]]["state"], rows[r["id"]]["generation"]) == ("running", 2)
     outcomes = collections.Counter(
         (a["generation"], a["outcome"]) for a in await pool.fetch("select * from jobfeed.attempts"))
+    # (the reclaimed jobs' second attempts are under way: logged when they end)
     assert outcomes == collections.Counter({(1, "completed"): len(completed_by_stale),
-                                            (1, "lease_expired"): len(reclaimed_ids),
-                                            (2, None): len(reclaimed_ids)}) - collections.Counter()
+                                            (1, "lease_expired"): len(reclaimed_ids)}) - collections.Counter()

@@ -67,14 +67,18 @@ returns double precision language sql immutable parallel safe as $$
     end
 $$;
 
--- Close the attempt log row of (job, generation).
+-- Log the end of the attempts (job, generation) from the job rows, which still
+-- hold the attempt's number, worker and claim time. p_generations null: the
+-- jobs' current ones.
 create or replace function jobfeed.finish_attempts(
     p_ids uuid[], p_generations int[], p_outcome text, p_code text, p_message text, p_now timestamptz)
 returns void language sql as $$
-    update jobfeed.attempts a
-       set finished_at = p_now, outcome = p_outcome, error_code = p_code, error_message = p_message
+    insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at, finished_at,
+                                  outcome, error_code, error_message)
+    select j.id, j.generation, j.attempts, j.worker_id, j.claimed_at, p_now, p_outcome, p_code, p_message
       from unnest(p_ids, p_generations) as t(id, generation)
-     where a.job_id = t.id and a.generation = t.generation and a.finished_at is null
+      join jobfeed.jobs j on j.id = t.id and (t.generation is null or j.generation = t.generation)
+    on conflict (job_id, generation) do nothing
 $$;
 
 -- Jobs whose lease expired with no attempts left become failed (lease_expired)

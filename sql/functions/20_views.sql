@@ -49,6 +49,7 @@ $$;
 
 create or replace function jobfeed.admin_get_job(p_id uuid)
 returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    -- finished attempts from the log, and the one under way from the job row
     select jobfeed.admin_view(j) || jsonb_build_object('attempts_log', coalesce((
         select jsonb_agg(jsonb_build_object(
                    'attempt', a.attempt, 'generation', a.generation, 'worker_id', a.worker_id,
@@ -56,7 +57,12 @@ returns jsonb language sql stable security definer set search_path = jobfeed, pg
                    'error', case when a.error_code is not null then
                                 jsonb_build_object('code', a.error_code, 'message', a.error_message) end)
                  order by a.generation)
-          from jobfeed.attempts a where a.job_id = j.id), '[]'::jsonb))
+          from (select a.attempt, a.generation, a.worker_id, a.started_at, a.finished_at, a.outcome,
+                       a.error_code, a.error_message
+                  from jobfeed.attempts a where a.job_id = j.id
+                 union all
+                select j.attempts, j.generation, j.worker_id, j.claimed_at, null, null, null, null
+                 where j.state = 'running') a), '[]'::jsonb))
       from jobfeed.jobs j where j.id = p_id
 $$;
 

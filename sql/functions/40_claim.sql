@@ -3,7 +3,7 @@
 -- Claim up to p_limit jobs of the given kinds for worker p_worker: due queued jobs
 -- and running jobs whose lease expired (their worker died). First fails expired
 -- jobs with no attempts left. Each claim bumps attempts and generation, sets the
--- lease (the kind's unless p_lease is given) and opens an attempts log row.
+-- lease (the kind's unless p_lease is given).
 -- Selection is one kind per statement, in a sub-select with LIMIT and SKIP LOCKED,
 -- so no more rows are locked than are claimed and concurrent claimers never wait.
 create or replace function jobfeed.claim(
@@ -20,7 +20,6 @@ declare
     v_rows jobfeed.jobs[] := '{}';
     v_batch jobfeed.jobs[];
     v_reclaimed uuid[];
-    v_reclaimed_gens int[];
 begin
     if p_limit is null or p_limit < 1 or p_kinds is null then
         return;
@@ -31,29 +30,29 @@ begin
         select coalesce(p_lease, k.lease) into v_lease from jobfeed.kinds k where k.kind = v_kind;
         v_lease := coalesce(v_lease, p_lease, interval '5 minutes');
 
-        -- Expired leases first: those jobs have waited longest. The ids are
-        -- picked into an array so the UPDATE finds each row by primary key; a
-        -- join with the picking query is planned (LIMIT being a parameter here)
-        -- as a scan of the whole table.
-        with upd as (
-            update jobfeed.jobs j
-               set attempts = j.attempts + 1, generation = j.generation + 1,
-                   lease_until = v_now + v_lease, worker_id = p_worker
-             where j.id = any (array(
-                       select e.id from jobfeed.jobs e
-                        where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now
-                          and e.attempts < e.max_attempts
-                        order by e.lease_until
-                        limit p_limit - cardinality(v_rows)
-                        for update skip locked))
-            returning j as r
-        )
-        select coalesce(array_agg(upd.r), '{}') into v_batch from upd;
-        if cardinality(v_batch) > 0 then
-            select array_agg(b.id), array_agg(b.generation - 1) into v_reclaimed, v_reclaimed_gens
-              from unnest(v_batch) b;
-            perform jobfeed.finish_attempts(v_reclaimed, v_reclaimed_gens, 'lease_expired',
-                                            'lease_expired', 'the worker stopped renewing its lease', v_now);
+        -- Expired leases first: those jobs have waited longest. Their last
+        -- attempt is logged (the row still says who ran it), then they are
+        -- claimed anew. Ids are picked into an array so the UPDATE finds each
+        -- row by primary key: a join with the picking query is planned (LIMIT
+        -- being a parameter here) as a scan of the whole table.
+        v_reclaimed := array(
+            select e.id from jobfeed.jobs e
+             where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now
+               and e.attempts < e.max_attempts
+             order by e.lease_until
+             limit p_limit - cardinality(v_rows)
+             for update skip locked);
+        if cardinality(v_reclaimed) > 0 then
+            perform jobfeed.finish_attempts(v_reclaimed, null, 'lease_expired', 'lease_expired',
+                                            'the worker stopped renewing its lease', v_now);
+            with upd as (
+                update jobfeed.jobs j
+                   set attempts = j.attempts + 1, generation = j.generation + 1,
+                       lease_until = v_now + v_lease, worker_id = p_worker, claimed_at = v_now
+                 where j.id = any (v_reclaimed)
+                returning j as r
+            )
+            select coalesce(array_agg(upd.r), '{}') into v_batch from upd;
             v_rows := v_rows || v_batch;
         end if;
 
@@ -61,7 +60,7 @@ begin
         with upd as (
             update jobfeed.jobs j
                set state = 'running', attempts = j.attempts + 1, generation = j.generation + 1,
-                   lease_until = v_now + v_lease, worker_id = p_worker,
+                   lease_until = v_now + v_lease, worker_id = p_worker, claimed_at = v_now,
                    started_at = coalesce(j.started_at, v_now),
                    -- the first claim is the only one the public sees (queued -> processing)
                    version = j.version + (j.generation = 0)::int,
@@ -81,8 +80,6 @@ begin
     if cardinality(v_rows) = 0 then
         return;
     end if;
-    insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at)
-    select r.id, r.generation, r.attempts, p_worker, v_now from unnest(v_rows) r;
     perform jobfeed.notify_changed(array(select r.id from unnest(v_rows) r),
                                    array(select r.version from unnest(v_rows) r));
     return query

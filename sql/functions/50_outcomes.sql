@@ -197,16 +197,20 @@ declare
     v_ver bigint;
     v_kind text;
 begin
+    perform from jobfeed.jobs j
+     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+       for update;
+    if not found then
+        return false;
+    end if;
+    -- logged first, while the row still holds the attempt's number
+    perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'released', p_code, p_message, v_now);
     update jobfeed.jobs j
        set state = 'queued', attempts = greatest(j.attempts - 1, 0), lease_until = null,
            run_after = v_now + coalesce(p_retry_after, interval '0'),
            last_error_code = p_code, last_error_message = p_message
-     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+     where j.id = p_id
     returning j.version, j.kind into v_ver, v_kind;
-    if not found then
-        return false;
-    end if;
-    perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'released', p_code, p_message, v_now);
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
     perform pg_notify('jobfeed_due', v_kind);
     return true;

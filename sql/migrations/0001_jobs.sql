@@ -69,7 +69,8 @@ create table jobfeed.jobs (
     version            bigint not null default 1,
     created_at         timestamptz not null default now(),
     updated_at         timestamptz not null default now(),
-    started_at         timestamptz,
+    started_at         timestamptz,  -- first claim
+    claimed_at         timestamptz,  -- this attempt's claim
     finished_at        timestamptz
 ) with (fillfactor = 80);
 
@@ -87,15 +88,17 @@ create index jobs_finished_at on jobfeed.jobs (finished_at)
 -- (The admin list pages through the primary key: ids are time-ordered. One
 -- index fewer matters: a claim or a completion rewrites every index entry.)
 
--- One row per claim: who ran it, when, and how it ended. No foreign key: a
--- per-row check on every claim costs a quarter of the claim's time, and rows are
--- only ever written by claim and deleted with their job by delete_finished.
+-- One row per finished attempt: who ran it, when, and how it ended. Written once,
+-- when the attempt ends (the attempt under way is the job row's worker_id and
+-- claimed_at), so a job costs one insert here, not an insert and an update. No
+-- foreign key: a per-row check costs a quarter of a claim's time, and rows are
+-- only written by the queue's functions and deleted with their job.
 create table jobfeed.attempts (
     job_id         uuid not null,
     generation     int not null,
     attempt        int not null,
-    worker_id      text not null,
-    started_at     timestamptz not null,
+    worker_id      text,         -- null only for rows planted by hand
+    started_at     timestamptz,
     finished_at    timestamptz,
     outcome        text,  -- completed | transient | permanent | released | lease_expired | lost | canceled | failed
     error_code     text,
