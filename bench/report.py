@@ -100,8 +100,8 @@ def text(r: dict) -> str:
                          _n(d.get("rate")) + ("" if d.get("ok", True) else " (COUNT WRONG)"),
                          _n(lt.get("p50_ms"), 1), _n(lt.get("p95_ms"), 1), _n(lt.get("p99_ms"), 1)])
         sizes = r.get("sizes", {})
-        out.append(_table([f"queue (no-op jobs)", f"enqueue single /s", f"enqueue batch /s",
-                           f"drain /s", "latency p50 ms", "p95 ms", "p99 ms"], rows))
+        out.append(_table(["queue (no-op jobs)", "enqueue single /s", "enqueue batch /s",
+                           "drain /s", "latency p50 ms", "p95 ms", "p99 ms"], rows))
         out.append(f"  enqueue {sizes.get('enqueue_n')} jobs (batch {sizes.get('enqueue_batch')}); drain "
                    f"{sizes.get('drain_n')} jobs; latency {sizes.get('latency_rate')} jobs/s for "
                    f"{sizes.get('latency_seconds')} s")
@@ -133,7 +133,7 @@ def text(r: dict) -> str:
             [f"claim of all {sse.get('jobs')} jobs -> all {sse.get('watchers')} watchers",
              _n(_get(sse, "claim_all", "p50_ms"), 1), _n(_get(sse, "claim_all", "p99_ms"), 1),
              _n(_get(sse, "claim_all", "max_ms"), 1)],
-            [f"completion of all jobs -> all watchers", _n(_get(sse, "complete_all", "p50_ms"), 1),
+            ["completion of all jobs -> all watchers", _n(_get(sse, "complete_all", "p50_ms"), 1),
              _n(_get(sse, "complete_all", "p99_ms"), 1), _n(_get(sse, "complete_all", "max_ms"), 1)],
         ]
         out.append(_table([f"SSE, {sse.get('watchers')} streams on 1 API process (commit -> receipt)",

@@ -3,8 +3,6 @@ killed with SIGKILL mid-job, a graceful stop, and budget mode."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import signal
 import subprocess
 import time

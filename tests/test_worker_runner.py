@@ -42,7 +42,7 @@ async def test_lost_lease_cancels_the_handler_and_drops_its_outcome(queue, pool,
     async def slow(job, ctx: Context):
         entered.set()
         try:
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # until cancelled
         except asyncio.CancelledError:
             cancelled.set()
             raise

@@ -9,7 +9,6 @@ import dataclasses
 import email.utils
 import importlib
 import time
-import uuid
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 import httpx
