@@ -104,6 +104,15 @@ async def queue(pool) -> Queue:
 
 
 @pytest.fixture
+async def k(pool):
+    """Kind 'k' for the SQL-level tests: lease 5 minutes, backoff 1, 5, 15, 60
+    minutes, no jitter (test modules needing other settings define their own)."""
+    await pool.execute("select jobfeed.register_kind('k', 5, '5 minutes', "
+                       "'{1 minute,5 minutes,15 minutes,60 minutes}', 0, '')")
+    return "k"
+
+
+@pytest.fixture
 async def demo_kind(queue):
     """The demo kind registered with test-sized intervals: lease 1 s, backoff 0.2 s."""
     await queue.register_kind("demo", max_attempts=5, lease=1.0, backoff=(0.2,), jitter=0.0)

@@ -4,30 +4,18 @@ and changes nothing."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 import pytest
 
-T0 = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
-S = dt.timedelta(seconds=1)
-M = dt.timedelta(minutes=1)
+from queue_sql import M, S, T0, claim_one, register, submit
 
 
 @pytest.fixture
 async def k(pool):
-    await pool.execute("select jobfeed.register_kind('k', 5, '1 minute', '{1 minute}', 0, '')")
+    """Leases of one minute, so a minute and a bit later the job can be reclaimed."""
+    await register(pool, "k", lease="1 minute", backoff="{1 minute}")
     return "k"
-
-
-async def submit(pool, target="t"):
-    return await pool.fetchval("select id from jobfeed.submit('k', $1, '{}', null, 65536, $2)", target, T0)
-
-
-async def claim_one(pool, now, worker):
-    rows = await pool.fetch("select * from jobfeed.claim(array['k'], 1, $1, null, $2)", worker, now)
-    assert len(rows) == 1, rows
-    return rows[0]
 
 
 async def snapshot(pool):
@@ -61,11 +49,11 @@ async def assert_all_refused(pool, job_id, generation, now):
 
 async def test_expired_lease_is_reclaimed_with_next_generation(pool, k):
     jid = await submit(pool)
-    first = await claim_one(pool, T0, "w1")
+    first = await claim_one(pool, T0, worker="w1")
     assert (first["generation"], first["lease_until"]) == (1, T0 + M)
     # The lease still runs: nobody else gets the job.
     assert await pool.fetch("select * from jobfeed.claim(array['k'], 5, 'w2', null, $1)", T0 + 59 * S) == []
-    second = await claim_one(pool, T0 + 61 * S, "w2")
+    second = await claim_one(pool, T0 + 61 * S, worker="w2")
     assert (second["id"], second["generation"], second["attempts"]) == (jid, 2, 2)
     # the finished attempt is in the log table; the admin view adds the one under way
     [ended] = await pool.fetch("select * from jobfeed.attempts where job_id = $1", jid)
@@ -78,8 +66,8 @@ async def test_expired_lease_is_reclaimed_with_next_generation(pool, k):
 
 async def test_stale_worker_is_refused_everything_after_reclaim(pool, k):
     jid = await submit(pool)
-    stale = await claim_one(pool, T0, "w1")
-    fresh = await claim_one(pool, T0 + 2 * M, "w2")
+    stale = await claim_one(pool, T0, worker="w1")
+    fresh = await claim_one(pool, T0 + 2 * M, worker="w2")
     await assert_all_refused(pool, jid, stale["generation"], T0 + 2 * M)
     # The new holder is unaffected.
     gen, later = fresh["generation"], T0 + 2 * M
@@ -91,10 +79,10 @@ async def test_stale_worker_is_refused_everything_after_reclaim(pool, k):
 
 async def test_extend_many_reports_only_lost_ids(pool, k):
     a, b = await submit(pool, "a"), await submit(pool, "b")
-    ra = await claim_one(pool, T0, "w1")
-    rb = await claim_one(pool, T0 + 30 * S, "w1")  # leases end at T0+60s and T0+90s
+    ra = await claim_one(pool, T0, worker="w1")
+    rb = await claim_one(pool, T0 + 30 * S, worker="w1")  # leases end at T0+60s and T0+90s
     assert ra["id"] == a
-    await claim_one(pool, T0 + 70 * S, "w2")       # a is reclaimed
+    await claim_one(pool, T0 + 70 * S, worker="w2")       # a is reclaimed
     lost = await pool.fetchval("select jobfeed.extend_many($1::uuid[], $2::int[], null, $3::timestamptz)",
                                [a, b], [ra["generation"], rb["generation"]], T0 + 70 * S)
     assert lost == [a]
@@ -104,7 +92,7 @@ async def test_extend_many_reports_only_lost_ids(pool, k):
 
 async def test_cancel_makes_the_running_worker_lose_its_lease(pool, queue, k):
     jid = await submit(pool)
-    r = await claim_one(pool, T0, "w1")
+    r = await claim_one(pool, T0, worker="w1")
     await queue.cancel(jid)
     assert await pool.fetchval("select jobfeed.extend($1::uuid, $2::int)", jid, r["generation"]) is False
     lost = await pool.fetchval("select jobfeed.extend_many(array[$1::uuid], array[$2::int])", jid, r["generation"])
@@ -117,14 +105,14 @@ async def test_cancel_makes_the_running_worker_lose_its_lease(pool, queue, k):
     # A retry re-queues the job; the canceled run stays fenced out, before and after the next claim.
     await queue.retry(jid)
     await assert_all_refused(pool, jid, r["generation"], T0)
-    await claim_one(pool, T0 + 10 * M, "w2")
+    await claim_one(pool, T0 + 10 * M, worker="w2")
     await assert_all_refused(pool, jid, r["generation"], T0 + 10 * M)
 
 
 async def test_job_failed_for_expired_lease_refuses_its_worker(pool, k):
     await pool.execute("select jobfeed.register_kind('k', 1, '1 minute', '{1 minute}', 0, '')")
     jid = await submit(pool)
-    r = await claim_one(pool, T0, "w1")
+    r = await claim_one(pool, T0, worker="w1")
     assert await pool.fetchval("select jobfeed.sweep_expired($1)", T0 + 2 * M) == 1
     await assert_all_refused(pool, jid, r["generation"], T0 + 2 * M)
     assert await pool.fetchval("select state from jobfeed.jobs where id = $1", jid) == "failed"
@@ -132,6 +120,6 @@ async def test_job_failed_for_expired_lease_refuses_its_worker(pool, k):
 
 async def test_wrong_generation_is_refused_even_while_running(pool, k):
     jid = await submit(pool)
-    r = await claim_one(pool, T0, "w1")
+    r = await claim_one(pool, T0, worker="w1")
     for wrong in (r["generation"] - 1, r["generation"] + 1):
         await assert_all_refused(pool, jid, wrong, T0)

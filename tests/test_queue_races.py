@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import datetime as dt
 
 import pytest
 
+from queue_sql import M, T0, register
 from worker import db
 from worker.queue import Queue
-
-T0 = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
-M = dt.timedelta(minutes=1)
 
 
 @pytest.fixture
 async def k(pool):
     # A long lease: in these tests nothing may expire on its own.
-    await pool.execute("select jobfeed.register_kind('k', 5, '1 hour', '{1 minute}', 0, '')")
+    await register(pool, "k", lease="1 hour", backoff="{1 minute}")
     return "k"
 
 

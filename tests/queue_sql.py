@@ -1,0 +1,80 @@
+"""Helpers for the tests that call the queue's SQL functions directly, with time
+as a parameter (p_now): a fixed clock, thin calls, and a notification collector."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+
+import asyncpg
+
+T0 = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+S = dt.timedelta(seconds=1)
+M = dt.timedelta(minutes=1)
+
+
+async def register(pool, kind, *, max_attempts=5, lease="5 minutes",
+                   backoff="{1 minute,5 minutes,15 minutes,60 minutes}", jitter=0.0):
+    await pool.execute("select jobfeed.register_kind($1, $2, $3::text::interval, $4::text::interval[], $5, '')",
+                       kind, max_attempts, lease, backoff, jitter)
+
+
+async def submit(pool, target="t", kind="k", now=T0, payload="{}"):
+    r = await pool.fetchrow("select * from jobfeed.submit($1, $2, $3::jsonb, null, 65536, $4)",
+                            kind, target, payload, now)
+    return r["id"]
+
+
+async def claim(pool, limit=1, now=T0, kinds=("k",), worker="w", lease=None):
+    return await pool.fetch("select * from jobfeed.claim($1, $2, $3, $4, $5)", list(kinds), limit, worker, lease, now)
+
+
+async def claim_one(pool, now=T0, **kw):
+    rows = await claim(pool, 1, now, **kw)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+async def job(pool, job_id):
+    return await pool.fetchrow("select * from jobfeed.jobs where id = $1", job_id)
+
+
+async def public(pool, job_id):
+    return json.loads(await pool.fetchval("select jobfeed.get_job($1)::text", job_id))
+
+
+async def log(pool, job_id):
+    return await pool.fetch("select * from jobfeed.attempts where job_id = $1 order by generation", job_id)
+
+
+async def fail_transient(pool, r, code="boom", now=T0, retry_after=None):
+    return await pool.fetchval("select jobfeed.fail_transient($1, $2, $3, 'msg ' || $3, $4, $5)",
+                               r["id"], r["generation"], code, retry_after, now)
+
+
+class Listen:
+    """A dedicated connection collecting notifications (a pooled one would UNLISTEN)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.got: list[tuple[str, str]] = []
+        self.event = asyncio.Event()
+
+    @classmethod
+    async def open(cls, dsn):
+        self = cls(await asyncpg.connect(dsn))
+        for ch in ("jobfeed_changed", "jobfeed_due"):
+            await self.conn.add_listener(ch, self._on)
+        return self
+
+    def _on(self, _conn, _pid, channel, payload):
+        self.got.append((channel, payload))
+        self.event.set()
+
+    async def take(self, settle=0.1):
+        """All notifications so far, after a short quiet period (delivery is async)."""
+        await self.conn.execute("select 1")  # round trip: anything sent before is in
+        await asyncio.sleep(settle)
+        got, self.got = self.got, []
+        return got
