@@ -45,6 +45,7 @@ CALLS = {
     "raise_error": "select jobfeed.raise_error('JF422', 'x', 'x')",
     "notify_changed": "select jobfeed.notify_changed(array[gen_random_uuid()], array[1::bigint])",
     "progress_rank": "select jobfeed.progress_rank('{}')",
+    "submission_problem": "select jobfeed.submission_problem('t', '{}', 1)",
     "clock": "select jobfeed.clock(now())",
     "uuid_v7": "select jobfeed.uuid_v7()",
     "finish_attempts": "select jobfeed.finish_attempts('{}', '{}', 'x', null, null, now())",

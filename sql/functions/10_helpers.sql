@@ -33,6 +33,21 @@ begin
     raise exception '%', p_message using errcode = p_sqlstate, hint = p_code;
 end $$;
 
+-- What is wrong with a submission, as {sqlstate, code, message}, or null when
+-- nothing is. The one place for the rule; a single SQL expression, so that
+-- submit_many's set-based check over a whole batch inlines it.
+create or replace function jobfeed.submission_problem(p_target text, p_payload jsonb, p_max_payload int)
+returns text[] language sql stable parallel safe as $$
+    select case
+        when p_target is null or octet_length(p_target) not between 1 and 512
+            then array['JF422', 'invalid_target', 'target must be 1 to 512 bytes']
+        when jsonb_typeof(coalesce(p_payload, '{}')) <> 'object'
+            then array['JF422', 'invalid_payload', 'payload must be a JSON object']
+        when octet_length(coalesce(p_payload, '{}')::text) > p_max_payload
+            then array['JF413', 'payload_too_large', format('payload is over %s bytes', p_max_payload)]
+    end
+$$;
+
 -- "These jobs changed": one NOTIFY per chunk of ids (a payload holds < 8000 bytes),
 -- never one per row. Payload: "id:version,id:version,...". Listeners re-read state;
 -- the version lets the public feed skip jobs whose public view did not change.

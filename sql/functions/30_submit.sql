@@ -34,21 +34,15 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
     v_max int;
+    v_problem text[] := jobfeed.submission_problem(p_target, p_payload, p_max_payload);
     v_job jobfeed.jobs;
 begin
     select k.max_attempts into v_max from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
     end if;
-    if p_target is null or octet_length(p_target) not between 1 and 512 then
-        perform jobfeed.raise_error('JF422', 'invalid_target', 'target must be 1 to 512 bytes');
-    end if;
-    if jsonb_typeof(v_payload) <> 'object' then
-        perform jobfeed.raise_error('JF422', 'invalid_payload', 'payload must be a JSON object');
-    end if;
-    if octet_length(v_payload::text) > p_max_payload then
-        perform jobfeed.raise_error('JF413', 'payload_too_large',
-                                    format('payload is over %s bytes', p_max_payload));
+    if v_problem is not null then
+        perform jobfeed.raise_error(v_problem[1], v_problem[2], v_problem[3]);
     end if;
     loop
         insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
@@ -84,6 +78,7 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_max int;
     v_bad int;
+    v_problem text[];
     v_new_ids uuid[];
     v_new_targets text[];
     v_pending text[];
@@ -97,21 +92,15 @@ begin
     if p_payloads is not null and cardinality(p_payloads) <> cardinality(p_targets) then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets and payloads differ in number');
     end if;
-    select min(t.n) into v_bad from unnest(p_targets) with ordinality t(target, n)
-     where t.target is null or octet_length(t.target) not between 1 and 512;
+    -- the first item with a problem refuses the whole batch
+    select c.n, c.problem into v_bad, v_problem
+      from (select t.n, jobfeed.submission_problem(t.target, p_payloads[t.n], p_max_payload) as problem
+              from unnest(p_targets) with ordinality t(target, n)) c
+     where c.problem is not null
+     order by c.n
+     limit 1;
     if v_bad is not null then
-        perform jobfeed.raise_error('JF422', 'invalid_target', format('target %s must be 1 to 512 bytes', v_bad));
-    end if;
-    select min(t.n) into v_bad from unnest(p_payloads) with ordinality t(payload, n)
-     where jsonb_typeof(coalesce(t.payload, '{}')) <> 'object';
-    if v_bad is not null then
-        perform jobfeed.raise_error('JF422', 'invalid_payload', format('payload %s must be a JSON object', v_bad));
-    end if;
-    select min(t.n) into v_bad from unnest(p_payloads) with ordinality t(payload, n)
-     where octet_length(t.payload::text) > p_max_payload;
-    if v_bad is not null then
-        perform jobfeed.raise_error('JF413', 'payload_too_large',
-                                    format('payload %s is over %s bytes', v_bad, p_max_payload));
+        perform jobfeed.raise_error(v_problem[1], v_problem[2], format('item %s: %s', v_bad, v_problem[3]));
     end if;
 
     v_new_ids := '{}';
