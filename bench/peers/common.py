@@ -115,6 +115,16 @@ async def produce(rate: float, seconds: float, out: str, single: Callable[[int],
     return {"n": n, "rate": rate, "late": late, "seconds": time.perf_counter() - t0}
 
 
+async def enqueue_or_produce(args, single: Callable[[int], Awaitable[None]],
+                             many: Callable[[list[int]], Awaitable[None]]) -> None:
+    """The `enqueue` and `produce` commands, given how a system enqueues one job
+    and many."""
+    if args.command == "enqueue":
+        emit(await timed_enqueue(args.n, args.batch, args.mode, single, many))
+    else:
+        emit(await produce(args.rate, args.seconds, args.out, single))
+
+
 async def wait_for_stop() -> None:
     """Until SIGTERM/SIGINT, or until stdin closes (the bench died)."""
     loop = asyncio.get_running_loop()

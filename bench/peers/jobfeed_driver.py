@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from common import emit, parse_settings, parser, produce, timed_enqueue, wait_for_stop  # noqa: E402
+from common import emit, enqueue_or_produce, parse_settings, parser, wait_for_stop  # noqa: E402
 
 from worker import db, migrate  # noqa: E402
 from worker.queue import Queue  # noqa: E402
@@ -119,10 +119,7 @@ async def main(argv: list[str]) -> None:
         async def many(ids: list[int]) -> None:
             await queue.submit_many(KIND, [(target(i), {"i": i}) for i in ids])
 
-        if args.command == "enqueue":
-            emit(await timed_enqueue(args.n, args.batch, args.mode, single, many))
-        elif args.command == "produce":
-            emit(await produce(args.rate, args.seconds, args.out, single))
+        await enqueue_or_produce(args, single, many)
         await pool.close()
 
 

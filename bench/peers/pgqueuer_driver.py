@@ -18,7 +18,7 @@ import asyncpg
 from pgqueuer import AsyncpgDriver, Queries, QueueManager
 from pgqueuer.models import Job
 
-from common import Starts, emit, parse_settings, parser, produce, timed_enqueue, wait_for_stop
+from common import Starts, emit, enqueue_or_produce, parse_settings, parser, wait_for_stop
 
 ENTRYPOINT = "noop"
 WORKER_DEFAULTS = {"batch_size": "100", "max_concurrent_tasks": "0", "dequeue_timeout": "30"}
@@ -73,10 +73,7 @@ async def main(argv: list[str]) -> None:
         async def many(ids: list[int]) -> None:
             await queries.enqueue([ENTRYPOINT] * len(ids), [payload(i) for i in ids], [0] * len(ids))
 
-        if args.command == "enqueue":
-            emit(await timed_enqueue(args.n, args.batch, args.mode, single, many))
-        elif args.command == "produce":
-            emit(await produce(args.rate, args.seconds, args.out, single))
+        await enqueue_or_produce(args, single, many)
     await conn.close()
 
 

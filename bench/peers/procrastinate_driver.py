@@ -14,7 +14,7 @@ import sys
 
 from procrastinate import App, PsycopgConnector
 
-from common import Starts, emit, parse_settings, parser, produce, timed_enqueue, wait_for_stop
+from common import Starts, emit, enqueue_or_produce, parse_settings, parser, wait_for_stop
 
 WORKER_DEFAULTS = {"concurrency": "30", "fetch_job_polling_interval": "5"}
 STARTS = Starts(None)
@@ -77,10 +77,7 @@ async def main(argv: list[str]) -> None:
             async def many(ids: list[int]) -> None:
                 await noop.batch_defer_async(*[{"i": i} for i in ids])
 
-            if args.command == "enqueue":
-                emit(await timed_enqueue(args.n, args.batch, args.mode, single, many))
-            elif args.command == "produce":
-                emit(await produce(args.rate, args.seconds, args.out, single))
+            await enqueue_or_produce(args, single, many)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import sys
 
 import asyncpg
 
-from common import Starts, emit, parse_settings, parser, produce, timed_enqueue, wait_for_stop
+from common import Starts, emit, enqueue_or_produce, parse_settings, parser, wait_for_stop
 
 SCHEMA = """
 create table if not exists raw_jobs (
@@ -109,7 +109,7 @@ async def main(argv: list[str]) -> None:
         await conn.execute(SCHEMA)
         await conn.close()
         emit({"ok": True})
-    elif args.command == "enqueue":
+    elif args.command in ("enqueue", "produce"):
         conn = await asyncpg.connect(args.dsn)
 
         async def single(i: int) -> None:
@@ -118,7 +118,7 @@ async def main(argv: list[str]) -> None:
         async def many(ids: list[int]) -> None:
             await conn.execute(INSERT_MANY, [payload(i) for i in ids])
 
-        emit(await timed_enqueue(args.n, args.batch, args.mode, single, many))
+        await enqueue_or_produce(args, single, many)
         await conn.close()
     elif args.command == "load":
         conn = await asyncpg.connect(args.dsn)
@@ -127,14 +127,6 @@ async def main(argv: list[str]) -> None:
         await conn.close()
     elif args.command == "worker":
         emit(await worker(args.dsn, Starts(args.starts), parse_settings(args.set)))
-    elif args.command == "produce":
-        conn = await asyncpg.connect(args.dsn)
-
-        async def single(i: int) -> None:
-            await conn.execute(INSERT_ONE, payload(i))
-
-        emit(await produce(args.rate, args.seconds, args.out, single))
-        await conn.close()
 
 
 if __name__ == "__main__":
