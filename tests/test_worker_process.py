@@ -25,6 +25,15 @@ def stop(proc: subprocess.Popen) -> str:
     return out
 
 
+def run_to_exit(proc: subprocess.Popen, timeout: float) -> str:
+    """Let the process exit by itself within timeout (else it is killed: -9); its output."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    return stop(proc)
+
+
 async def attempts_log(queue, job_id) -> list[dict]:
     return (await queue.admin_get_job(job_id))["attempts_log"]
 
@@ -126,10 +135,7 @@ async def test_sigterm_lets_a_short_job_finish(dsn, queue, pool):
 async def test_budget_mode_handles_at_most_max_jobs_then_exits(dsn, queue, pool):
     ids = [(await queue.submit("demo", f"b{i}", {"steps": 1, "step_ms": 10}))[0] for i in range(5)]
     proc = start_worker(dsn, "--concurrency", "1", "--budget", "20s", "--reserve", "1s", "--max-jobs", "3")
-    try:
-        proc.wait(timeout=15)
-    finally:
-        out = stop(proc)
+    out = run_to_exit(proc, 15)
     assert proc.returncode == 0, out
     states = [await pool.fetchval("select state::text from jobfeed.jobs where id = $1", i) for i in ids]
     assert sorted(states) == ["completed"] * 3 + ["queued"] * 2
@@ -137,20 +143,14 @@ async def test_budget_mode_handles_at_most_max_jobs_then_exits(dsn, queue, pool)
 
 async def test_budget_mode_exits_when_nothing_is_due(dsn):
     proc = start_worker(dsn, "--budget", "30s", "--reserve", "1s")
-    try:
-        proc.wait(timeout=10)
-    finally:
-        out = stop(proc)
+    out = run_to_exit(proc, 10)
     assert proc.returncode == 0, out
 
 
 async def test_budget_end_releases_what_is_still_running(dsn, queue, pool):
     job_id, _ = await queue.submit("demo", "slow", {"steps": 100, "step_ms": 100})
     proc = start_worker(dsn, "--budget", "1500ms", "--reserve", "500ms")
-    try:
-        proc.wait(timeout=15)
-    finally:
-        out = stop(proc)
+    out = run_to_exit(proc, 15)
     assert proc.returncode == 0, out
     row = await pool.fetchrow("select state::text, attempts, last_error_code from jobfeed.jobs where id = $1", job_id)
     assert dict(row) == {"state": "queued", "attempts": 0, "last_error_code": "budget"}
