@@ -28,10 +28,11 @@ class UsageError(Exception):
 
 # ---------------------------------------------------------------- shared start-up
 
-async def prepare(settings: Settings, *, register: bool = True, runs_kinds: bool = False) -> str:
+async def prepare(settings: Settings) -> str:
     """Resolve the database (starting the embedded one if need be), bring the
-    schema up to date, register the known kinds (overwriting their settings
-    only from a process that runs them). Returns the DSN."""
+    schema up to date and load the handler modules. Returns the DSN. Each
+    command then registers the kinds with its own pool: overwriting their
+    settings only from a process that runs them."""
     dsn = await db.resolve_dsn(settings)
     conn = await db.connect(dsn, name="jobfeed-migrate")
     try:
@@ -40,12 +41,6 @@ async def prepare(settings: Settings, *, register: bool = True, runs_kinds: bool
     finally:
         await conn.close()
     tasks.load_tasks(settings.tasks)
-    if register:
-        pool = await db.create_pool(dsn, min_size=1, max_size=2)
-        try:
-            await tasks.register_kinds(Queue(pool), settings, overwrite=runs_kinds)
-        finally:
-            await pool.close()
     return dsn
 
 
@@ -105,11 +100,13 @@ async def cmd_migrate(settings: Settings, args) -> int:
 
 
 async def cmd_worker(settings: Settings, args) -> int:
-    dsn = await prepare(settings, runs_kinds=True)
+    dsn = await prepare(settings)
     pool = await db.create_pool(dsn, min_size=1, max_size=max(4, min(args.concurrency + 2, 20)),
                                 name="jobfeed-worker")
     try:
-        runner = make_runner(Queue(pool), dsn, settings, args)
+        queue = Queue(pool)
+        await tasks.register_kinds(queue, settings, overwrite=True)
+        runner = make_runner(queue, dsn, settings, args)
         on_signals(runner.stop)
         await runner.run()
     finally:
@@ -118,7 +115,7 @@ async def cmd_worker(settings: Settings, args) -> int:
 
 
 async def cmd_sweeper(settings: Settings, args) -> int:
-    dsn = await prepare(settings, register=False)
+    dsn = await prepare(settings)
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-sweeper")
     try:
         sweeper = make_sweeper(Queue(pool), settings, args)
@@ -136,7 +133,8 @@ def cmd_api(settings: Settings, args) -> int:
     import uvicorn
 
     dsn = run(prepare(settings))
-    # Worker processes of uvicorn build the app from the environment.
+    # Worker processes of uvicorn build the app from the environment (and
+    # register the kinds they know, as every API process does).
     os.environ["DATABASE_URL"] = dsn
     os.environ["JOBFEED_ADMIN_TOKEN"] = admin_token(settings)
     uvicorn.run("api.app:create_app", factory=True, host=settings.host, port=settings.port,
@@ -181,7 +179,7 @@ class _SharedLoopServer:
 
 async def cmd_up(settings: Settings, args) -> int:
     token = admin_token(settings)
-    dsn = await prepare(settings, runs_kinds=True)
+    dsn = await prepare(settings)
     settings = dataclasses.replace(settings, database_url=dsn, admin_token=token)
     from api.app import create_app
 
@@ -189,6 +187,7 @@ async def cmd_up(settings: Settings, args) -> int:
                                 name="jobfeed-up")
     try:
         queue = Queue(pool)
+        await tasks.register_kinds(queue, settings, overwrite=True)  # this process runs them
         runner = make_runner(queue, dsn, settings, args)
         sweeper = make_sweeper(queue, settings, args)
         server = _SharedLoopServer(create_app(settings), settings)
@@ -226,11 +225,12 @@ async def cmd_submit(settings: Settings, args) -> int:
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-submit")
     try:
         queue = Queue(pool)
-        job_id, created = await queue.submit(args.kind, args.target, payload, max_payload=settings.max_payload)
+        await tasks.register_kinds(queue, settings, overwrite=False)
+        job_id, created, view_text = await queue.submit_json(args.kind, args.target, payload,
+                                                             max_payload=settings.max_payload)
         if not args.follow:
             if args.json:
-                view = await queue.get_job(job_id)
-                print(json.dumps({**view, "deduplicated": not created}))
+                print(json.dumps({**json.loads(view_text), "deduplicated": not created}))
             else:
                 print(job_id)
             return 0
