@@ -4,6 +4,7 @@ nothing on bad input."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -66,3 +67,33 @@ async def test_one_notification_per_chunk_not_per_job(queue, dsn, demo_kind):
     await asyncio.sleep(0.2)
     await conn.close()
     assert len(got) == 2 and sum(len(p.split(",")) for p in got) == 300
+
+
+async def test_a_target_taken_while_the_batch_inserts_is_shared(queue, pool, dsn, demo_kind):
+    # The fast path's plain INSERT waits on the uncommitted holder of "b", then
+    # trips the unique index when it commits: the batch falls back and shares.
+    from worker import db
+    other = await db.connect(dsn)
+    tx = other.transaction()
+    await tx.start()
+    [(held, _, _)] = await other.fetch("select id, created, view from jobfeed.submit('demo', 'b')")
+    batch = asyncio.create_task(queue.submit_many("demo", [("a", None), ("b", None), ("c", None)]))
+    await asyncio.sleep(0.3)
+    assert not batch.done()  # waiting on the holder's row
+    await tx.commit()
+    await other.close()
+    answer = await asyncio.wait_for(batch, 5)
+    assert [c for _, c in answer] == [True, False, True]
+    assert answer[1][0] == held
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 3
+
+
+async def test_batch_ids_are_version_7_time_ordered_and_distinct(queue, demo_kind):
+    first = await queue.submit_many("demo", [(f"a{i}", None) for i in range(500)])
+    second = await queue.submit_many("demo", [(f"b{i}", None) for i in range(500)])
+    ids = [i for i, _ in first + second]
+    assert len(set(ids)) == 1000
+    assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
+    assert max(i for i, _ in first) < min(i for i, _ in second)
+    single, _ = await queue.submit("demo", "c")
+    assert single > max(ids)

@@ -48,6 +48,7 @@ CALLS = {
     "submission_problem": "select jobfeed.submission_problem('t', '{}', 1)",
     "clock": "select jobfeed.clock(now())",
     "uuid_v7": "select jobfeed.uuid_v7()",
+    "uuid_v7_in_batch": "select jobfeed.uuid_v7_in_batch('0', 'x', 1)",
     "finish_attempts": "select jobfeed.finish_attempts('{}', '{}', 'x', null, null, now())",
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
