@@ -252,6 +252,21 @@ async def test_claim_never_returns_more_than_asked(pool, k):
     assert await pool.fetchval("select count(*) from jobfeed.attempts") == 0
 
 
+async def test_one_claim_takes_expired_leases_first_then_queued_jobs_within_its_limit(pool):
+    await register(pool, "a", lease="1 minute")
+    await register(pool, "b", lease="1 minute")
+    stale = await submit(pool, "stale", kind="a")
+    await claim_one(pool, kinds=("a",), worker="dead")
+    later = T0 + 2 * M
+    queued_a = await submit(pool, "qa", kind="a", now=later)
+    queued_b = await submit(pool, "qb", kind="b", now=later)
+    rows = await claim(pool, 2, now=later, kinds=("a", "b"), worker="live")
+    assert [(r["id"], r["generation"]) for r in rows] == [(stale, 2), (queued_a, 1)]
+    assert (await job(pool, queued_b))["state"] == "queued"  # the limit was used up
+    assert [(a["outcome"], a["worker_id"]) for a in await log(pool, stale)] == [("lease_expired", "dead")]
+    assert [r["id"] for r in await claim(pool, 5, now=later, kinds=("a", "b"))] == [queued_b]
+
+
 async def test_claim_leaves_other_kinds_and_future_jobs_alone(pool, k):
     await register(pool, "other")
     other = await submit(pool, "o", kind="other")

@@ -17,16 +17,23 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_kind text;
     v_lease interval;
-    v_rows jobfeed.jobs[] := '{}';
-    v_batch jobfeed.jobs[];
+    v_left int := p_limit;
+    v_got int;
+    v_expired boolean;
     v_reclaimed uuid[];
 begin
     if p_limit is null or p_limit < 1 or p_kinds is null then
         return;
     end if;
-    perform jobfeed.fail_expired(p_kinds, v_now);
+    -- Expired leases are rare: one index probe decides whether to look for them
+    -- at all, which spares the common claim two statements.
+    v_expired := exists (select from jobfeed.jobs e
+                          where e.kind = any (p_kinds) and e.state = 'running' and e.lease_until < v_now);
+    if v_expired then
+        perform jobfeed.fail_expired(p_kinds, v_now);
+    end if;
     foreach v_kind in array p_kinds loop
-        exit when cardinality(v_rows) >= p_limit;
+        exit when v_left < 1;
         select coalesce(p_lease, k.lease) into v_lease from jobfeed.kinds k where k.kind = v_kind;
         v_lease := coalesce(v_lease, p_lease, interval '5 minutes');
 
@@ -35,57 +42,63 @@ begin
         -- claimed anew. Ids are picked into an array so the UPDATE finds each
         -- row by primary key: a join with the picking query is planned (LIMIT
         -- being a parameter here) as a scan of the whole table.
-        v_reclaimed := array(
-            select e.id from jobfeed.jobs e
-             where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now
-               and e.attempts < e.max_attempts
-             order by e.lease_until
-             limit p_limit - cardinality(v_rows)
-             for update skip locked);
-        if cardinality(v_reclaimed) > 0 then
-            perform jobfeed.finish_attempts(v_reclaimed, null, 'lease_expired', 'lease_expired',
-                                            'the worker stopped renewing its lease', v_now);
-            with upd as (
-                update jobfeed.jobs j
-                   set attempts = j.attempts + 1, generation = j.generation + 1,
-                       lease_until = v_now + v_lease, worker_id = p_worker, claimed_at = v_now
-                 where j.id = any (v_reclaimed)
-                returning j as r
-            )
-            select coalesce(array_agg(upd.r), '{}') into v_batch from upd;
-            v_rows := v_rows || v_batch;
+        if v_expired then
+            v_reclaimed := array(
+                select e.id from jobfeed.jobs e
+                 where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now
+                   and e.attempts < e.max_attempts
+                 order by e.lease_until
+                 limit v_left
+                 for update skip locked);
+            if cardinality(v_reclaimed) > 0 then
+                perform jobfeed.finish_attempts(v_reclaimed, null, 'lease_expired', 'lease_expired',
+                                                'the worker stopped renewing its lease', v_now);
+                return query
+                    with upd as (
+                        update jobfeed.jobs j
+                           set attempts = j.attempts + 1, generation = j.generation + 1,
+                               lease_until = v_now + v_lease, worker_id = p_worker, claimed_at = v_now
+                         where j.id = any (v_reclaimed)
+                        returning j.*
+                    ), note as (
+                        select jobfeed.notify_changed(array_agg(u.id), array_agg(u.version)) from upd u
+                    )
+                    select u.id, u.kind, u.target, u.payload, u.attempts, u.max_attempts, u.generation,
+                           u.lease_until, u.checkpoint
+                      from upd u, note;
+                get diagnostics v_got = row_count;
+                v_left := v_left - v_got;
+                continue when v_left < 1;
+            end if;
         end if;
 
-        exit when cardinality(v_rows) >= p_limit;
-        with upd as (
-            update jobfeed.jobs j
-               set state = 'running', attempts = j.attempts + 1, generation = j.generation + 1,
-                   lease_until = v_now + v_lease, worker_id = p_worker, claimed_at = v_now,
-                   started_at = coalesce(j.started_at, v_now),
-                   -- the first claim is the only one the public sees (queued -> processing)
-                   version = j.version + (j.generation = 0)::int,
-                   updated_at = case when j.generation = 0 then v_now else j.updated_at end
-             where j.id = any (array(
-                       select q.id from jobfeed.jobs q
-                        where q.kind = v_kind and q.state = 'queued' and q.run_after <= v_now
-                        order by q.run_after
-                        limit p_limit - cardinality(v_rows)
-                        for update skip locked))
-            returning j as r
-        )
-        select coalesce(array_agg(upd.r), '{}') into v_batch from upd;
-        v_rows := v_rows || v_batch;
+        -- The rows go straight to the caller (RETURN QUERY), with one NOTIFY
+        -- per chunk for the lot.
+        return query
+            with upd as (
+                update jobfeed.jobs j
+                   set state = 'running', attempts = j.attempts + 1, generation = j.generation + 1,
+                       lease_until = v_now + v_lease, worker_id = p_worker, claimed_at = v_now,
+                       started_at = coalesce(j.started_at, v_now),
+                       -- the first claim is the only one the public sees (queued -> processing)
+                       version = j.version + (j.generation = 0)::int,
+                       updated_at = case when j.generation = 0 then v_now else j.updated_at end
+                 where j.id = any (array(
+                           select q.id from jobfeed.jobs q
+                            where q.kind = v_kind and q.state = 'queued' and q.run_after <= v_now
+                            order by q.run_after
+                            limit v_left
+                            for update skip locked))
+                returning j.*
+            ), note as (
+                select jobfeed.notify_changed(array_agg(u.id), array_agg(u.version)) from upd u
+            )
+            select u.id, u.kind, u.target, u.payload, u.attempts, u.max_attempts, u.generation,
+                   u.lease_until, u.checkpoint
+              from upd u, note;
+        get diagnostics v_got = row_count;
+        v_left := v_left - v_got;
     end loop;
-
-    if cardinality(v_rows) = 0 then
-        return;
-    end if;
-    perform jobfeed.notify_changed(array(select r.id from unnest(v_rows) r),
-                                   array(select r.version from unnest(v_rows) r));
-    return query
-        select r.id, r.kind, r.target, r.payload, r.attempts, r.max_attempts, r.generation,
-               r.lease_until, r.checkpoint
-          from unnest(v_rows) r;
 end $$;
 
 -- When the next job of these kinds becomes claimable (a queued job's run_after or
