@@ -69,11 +69,18 @@ async def test_16_claimers_take_2000_jobs_exactly_once(pool, conns, k):
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'completed' and generation = 1") == 2000
 
 
+async def _wait_for(pool, pid: int, column: str, value: str, what: str) -> None:
+    for _ in range(300):
+        if await pool.fetchval(f"select {column} = $2 from pg_stat_activity where pid = $1", pid, value):
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"submit never {what}")
+
+
 async def test_submit_racing_the_job_finishing_gets_a_live_job(pool, dsn, k):
-    """Force the interleaving: submit's insert meets the live job (conflict), then
-    the job finishes before submit looks it up. Submit must not return nothing."""
-    old = await pool.fetchval("select id from jobfeed.submit('k', 't')")
-    r = (await pool.fetch("select * from jobfeed.claim(array['k'], 1, 'w')"))[0]
+    """Force the interleaving: submit's look misses the holder (not yet
+    committed), its insert then meets it (conflict), and the holder finishes
+    before submit looks again. Submit must not return nothing."""
     # Pause submit right after an insert that inserted nothing (test-only trigger).
     await pool.execute("""
         create function public.pause_after_conflict() returns trigger language plpgsql as $$
@@ -86,21 +93,24 @@ async def test_submit_racing_the_job_finishing_gets_a_live_job(pool, dsn, k):
         create trigger pause after insert on jobfeed.jobs referencing new table as inserted
             for each statement execute function public.pause_after_conflict();
     """)
+    holder = await db.connect(dsn)
     submitter = await db.connect(dsn)
     try:
+        tx = holder.transaction()
+        await tx.start()
+        old = await holder.fetchval("select id from jobfeed.submit('k', 't')")
         await submitter.execute("set test.pause = 'on'")
         pid = submitter.get_server_pid()
         task = asyncio.create_task(submitter.fetchrow("select * from jobfeed.submit('k', 't')"))
-        for _ in range(200):
-            if await pool.fetchval("select wait_event = 'PgSleep' from pg_stat_activity where pid = $1", pid):
-                break
-            await asyncio.sleep(0.01)
-        else:
-            pytest.fail("submit never reached the pause")
+        await _wait_for(pool, pid, "wait_event_type", "Lock", "waited for the uncommitted holder")
+        await tx.commit()
+        await _wait_for(pool, pid, "wait_event", "PgSleep", "reached the pause")
+        r = (await pool.fetch("select * from jobfeed.claim(array['k'], 1, 'w')"))[0]
         assert await pool.fetchval("select jobfeed.complete($1, $2, null)", old, r["generation"]) is True
         got = await asyncio.wait_for(task, 5)
     finally:
         await submitter.close()
+        await holder.close()
     assert got["id"] is not None and got["id"] != old and got["created"] is True
     assert await pool.fetchval("select state from jobfeed.jobs where id = $1", got["id"]) == "queued"
 
