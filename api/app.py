@@ -21,6 +21,7 @@ from worker.queue import Queue
 from worker.settings import Settings
 
 from . import admin, health, jobs, openapi, ui
+from .batching import SubmitBatcher
 from .config import ApiConfig
 from .errors import EXCEPTION_HANDLERS
 from .feed import Feed
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
         svc.pool = await db.create_pool(dsn, name="jobfeed-api")
         try:
             svc.queue = Queue(svc.pool)
+            svc.batcher = SubmitBatcher(svc.queue, max_payload=settings.max_payload, max_batch=config.submit_batch)
             await tasks.register_kinds(svc.queue, settings, overwrite=False)
             svc.feed = Feed(dsn, svc.queue, batch=config.feed_batch, health_interval=config.listener_health)
             await svc.feed.start()
@@ -83,15 +85,15 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
         finally:
             await svc.pool.close()
 
+    middleware = [Middleware(svc.metrics.middleware)]
+    if settings.cors_origins:  # none allowed: no layer to pass through on every request
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                                     allow_methods=["GET", "POST", "DELETE"],
+                                     allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+                                     expose_headers=["Location"]))
     app = Starlette(
         routes=routes(),
-        middleware=[
-            Middleware(svc.metrics.middleware),
-            Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
-                       allow_methods=["GET", "POST", "DELETE"],
-                       allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
-                       expose_headers=["Location"]),
-        ],
+        middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from worker.settings import parse_duration
+from worker.settings import parse_duration, parse_positive_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,6 +16,7 @@ class ApiConfig:
     feed_batch: float = 0.01        # collect notifications this long, then re-read them in one query
     listener_health: float = 10.0   # how often an idle LISTEN connection is checked
     session_lifetime: float = 12 * 3600  # the admin session cookie's lifetime
+    submit_batch: int = 256         # most submissions written in one statement (1: each alone)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "ApiConfig":
@@ -27,5 +28,7 @@ class ApiConfig:
                            ("JOBFEED_SESSION_LIFETIME", "session_lifetime")):
             if env.get(key):
                 values[field] = parse_duration(env[key], key)
+        if env.get("JOBFEED_SUBMIT_BATCH"):
+            values["submit_batch"] = parse_positive_int(env["JOBFEED_SUBMIT_BATCH"], "JOBFEED_SUBMIT_BATCH")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

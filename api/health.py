@@ -36,5 +36,5 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     svc = services(request)
-    text = svc.metrics.render(await svc.queue.stats(), svc.feed)
+    text = svc.metrics.render(await svc.queue.stats(), svc.feed, svc.batcher)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

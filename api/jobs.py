@@ -61,8 +61,7 @@ async def submit(request: Request) -> Response:
     auth.require_api_token(request, svc.settings.api_token)
     kind, target, payload = _check_submission(await read_json(request, svc.body_limit))
     try:
-        job_id, created, text = await svc.queue.submit_json(kind, target, payload,
-                                                            max_payload=svc.settings.max_payload)
+        job_id, created, text = await svc.batcher.submit(kind, target, payload)
     except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
         # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
         raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None

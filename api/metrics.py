@@ -42,7 +42,7 @@ class Metrics:
             await app(scope, receive, sending)
         return counted
 
-    def render(self, stats: dict, feed) -> str:
+    def render(self, stats: dict, feed, batcher) -> str:
         out: list[str] = []
 
         def family(name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
@@ -73,6 +73,11 @@ class Metrics:
                [({}, feed.rereads)])
         family("jobfeed_feed_connects_total", "counter", "(Re)connects of the feed's listener.",
                [({}, feed.reconnects)])
+        family("jobfeed_submit_statements_total", "counter",
+               "Statements that wrote POST /api/jobs submissions (several per statement under load).",
+               [({}, batcher.batches)])
+        family("jobfeed_submit_items_total", "counter", "Submissions written by those statements.",
+               [({}, batcher.items)])
         return "\n".join(out) + "\n"
 
 

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from worker.queue import Queue
 from worker.settings import Settings
 
+from .batching import SubmitBatcher
 from .config import ApiConfig
 from .feed import Feed
 from .metrics import Metrics
@@ -23,6 +24,7 @@ class Services:
     pool: asyncpg.Pool | None = None
     queue: Queue | None = None
     feed: Feed | None = None
+    batcher: SubmitBatcher | None = None
 
     @property
     def body_limit(self) -> int:

@@ -13,6 +13,9 @@ select id, created, view::text from jobfeed.submit($1, $2, $3::jsonb, $4, $5);
 -- name: submit_many
 select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
 
+-- name: submit_many_views
+select id, created, view::text from jobfeed.submit_many_views($1, $2, $3::jsonb[], $4);
+
 -- name: get_job
 select jobfeed.get_job($1)::text;
 

@@ -123,3 +123,12 @@ async def test_cors_allows_configured_origins_only(dsn):
         assert simple.headers["access-control-allow-origin"] == "https://app.example"
         other = await client.get("/api/kinds", headers={"origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+
+
+async def test_without_configured_origins_no_cross_origin_access(dsn, demo_kind):
+    async with asgi_client(create_app(make_settings(dsn), FAST)) as client:
+        preflight = await client.options("/api/jobs", headers={
+            "origin": "https://app.example", "access-control-request-method": "POST"})
+        assert preflight.status_code == 405 and "access-control-allow-origin" not in preflight.headers
+        simple = await client.get("/api/kinds", headers={"origin": "https://app.example"})
+        assert simple.status_code == 200 and "access-control-allow-origin" not in simple.headers

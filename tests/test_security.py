@@ -19,6 +19,7 @@ CALLS = {
     "list_kinds": "select * from jobfeed.list_kinds()",
     "submit": "select * from jobfeed.submit('k', gen_random_uuid()::text)",
     "submit_many": "select * from jobfeed.submit_many('k', array[gen_random_uuid()::text])",
+    "submit_many_views": "select * from jobfeed.submit_many_views('k', array[gen_random_uuid()::text], null)",
     "get_job": "select jobfeed.get_job(gen_random_uuid())",
     "get_jobs": "select * from jobfeed.get_jobs(array[gen_random_uuid()])",
     "admin_get_job": "select jobfeed.admin_get_job(gen_random_uuid())",
@@ -56,7 +57,7 @@ CALLS = {
 }
 
 ALLOWED = {
-    "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "get_job", "get_jobs", "admin_get_job",
+    "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
                     "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",

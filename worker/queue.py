@@ -109,6 +109,15 @@ class Queue:
         rows = await self._fetch("submit_many", kind, targets, payloads, run_after, max_payload)
         return [(r["id"], r["created"]) for r in rows]
 
+    async def submit_many_json(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
+                               max_payload: int = 65536) -> list[tuple[uuid.UUID, bool, str]]:
+        """submit_many(), also answering each job's public view as JSON text."""
+        if not items:
+            return []
+        payloads = [json.dumps(p if p is not None else {}) for _, p in items]
+        rows = await self._fetch("submit_many_views", kind, [t for t, _ in items], payloads, max_payload)
+        return [(r["id"], r["created"], r["view"]) for r in rows]
+
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""
         return await self._fetchval("get_job", job_id)

@@ -173,3 +173,26 @@ begin
     end if;
     return query select a.n::int, a.id, a.created from unnest(v_ids, v_created) with ordinality a(id, created, n);
 end $$;
+
+-- submit_many answering each job's public view too: the API's group commit
+-- answers every waiting POST /api/jobs of a batch from one call. (Two
+-- statements: the second must see the rows the first made.)
+create or replace function jobfeed.submit_many_views(
+    p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536)
+returns table (n int, id uuid, created boolean, view jsonb)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_ids uuid[];
+    v_created boolean[];
+begin
+    select array_agg(s.id order by s.n), array_agg(s.created order by s.n) into v_ids, v_created
+      from jobfeed.submit_many(p_kind, p_targets, p_payloads, null, p_max_payload) s;
+    -- the jobs found by primary key (= any): a plain join is planned as a scan of the whole table
+    return query
+        select a.n::int, a.id, a.created, jobfeed.public_view(j)
+          from jobfeed.jobs j
+          join unnest(v_ids, v_created) with ordinality a(id, created, n) on a.id = j.id
+         where j.id = any (v_ids)
+         order by a.n;
+end $$;

@@ -11,6 +11,7 @@ to jobfeed_api, jobfeed_worker;
 grant execute on function
     jobfeed.submit(text, text, jsonb, timestamptz, int, timestamptz),
     jobfeed.submit_many(text, text[], jsonb[], timestamptz, int, timestamptz),
+    jobfeed.submit_many_views(text, text[], jsonb[], int),
     jobfeed.get_job(uuid),
     jobfeed.get_jobs(uuid[]),
     jobfeed.admin_get_job(uuid),

@@ -1,0 +1,130 @@
+"""Group commit for POST /api/jobs.
+
+Each submission is a durable commit: alone, a request pays a round trip, a
+function call and a WAL flush of its own, and PostgreSQL's CPU per request is
+what limits how many a process answers. Submissions that arrive while earlier
+ones are being written wait in `pending`; the next flush writes them all with
+one `submit_many_views` per kind (one statement, one commit) and answers each
+request from its row. A request that finds nothing in flight is written at the
+next turn of the event loop, so a lone request waits no longer than before.
+
+Nothing about a submission changes: the answer is sent only after its commit,
+dedupe works across and within batches (the first of two requests for one
+target creates the job, the second shares it), and one bad item does not cost
+its neighbours: the batch is refused as a whole, then each of its items is
+submitted alone and gets its own answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import asyncpg
+
+from worker.queue import Queue, QueueError
+
+Answer = tuple[uuid.UUID, bool, str]  # (job id, created, public view as JSON text)
+
+
+@dataclasses.dataclass
+class _Item:
+    kind: str
+    target: str
+    payload: dict
+    answer: asyncio.Future
+
+
+class SubmitBatcher:
+    def __init__(self, queue: Queue, *, max_payload: int, max_batch: int = 256, max_flushes: int = 4):
+        self.queue = queue
+        self.max_payload = max_payload
+        self.max_batch = max(1, max_batch)
+        self.max_flushes = max(1, max_flushes)  # statements in flight at once (pool connections)
+        self._pending: list[_Item] = []
+        self._flushing = 0
+        self._scheduled = False
+        self._tasks: set[asyncio.Task] = set()
+        self.batches = 0  # statements written (for /metrics)
+        self.items = 0
+
+    async def submit(self, kind: str, target: str, payload: dict) -> Answer:
+        item = _Item(kind, target, payload, asyncio.get_running_loop().create_future())
+        self._pending.append(item)
+        self._schedule()
+        return await item.answer
+
+    def _schedule(self) -> None:
+        if self._pending and not self._scheduled and self._flushing < self.max_flushes:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._start_flushes)
+
+    def _start_flushes(self) -> None:
+        self._scheduled = False
+        while self._pending and self._flushing < self.max_flushes:
+            batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
+            self._flushing += 1
+            task = asyncio.create_task(self._flush(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, batch: list[_Item]) -> None:
+        try:
+            by_kind: dict[str, list[_Item]] = {}
+            for item in batch:
+                by_kind.setdefault(item.kind, []).append(item)
+            for kind, items in by_kind.items():
+                await self._write(kind, items)
+        finally:
+            self._flushing -= 1
+            self._schedule()
+
+    async def _write(self, kind: str, items: list[_Item]) -> None:
+        self.batches += 1
+        self.items += len(items)
+        if len(items) == 1:
+            await self._alone(items[0])
+            return
+        try:
+            answers = await self.queue.submit_many_json(
+                kind, [(i.target, i.payload) for i in items], max_payload=self.max_payload)
+        except QueueError as exc:
+            if exc.code == "unknown_kind":  # true of every item alike
+                for item in items:
+                    _settle(item.answer, exc=exc)
+                return
+            await asyncio.gather(*(self._alone(i) for i in items))  # one item's fault: each on its own
+        except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
+            await asyncio.gather(*(self._alone(i) for i in items))  # e.g. "\u0000" in one payload
+        except asyncio.CancelledError:  # shutting down
+            for item in items:
+                item.answer.cancel()
+            raise
+        except Exception as exc:  # the database is away: every request hears so
+            for item in items:
+                _settle(item.answer, exc=exc)
+        else:
+            if len(answers) != len(items):  # a job gone already (swept): ask one by one
+                await asyncio.gather(*(self._alone(i) for i in items))
+                return
+            for item, answer in zip(items, answers):
+                _settle(item.answer, answer)
+
+    async def _alone(self, item: _Item) -> None:
+        try:
+            answer = await self.queue.submit_json(item.kind, item.target, item.payload,
+                                                  max_payload=self.max_payload)
+        except Exception as exc:
+            _settle(item.answer, exc=exc)
+        else:
+            _settle(item.answer, answer)
+
+
+def _settle(future: asyncio.Future, answer: Answer | None = None, *, exc: BaseException | None = None) -> None:
+    if future.done():  # its request went away (the client hung up)
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(answer)
