@@ -23,6 +23,10 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every request (json.loads with an option builds a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
 async def read_json(request: Request, limit: int) -> Any:
     declared = request.headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > limit:
@@ -35,6 +39,7 @@ async def read_json(request: Request, limit: int) -> Any:
             raise _too_large(limit)
         chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks), parse_constant=_no_constants)
+        data = b"".join(chunks)
+        return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))  # as json.loads does
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {str(exc)[:200]}") from None
