@@ -97,3 +97,18 @@ async def test_batch_ids_are_version_7_time_ordered_and_distinct(queue, demo_kin
     assert max(i for i, _ in first) < min(i for i, _ in second)
     single, _ = await queue.submit("demo", "c")
     assert single > max(ids)
+
+
+async def test_a_resent_batch_shares_every_job_and_notifies_nothing(queue, pool, dsn, demo_kind):
+    from worker import db
+    items = [(f"r{i}", {"i": i}) for i in range(50)] + [("r7", None)]
+    first = await queue.submit_many("demo", items)
+    got: list[str] = []
+    conn = await db.connect(dsn)
+    await conn.add_listener("jobfeed_changed", lambda *a: got.append(a[3]))
+    again = await queue.submit_many("demo", items)
+    await asyncio.sleep(0.2)
+    await conn.close()
+    assert [i for i, _ in again] == [i for i, _ in first] and not any(c for _, c in again)
+    assert first[-1] == (first[7][0], False)  # the repeat within the first batch shared too
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 50 and got == []

@@ -87,6 +87,7 @@ declare
     v_ids uuid[];
     v_created boolean[];
     v_made uuid[];
+    v_held uuid[];
     v_id_prefix text := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
     v_id_seed text := gen_random_uuid()::text;
 begin
@@ -114,13 +115,25 @@ begin
     v_new_ids := '{}';
     v_new_targets := '{}';
 
-    -- Fast path, for a batch of new work (no target held, none repeated): a plain
-    -- INSERT, sparing ON CONFLICT's speculative insertion (a quarter of the
-    -- insert's cost). A concurrent submitter taking one of the targets meanwhile
-    -- trips the unique index; the general path below then takes over.
-    if not exists (select from jobfeed.jobs j
-                    where j.kind = p_kind and j.target = any (p_targets) and j.state in ('queued', 'running'))
-       and (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then
+    -- Look first, as submit does. Is any target held? (One index scan for the lot.)
+    if exists (select from jobfeed.jobs j
+                where j.kind = p_kind and j.target = any (p_targets) and j.state in ('queued', 'running')) then
+        -- Who holds each: an index probe per item, as a scalar sub-select (a join
+        -- may be planned, with stale statistics, as a scan of every unfinished
+        -- job per item). All held (a re-sent batch, a burst of duplicates): share.
+        v_held := array(select (select j.id from jobfeed.jobs j
+                                 where j.kind = p_kind and j.target = t.target and j.state in ('queued', 'running'))
+                          from unnest(p_targets) with ordinality t(target, n)
+                         order by t.n);
+        if array_position(v_held, null) is null then
+            v_ids := v_held;
+            v_created := array_fill(false, array[cardinality(p_targets)]);
+        end if;
+    elsif (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then
+        -- None held, none repeated (new work): a plain INSERT, sparing ON
+        -- CONFLICT's speculative insertion (a quarter of the insert's cost). A
+        -- concurrent submitter taking one of the targets meanwhile trips the
+        -- unique index; the general path below then takes over.
         begin
             insert into jobfeed.jobs (id, kind, target, payload, max_attempts, run_after, created_at, updated_at)
             select v_made[t.n], p_kind, t.target, coalesce(t.payload, '{}'), v_max,
@@ -150,16 +163,15 @@ begin
         select v_new_ids || coalesce(array_agg(ins.id), '{}'), v_new_targets || coalesce(array_agg(ins.target), '{}')
           into v_new_ids, v_new_targets from ins;
         -- Each target's job: the one we made (hash-joined), else the unfinished
-        -- one that holds it (found by the dedupe index).
+        -- one that holds it (a probe of the dedupe index, as above).
         select array_agg(r.id order by r.n), array_agg(r.created order by r.n) into v_ids, v_created
-          from (select t.n, coalesce(i.id, e.id) as id,
+          from (select t.n,
+                       coalesce(i.id, (select j.id from jobfeed.jobs j
+                                        where j.kind = p_kind and j.target = t.target
+                                          and j.state in ('queued', 'running'))) as id,
                        i.id is not null and t.n = min(t.n) over (partition by t.target) as created
                   from unnest(p_targets) with ordinality t(target, n)
-                  left join unnest(v_new_targets, v_new_ids) as i(target, id) on i.target = t.target
-                  left join lateral (
-                      select j.id from jobfeed.jobs j
-                       where i.id is null and j.kind = p_kind and j.target = t.target
-                         and j.state in ('queued', 'running')) e on true) r;
+                  left join unnest(v_new_targets, v_new_ids) as i(target, id) on i.target = t.target) r;
         if array_position(v_ids, null) is not null then
             -- A job holding one of our targets finished between insert and look-up: again, for those.
             v_pending := array(select t.target from unnest(p_targets, v_ids) t(target, id) where t.id is null);
@@ -188,11 +200,10 @@ declare
 begin
     select array_agg(s.id order by s.n), array_agg(s.created order by s.n) into v_ids, v_created
       from jobfeed.submit_many(p_kind, p_targets, p_payloads, null, p_max_payload) s;
-    -- the jobs found by primary key (= any): a plain join is planned as a scan of the whole table
+    -- Each job by primary key, as a scalar sub-select: a join, or = any (v_ids)
+    -- once the plan is cached, may be planned as a scan of the whole table.
     return query
-        select a.n::int, a.id, a.created, jobfeed.public_view(j)
-          from jobfeed.jobs j
-          join unnest(v_ids, v_created) with ordinality a(id, created, n) on a.id = j.id
-         where j.id = any (v_ids)
+        select a.n::int, a.id, a.created, (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = a.id)
+          from unnest(v_ids, v_created) with ordinality a(id, created, n)
          order by a.n;
 end $$;
