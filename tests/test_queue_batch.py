@@ -112,3 +112,13 @@ async def test_a_resent_batch_shares_every_job_and_notifies_nothing(queue, pool,
     assert [i for i, _ in again] == [i for i, _ in first] and not any(c for _, c in again)
     assert first[-1] == (first[7][0], False)  # the repeat within the first batch shared too
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 50 and got == []
+
+
+async def test_null_or_empty_batches(pool, demo_kind):
+    async with pool.acquire() as conn:
+        await conn.execute("set statement_timeout = '5s'")
+        with pytest.raises(Exception) as caught:
+            await conn.fetch("select * from jobfeed.submit_many('demo', null)")
+        assert "targets are required" in str(caught.value)
+        assert await conn.fetch("select * from jobfeed.submit_many('demo', '{}')") == []
+        await conn.execute("reset statement_timeout")

@@ -95,6 +95,9 @@ begin
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
     end if;
+    if p_targets is null then
+        perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
+    end if;
     if p_payloads is not null and cardinality(p_payloads) <> cardinality(p_targets) then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets and payloads differ in number');
     end if;
