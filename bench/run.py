@@ -42,11 +42,13 @@ class Sizes:
     depth_deep: int = 1_000_000
     depth_future: int = 100_000
     depth_drain: int = 10_000
+    trials: int = 3  # enqueue, drain, latency: interleaved trials per system; the median one counts
 
 
 QUICK = Sizes(enqueue_n=300, enqueue_batch=100, drain_n=500, latency_rate=50, latency_seconds=1,
               http_seconds=1, http_connections=4, http_dup_targets=10, sse_watchers=60, sse_hot=10,
-              sse_jobs=10, sse_rounds=2, depth_base=500, depth_deep=2_000, depth_future=1_000, depth_drain=500)
+              sse_jobs=10, sse_rounds=2, depth_base=500, depth_deep=2_000, depth_future=1_000, depth_drain=500,
+              trials=1)
 
 
 def environment(systems: list[System]) -> dict:
@@ -88,11 +90,9 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
         result["environment"]["postgres"] = await server.version()
         q = result["scenarios"]
 
-        async def attempt(scenario: str, key: str | None, coro) -> None:
-            """Run one measurement; store it at scenarios[scenario][key] (or
-            scenarios[scenario] when key is None). A failure is recorded, not raised."""
+        async def measure(label: str, coro) -> dict:
+            """Run one measurement. A failure is recorded, not raised."""
             t0 = time.monotonic()
-            label = f"{scenario}: {key}" if key else scenario
             log.info("%s ...", label)
             try:
                 value = await coro
@@ -100,34 +100,42 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
             except Exception as exc:
                 value = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
                 log.error("%s failed: %s", label, traceback.format_exc())
-            if key is None:
-                q[scenario] = value
-            else:
-                q.setdefault(scenario, {})[key] = value
+            return value
+
+        async def attempt(scenario: str, coro) -> None:
+            q[scenario] = await measure(scenario, coro)
+
+        async def trials(scenario: str, run_one) -> None:
+            """Trials of every system, interleaved (round 1: each system, round 2: ...),
+            so a slow spell of the machine falls on all of them alike."""
+            got: dict[str, list[dict]] = {s.name: [] for s in usable}
+            for i in range(max(sizes.trials, 1)):
+                for s in usable:
+                    if i == 0 or s.repeat:
+                        label = f"{scenario}: {s.name}" + (f" (trial {i + 1})" if sizes.trials > 1 else "")
+                        got[s.name].append(await measure(label, run_one(s)))
+            q[scenario] = {name: median_trial(scenario, values) for name, values in got.items()}
 
         for scenario in scenarios:
             if scenario == "enqueue":
-                for s in usable:
-                    await attempt(scenario, s.name,
-                                  queue_scenarios.enqueue(server, s, sizes.enqueue_n, sizes.enqueue_batch))
+                await trials(scenario, lambda s: queue_scenarios.enqueue(
+                    server, s, sizes.enqueue_n, sizes.enqueue_batch))
             elif scenario == "drain":
-                for s in usable:
-                    await attempt(scenario, s.name,
-                                  queue_scenarios.drain(server, s, sizes.drain_n, settings_for(s)))
+                await trials(scenario, lambda s: queue_scenarios.drain(
+                    server, s, sizes.drain_n, settings_for(s)))
             elif scenario == "latency":
-                for s in usable:
-                    await attempt(scenario, s.name, queue_scenarios.latency(
-                        server, s, sizes.latency_rate, sizes.latency_seconds, settings_for(s)))
+                await trials(scenario, lambda s: queue_scenarios.latency(
+                    server, s, sizes.latency_rate, sizes.latency_seconds, settings_for(s)))
             elif scenario == "http":
-                await attempt(scenario, None, web_scenarios.http(
+                await attempt(scenario, web_scenarios.http(
                     server, seconds=sizes.http_seconds, connections=sizes.http_connections,
                     dup_targets=sizes.http_dup_targets))
             elif scenario == "sse":
-                await attempt(scenario, None, web_scenarios.sse(
+                await attempt(scenario, web_scenarios.sse(
                     server, watchers=sizes.sse_watchers, hot=sizes.sse_hot, jobs=sizes.sse_jobs,
                     rounds=sizes.sse_rounds))
             elif scenario == "depth":
-                await attempt(scenario, None, queue_scenarios.depth(
+                await attempt(scenario, queue_scenarios.depth(
                     server, base=sizes.depth_base, deep=sizes.depth_deep, future=sizes.depth_future,
                     drain_n=sizes.depth_drain, settings=jobfeed_settings))
     result["seconds"] = time.monotonic() - started
@@ -135,6 +143,32 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
     result["targets"] = report.targets(result)
     result["ok"] = all_ok(result)
     return result
+
+
+# What orders a scenario's trials: the median trial is reported whole (its figures
+# stay from one measurement), the others are kept in "trials".
+MEDIAN_OF = {"drain": ("rate",), "latency": ("p50_ms",)}
+
+
+def median_trial(scenario: str, values: list[dict]) -> dict:
+    if scenario == "enqueue":  # single and batch are separate measurements
+        out = {mode: _median([v.get(mode, v) for v in values], ("rate",)) for mode in ("single", "batch")}
+        out["ok"] = all(v.get("ok", True) for v in values) and all(m.get("ok", True) for m in out.values())
+        return out
+    return _median(values, MEDIAN_OF[scenario])
+
+
+def _median(values: list[dict], key: tuple[str, ...]) -> dict:
+    def metric(v):
+        for k in key:
+            v = v.get(k) if isinstance(v, dict) else None
+        return v
+    ranked = sorted((v for v in values if metric(v) is not None), key=metric)
+    chosen = dict(ranked[(len(ranked) - 1) // 2] if ranked else values[0])
+    chosen["ok"] = all(v.get("ok", True) for v in values)  # a wrong count in any trial fails the run
+    if len(values) > 1:
+        chosen["trials"] = [metric(v) for v in values]
+    return chosen
 
 
 def _brief(value) -> str:

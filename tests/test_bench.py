@@ -96,3 +96,19 @@ def test_peer_drivers_run_and_count_right(tmp_path):
                     "(a full `python -m bench` makes them; tests never install from the network)")
     result = run_bench(tmp_path, "--systems", ",".join(peers), "--only", "enqueue,drain,latency")
     check_queue_scenarios(result["scenarios"], peers)
+
+
+def test_the_median_trial_counts_whole_and_any_wrong_count_fails():
+    from bench.run import median_trial
+    drains = [{"rate": 30.0, "ok": True, "seconds": 1}, {"rate": 10.0, "ok": True, "seconds": 3},
+              {"rate": 20.0, "ok": True, "seconds": 2}]
+    chosen = median_trial("drain", drains)
+    assert (chosen["rate"], chosen["seconds"], chosen["ok"], chosen["trials"]) == (20.0, 2, True, [30.0, 10.0, 20.0])
+    drains[0]["ok"] = False
+    assert median_trial("drain", drains)["ok"] is False
+    enqueues = [{"single": {"rate": s, "ok": True}, "batch": {"rate": b, "ok": True}, "ok": True}
+                for s, b in ((1.0, 9.0), (3.0, 7.0), (2.0, 8.0))]
+    chosen = median_trial("enqueue", enqueues)
+    assert (chosen["single"]["rate"], chosen["batch"]["rate"], chosen["ok"]) == (2.0, 8.0, True)
+    failed = median_trial("enqueue", enqueues + [{"ok": False, "error": "boom"}])
+    assert failed["ok"] is False and failed["single"]["rate"] == 2.0
