@@ -323,3 +323,19 @@ async def test_target_limit_is_bytes_inclusive(pool, queue, k):
     with pytest.raises(QueueError) as e:
         await queue.submit("k", "t", {"x": "y" * 100}, max_payload=50)
     assert e.value.code == "payload_too_large"
+
+
+async def test_completion_logs_the_attempt_it_ends(pool, k):
+    jid = await submit(pool, "logged")
+    r1 = await claim_one(pool, worker="w1")
+    assert await fail_transient(pool, r1, now=T0 + S) is True
+    r2 = await claim_one(pool, now=T0 + 2 * M, worker="w2")
+    done = T0 + 3 * M
+    assert await pool.fetchval("select cardinality(jobfeed.complete_many(array[$1::uuid], array[$2::int], "
+                               "array['{\"ok\": 1}'::jsonb], $3))", jid, r2["generation"], done) == 1
+    # a second, stale completion of the same attempt changes nothing
+    assert await pool.fetchval("select cardinality(jobfeed.complete_many(array[$1::uuid], array[$2::int], "
+                               "array['{}'::jsonb], $3))", jid, r2["generation"], done + S) == 0
+    rows = [(a["generation"], a["attempt"], a["worker_id"], a["started_at"], a["finished_at"], a["outcome"])
+            for a in await log(pool, jid)]
+    assert rows == [(1, 1, "w1", T0, T0 + S, "transient"), (2, 2, "w2", T0 + 2 * M, done, "completed")]

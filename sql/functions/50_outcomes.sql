@@ -88,7 +88,6 @@ returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_t
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
-    v_gens int[];
     v_vers bigint[];
 begin
     with upd as (
@@ -97,14 +96,18 @@ begin
                updated_at = v_now, version = j.version + 1
           from unnest(p_ids, p_generations, p_results) as t(id, generation, result)
          where j.id = t.id and j.generation = t.generation and j.state::text = 'running'
-        returning j.id, j.generation, j.version
+        returning j.id, j.generation, j.version, j.attempts, j.worker_id, j.claimed_at
+    ), logged as (
+        -- finish_attempts' row, written from the UPDATE's own rows: this is the
+        -- drain's hot path, and reading the jobs again cost a tenth of it.
+        insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at, finished_at, outcome)
+        select upd.id, upd.generation, upd.attempts, upd.worker_id, upd.claimed_at, v_now, 'completed' from upd
+        on conflict (job_id, generation) do nothing
     )
-    select array_agg(upd.id), array_agg(upd.generation), array_agg(upd.version)
-      into v_ids, v_gens, v_vers from upd;
+    select array_agg(upd.id), array_agg(upd.version) into v_ids, v_vers from upd;
     if v_ids is null then
         return '{}';
     end if;
-    perform jobfeed.finish_attempts(v_ids, v_gens, 'completed', null, null, v_now);
     perform jobfeed.notify_changed(v_ids, v_vers);
     return v_ids;
 end $$;
