@@ -122,3 +122,32 @@ async def test_null_or_empty_batches(pool, demo_kind):
         assert "targets are required" in str(caught.value)
         assert await conn.fetch("select * from jobfeed.submit_many('demo', '{}')") == []
         await conn.execute("reset statement_timeout")
+
+
+async def test_submitting_on_a_connection_joins_its_transaction(dsn, pool, demo_kind):
+    """The outbox pattern: jobs submitted in the caller's transaction exist, and
+    wake workers, only when it commits."""
+    from queue_sql import Listen
+    from worker import db
+    from worker.queue import Queue
+    listen = await Listen.open(dsn)
+    conn = await db.connect(dsn)
+    queue = Queue(conn)
+    try:
+        async with conn.transaction():
+            kept, _ = await queue.submit("demo", "kept")
+            await queue.submit_many("demo", [("kept-2", None)])
+            assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+            assert await listen.take() == []
+        assert await pool.fetchval("select count(*) from jobfeed.jobs") == 2
+        assert ("jobfeed_due", "demo") in await listen.take()
+
+        tx = conn.transaction()
+        await tx.start()
+        await queue.submit("demo", "dropped")
+        await tx.rollback()
+        assert await pool.fetchval("select target from jobfeed.jobs where target = 'dropped'") is None
+        assert await listen.take() == []
+    finally:
+        await conn.close()
+        await listen.conn.close()

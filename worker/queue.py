@@ -54,8 +54,14 @@ class Job:
 
 
 class Queue:
-    def __init__(self, pool: asyncpg.Pool):
-        self.pool = pool
+    """The queue's functions, called on a pool, or on one connection: then each
+    call runs on it, inside its transaction if one is open. Submitting in the
+    transaction that writes your own data is the outbox pattern: the job exists
+    (and its NOTIFY goes out) exactly when your data commits, and not at all if
+    it rolls back. A refused call (QueueError) aborts that transaction."""
+
+    def __init__(self, pool: asyncpg.Pool | asyncpg.Connection):
+        self.pool = pool  # anything with fetch/fetchval: a Pool or a Connection
 
     async def _fetch(self, name: str, *args) -> list[asyncpg.Record]:
         try:

@@ -109,9 +109,10 @@ async def main(argv: list[str]) -> None:
         emit({"n": args.n, "committed_at": await conn.fetchval("select extract(epoch from clock_timestamp())::float8")})
         await conn.close()
     else:
-        # One connection: sequential awaits, as a web request handler would do.
-        pool = await db.create_pool(args.dsn, min_size=1, max_size=1, name="bench-enqueue")
-        queue = Queue(pool)
+        # One connection, held, as the raw driver holds its own (a Queue takes a pool
+        # or a connection): sequential awaits.
+        conn = await db.connect(args.dsn, name="bench-enqueue")
+        queue = Queue(conn)
 
         async def single(i: int) -> None:
             await queue.submit(KIND, target(i), {"i": i})
@@ -120,7 +121,7 @@ async def main(argv: list[str]) -> None:
             await queue.submit_many(KIND, [(target(i), {"i": i}) for i in ids])
 
         await enqueue_or_produce(args, single, many)
-        await pool.close()
+        await conn.close()
 
 
 if __name__ == "__main__":
