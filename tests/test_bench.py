@@ -73,8 +73,9 @@ def test_every_scenario_runs_and_counts_right(tmp_path):
     depth = q["depth"]
     assert depth["base"]["due"] == QUICK.depth_base and depth["deep"]["due"] == QUICK.depth_deep
     assert depth["future"]["future"] == QUICK.depth_future
-    for case in depth.values():
+    for case in (depth["base"], depth["deep"], depth["future"]):
         assert case["completed_in_db"] >= QUICK.depth_drain and case["rate"] > 0, case
+    assert depth["ok"]
 
     # Every target has its figure, except the one that needs pgqueuer.
     verdicts = {t["target"]: t["verdict"] for t in result["targets"]}
