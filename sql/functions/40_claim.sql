@@ -39,9 +39,12 @@ begin
 
         -- Expired leases first: those jobs have waited longest. Their last
         -- attempt is logged (the row still says who ran it), then they are
-        -- claimed anew. Ids are picked into an array so the UPDATE finds each
-        -- row by primary key: a join with the picking query is planned (LIMIT
-        -- being a parameter here) as a scan of the whole table.
+        -- claimed anew with the due queued jobs, in one UPDATE (for a reclaimed
+        -- job it leaves state, start, version and updated_at as they are). Ids
+        -- are picked into an array so the UPDATE finds each row by primary key:
+        -- a join with the picking query is planned (LIMIT being a parameter
+        -- here) as a scan of the whole table.
+        v_reclaimed := '{}';
         if v_expired then
             v_reclaimed := array(
                 select e.id from jobfeed.jobs e
@@ -53,22 +56,6 @@ begin
             if cardinality(v_reclaimed) > 0 then
                 perform jobfeed.finish_attempts(v_reclaimed, null, 'lease_expired', 'lease_expired',
                                                 'the worker stopped renewing its lease', v_now);
-                return query
-                    with upd as (
-                        update jobfeed.jobs j
-                           set attempts = j.attempts + 1, generation = j.generation + 1,
-                               lease_until = v_now + v_lease, worker_id = p_worker, claimed_at = v_now
-                         where j.id = any (v_reclaimed)
-                        returning j.*
-                    ), note as (
-                        select jobfeed.notify_changed(array_agg(u.id), array_agg(u.version)) from upd u
-                    )
-                    select u.id, u.kind, u.target, u.payload, u.attempts, u.max_attempts, u.generation,
-                           u.lease_until, u.checkpoint
-                      from upd u, note;
-                get diagnostics v_got = row_count;
-                v_left := v_left - v_got;
-                continue when v_left < 1;
             end if;
         end if;
 
@@ -83,11 +70,11 @@ begin
                        -- the first claim is the only one the public sees (queued -> processing)
                        version = j.version + (j.generation = 0)::int,
                        updated_at = case when j.generation = 0 then v_now else j.updated_at end
-                 where j.id = any (array(
+                 where j.id = any (v_reclaimed || array(
                            select q.id from jobfeed.jobs q
                             where q.kind = v_kind and q.state = 'queued' and q.run_after <= v_now
                             order by q.run_after
-                            limit v_left
+                            limit v_left - cardinality(v_reclaimed)
                             for update skip locked))
                 returning j.*
             ), note as (
