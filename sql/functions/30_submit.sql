@@ -88,8 +88,9 @@ declare
     v_created boolean[];
     v_made uuid[];
     v_held uuid[];
-    v_id_prefix text := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
-    v_id_seed text := gen_random_uuid()::text;
+    v_any_held boolean;
+    v_id_prefix text;
+    v_id_seed text;
 begin
     select k.max_attempts into v_max from jobfeed.kinds k where k.kind = p_kind;
     if not found then
@@ -112,15 +113,13 @@ begin
         perform jobfeed.raise_error(v_problem[1], v_problem[2], format('item %s: %s', v_bad, v_problem[3]));
     end if;
 
-    -- Item n's job, if it is new, gets id v_made[n].
-    v_made := array(select jobfeed.uuid_v7_in_batch(v_id_prefix, v_id_seed, k)
-                      from generate_series(1, cardinality(p_targets)) k order by k);
     v_new_ids := '{}';
     v_new_targets := '{}';
 
     -- Look first, as submit does. Is any target held? (One index scan for the lot.)
-    if exists (select from jobfeed.jobs j
-                where j.kind = p_kind and j.target = any (p_targets) and j.state in ('queued', 'running')) then
+    v_any_held := exists (select from jobfeed.jobs j
+                           where j.kind = p_kind and j.target = any (p_targets) and j.state in ('queued', 'running'));
+    if v_any_held then
         -- Who holds each: an index probe per item, as a scalar sub-select (a join
         -- may be planned, with stale statistics, as a scan of every unfinished
         -- job per item). All held (a re-sent batch, a burst of duplicates): share.
@@ -132,7 +131,18 @@ begin
             v_ids := v_held;
             v_created := array_fill(false, array[cardinality(p_targets)]);
         end if;
-    elsif (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then
+    end if;
+
+    if v_ids is null then
+        -- Item n's job, if it is new, gets id v_made[n]: one uuid_v7() prefix and
+        -- one strong seed for the batch (see uuid_v7_in_batch).
+        v_id_prefix := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
+        v_id_seed := gen_random_uuid()::text;
+        v_made := array(select jobfeed.uuid_v7_in_batch(v_id_prefix, v_id_seed, k)
+                          from generate_series(1, cardinality(p_targets)) k order by k);
+    end if;
+
+    if not v_any_held and (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then
         -- None held, none repeated (new work): a plain INSERT, sparing ON
         -- CONFLICT's speculative insertion (a quarter of the insert's cost). A
         -- concurrent submitter taking one of the targets meanwhile trips the
