@@ -94,9 +94,9 @@ class SubmitBatcher:
                 for item in items:
                     _settle(item.answer, exc=exc)
                 return
-            await asyncio.gather(*(self._alone(i) for i in items))  # one item's fault: each on its own
+            answers = None  # one item's fault
         except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
-            await asyncio.gather(*(self._alone(i) for i in items))  # e.g. "\u0000" in one payload
+            answers = None  # e.g. "\u0000" in one payload
         except asyncio.CancelledError:  # shutting down
             for item in items:
                 item.answer.cancel()
@@ -104,12 +104,13 @@ class SubmitBatcher:
         except Exception as exc:  # the database is away: every request hears so
             for item in items:
                 _settle(item.answer, exc=exc)
-        else:
-            if len(answers) != len(items):  # a job gone already (swept): ask one by one
-                await asyncio.gather(*(self._alone(i) for i in items))
-                return
-            for item, answer in zip(items, answers):
-                _settle(item.answer, answer)
+            return
+        if answers is None or len(answers) != len(items):  # (fewer: a job swept already)
+            # Each on its own: the bad item gets its refusal, the others their jobs.
+            await asyncio.gather(*(self._alone(i) for i in items))
+            return
+        for item, answer in zip(items, answers):
+            _settle(item.answer, answer)
 
     async def _alone(self, item: _Item) -> None:
         try:

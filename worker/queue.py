@@ -34,6 +34,11 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     return exc
 
 
+def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:
+    """(targets, payloads as JSON text) for the batch functions."""
+    return [t for t, _ in items], [json.dumps(p if p is not None else {}) for _, p in items]
+
+
 def _seconds(value: float | None) -> dt.timedelta | None:
     return None if value is None else dt.timedelta(seconds=value)
 
@@ -110,9 +115,7 @@ class Queue:
         (job id, created) per item, in order, deduplicated as submit() is."""
         if not items:
             return []
-        targets = [t for t, _ in items]
-        payloads = [json.dumps(p if p is not None else {}) for _, p in items]
-        rows = await self._fetch("submit_many", kind, targets, payloads, run_after, max_payload)
+        rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload)
         return [(r["id"], r["created"]) for r in rows]
 
     async def submit_many_json(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
@@ -120,8 +123,7 @@ class Queue:
         """submit_many(), also answering each job's public view as JSON text."""
         if not items:
             return []
-        payloads = [json.dumps(p if p is not None else {}) for _, p in items]
-        rows = await self._fetch("submit_many_views", kind, [t for t, _ in items], payloads, max_payload)
+        rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload)
         return [(r["id"], r["created"], r["view"]) for r in rows]
 
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
