@@ -105,24 +105,26 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
         async def attempt(scenario: str, coro) -> None:
             q[scenario] = await measure(scenario, coro)
 
-        async def trials(scenario: str, run_one) -> None:
-            """Trials of every system, interleaved (round 1: each system, round 2: ...),
-            so a slow spell of the machine falls on all of them alike."""
-            got: dict[str, list[dict]] = {s.name: [] for s in usable}
+        async def rounds(scenario: str, subjects: dict[str, tuple]) -> dict[str, list[dict]]:
+            """Trials of every subject (name -> (run one trial, repeat?)), interleaved
+            (round 1: each subject, round 2: ...), so a slow spell of the machine
+            falls on all of them alike."""
+            got: dict[str, list[dict]] = {name: [] for name in subjects}
             for i in range(max(sizes.trials, 1)):
-                for s in usable:
-                    if i == 0 or s.repeat:
-                        label = f"{scenario}: {s.name}" + (f" (trial {i + 1})" if sizes.trials > 1 else "")
-                        got[s.name].append(await measure(label, run_one(s)))
+                for name, (run_one, repeat) in subjects.items():
+                    if i == 0 or repeat:
+                        label = ": ".join(filter(None, (scenario, name)))
+                        label += f" (trial {i + 1})" if sizes.trials > 1 else ""
+                        got[name].append(await measure(label, run_one()))
+            return got
+
+        async def trials(scenario: str, run_one) -> None:
+            got = await rounds(scenario, {s.name: (lambda s=s: run_one(s), s.repeat) for s in usable})
             q[scenario] = {name: median_trial(scenario, values) for name, values in got.items()}
 
         async def repeated(scenario: str, run_one) -> None:
             """Trials of a jobfeed-only scenario; the median of each case counts."""
-            values = []
-            for i in range(max(sizes.trials, 1)):
-                label = scenario + (f" (trial {i + 1})" if sizes.trials > 1 else "")
-                values.append(await measure(label, run_one()))
-            q[scenario] = median_trial(scenario, values)
+            q[scenario] = median_trial(scenario, (await rounds(scenario, {"": (run_one, True)}))[""])
 
         for scenario in scenarios:
             if scenario == "enqueue":
