@@ -16,9 +16,9 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from worker import db, migrate, tasks
-from worker.queue import Queue
-from worker.settings import Settings
+from jobfeed.worker import db, migrate, tasks
+from jobfeed.worker.queue import Queue
+from jobfeed.worker.settings import Settings
 
 from . import admin, health, jobs, openapi, ui
 from .batching import SubmitBatcher

@@ -23,7 +23,7 @@ import uuid
 
 import asyncpg
 
-from worker.queue import Queue, QueueError
+from jobfeed.worker.queue import Queue, QueueError
 
 Answer = tuple[uuid.UUID, bool, str]  # (job id, created, public view as JSON text)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from worker.settings import parse_duration, parse_positive_int
+from jobfeed.worker.settings import parse_duration, parse_positive_int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from worker.queue import QueueError
+from jobfeed.worker.queue import QueueError
 
 log = logging.getLogger("jobfeed.api")
 

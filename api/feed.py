@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 import anyio
 
-from worker.db import Listener
-from worker.queue import Queue
+from jobfeed.worker.db import Listener
+from jobfeed.worker.queue import Queue
 
 log = logging.getLogger("jobfeed.feed")
 

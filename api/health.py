@@ -8,7 +8,7 @@ import logging
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from worker import migrate
+from jobfeed.worker import migrate
 
 from .state import services
 

@@ -6,7 +6,7 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from worker.tasks import registry
+from jobfeed.worker.tasks import registry
 
 from . import auth, streams
 from .body import read_json

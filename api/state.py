@@ -7,8 +7,8 @@ import dataclasses
 import asyncpg
 from starlette.requests import Request
 
-from worker.queue import Queue
-from worker.settings import Settings
+from jobfeed.worker.queue import Queue
+from jobfeed.worker.settings import Settings
 
 from .batching import SubmitBatcher
 from .config import ApiConfig

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.resources
 from pathlib import Path
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+STATIC_DIR = Path(str(importlib.resources.files("jobfeed") / "static"))
 
 
 def _page(name: str):

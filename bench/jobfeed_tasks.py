@@ -9,7 +9,7 @@ import json
 import os
 import time
 
-from worker.tasks import task
+from jobfeed.worker.tasks import task
 
 _PATH = os.environ.get("BENCH_STARTS")
 _STARTS: dict[str, float] = {}

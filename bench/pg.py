@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 import asyncpg
 
-from worker.db import with_database
+from jobfeed.worker.db import with_database
 
 log = logging.getLogger("bench")
 

@@ -14,8 +14,8 @@ import time
 
 import psutil
 
-from worker import db
-from worker.queue import Queue
+from jobfeed.worker import db
+from jobfeed.worker.queue import Queue
 
 from . import pg
 from .queue_scenarios import percentile
@@ -83,7 +83,7 @@ class ApiProcess:
 
 
 def jobfeed_api(dsn: str) -> ApiProcess:
-    return ApiProcess("api.app:create_app", {"DATABASE_URL": dsn, "JOBFEED_TASKS": "bench.jobfeed_tasks"})
+    return ApiProcess("jobfeed.api.app:create_app", {"DATABASE_URL": dsn, "JOBFEED_TASKS": "bench.jobfeed_tasks"})
 
 
 def bare_api() -> ApiProcess:

@@ -13,8 +13,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from worker import db, migrate
-from worker.queue import Queue
+from jobfeed.worker import db, migrate
+from jobfeed.worker.queue import Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "jobfeed_template"
@@ -127,6 +127,7 @@ def worker_env(dsn: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         "DATABASE_URL": dsn,
+        "JOBFEED_TASKS": "jobfeed.demo",
         "JOBFEED_BACKOFF": "200ms",
         "JOBFEED_LEASE": "1s",
         "PYTHONUNBUFFERED": "1",
@@ -135,4 +136,4 @@ def worker_env(dsn: str, **extra: str) -> dict[str, str]:
     return env
 
 
-JOBFEED = [sys.executable, "-m", "worker.cli"]
+JOBFEED = [sys.executable, "-m", "jobfeed.worker.cli"]

@@ -23,9 +23,9 @@ from typing import AsyncIterator
 import httpx
 import uvicorn
 
-from api.app import create_app, end_streams
-from api.config import ApiConfig
-from worker.settings import Settings
+from jobfeed.api.app import create_app, end_streams
+from jobfeed.api.config import ApiConfig
+from jobfeed.worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "admin-token-for-tests"
@@ -36,7 +36,8 @@ FAST = ApiConfig(sse_ping=0.2, sse_retry=0.5, feed_batch=0.005, listener_health=
 
 
 def make_settings(dsn: str, **overrides) -> Settings:
-    values = dict(database_url=dsn, admin_token=ADMIN_TOKEN, lease=1.0, backoff=(0.2,), max_attempts=5)
+    values = dict(database_url=dsn, admin_token=ADMIN_TOKEN, lease=1.0, backoff=(0.2,), max_attempts=5,
+                  tasks=("jobfeed.demo",))
     values.update(overrides)
     return Settings(**values)
 
@@ -44,7 +45,8 @@ def make_settings(dsn: str, **overrides) -> Settings:
 def api_env(dsn: str, **extra: str) -> dict[str, str]:
     """Environment for an API subprocess on the test database."""
     env = dict(os.environ)
-    env.update({"DATABASE_URL": dsn, "JOBFEED_ADMIN_TOKEN": ADMIN_TOKEN, "JOBFEED_LEASE": "1s",
+    env.update({"DATABASE_URL": dsn, "JOBFEED_ADMIN_TOKEN": ADMIN_TOKEN, "JOBFEED_TASKS": "jobfeed.demo",
+                "JOBFEED_LEASE": "1s",
                 "JOBFEED_BACKOFF": "200ms", "JOBFEED_SSE_PING": "200ms", "JOBFEED_SSE_RETRY": "500ms",
                 "JOBFEED_FEED_BATCH": "5ms", "JOBFEED_LISTENER_HEALTH": "1s", "PYTHONUNBUFFERED": "1"})
     env.update(extra)
@@ -179,8 +181,8 @@ class Process:
 
 
 async def start_api_process(dsn: str, **env: str) -> tuple[Process, str]:
-    """`uvicorn api.app:create_app --factory` on a free port; -> (process, base url)."""
-    proc = Process([sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+    """`uvicorn jobfeed.api.app:create_app --factory` on a free port; -> (process, base url)."""
+    proc = Process([sys.executable, "-m", "uvicorn", "jobfeed.api.app:create_app", "--factory",
                     "--host", "127.0.0.1", "--port", "0", "--timeout-graceful-shutdown", "5"],
                    api_env(dsn, **env))
     await proc.start(ready=r"Uvicorn running on (http://127\.0\.0\.1:\d+)")

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from api import auth
-from api.app import create_app
+from jobfeed.api import auth
+from jobfeed.api.app import create_app
 from servers import ADMIN_TOKEN, FAST, asgi_client, make_settings
 
 BEARER = {"authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from api.app import create_app
-from api.config import ApiConfig
+from jobfeed.api.app import create_app
+from jobfeed.api.config import ApiConfig
 from servers import FAST, asgi_client, make_settings
-from worker.settings import SettingError
+from jobfeed.worker.settings import SettingError
 
 
 async def burst(client, bodies: list[dict]):

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from api.app import create_app
+from jobfeed.api.app import create_app
 from servers import FAST, asgi_client, make_settings
 
 PUBLIC_FIELDS = {"id", "kind", "target", "status", "progress", "result", "error", "created_at",

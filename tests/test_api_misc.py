@@ -9,8 +9,8 @@ import uuid
 import pytest
 from starlette.routing import Mount, Route
 
-from api import openapi, ui
-from api.app import create_app, routes
+from jobfeed.api import openapi, ui
+from jobfeed.api.app import create_app, routes
 from servers import FAST, asgi_client, make_settings
 
 

@@ -76,7 +76,7 @@ class Api:
         self.proc: Process | None = None
 
     async def start(self) -> None:
-        self.proc = Process([sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+        self.proc = Process([sys.executable, "-m", "uvicorn", "jobfeed.api.app:create_app", "--factory",
                              "--host", "127.0.0.1", "--port", str(self.port),
                              "--timeout-graceful-shutdown", "2"], api_env(self.dsn))
         await self.proc.start(ready=r"Uvicorn running on")

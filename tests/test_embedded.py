@@ -14,7 +14,8 @@ from conftest import JOBFEED
 
 def env_for(data_dir: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update({"JOBFEED_DATA_DIR": data_dir, "JOBFEED_BACKOFF": "200ms", "JOBFEED_LEASE": "1s"})
+    env.update({"JOBFEED_DATA_DIR": data_dir, "JOBFEED_TASKS": "jobfeed.demo", "JOBFEED_BACKOFF": "200ms",
+                "JOBFEED_LEASE": "1s"})
     return env
 
 

@@ -10,7 +10,7 @@ import socket
 import httpx
 import pytest
 
-from worker.tasks import Permanent, Release, Transient, check_response, http_errors
+from jobfeed.worker.tasks import Permanent, Release, Transient, check_response, http_errors
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import uuid
 import asyncpg
 import pytest
 
-from worker import db, migrate, schemadoc, sql
+from jobfeed.worker import db, migrate, schemadoc, sql
 
 SCHEMA_TXT = sql.SQL_DIR / "schema.txt"
 ALL = [name for _, name, _ in sql.migrations()] + ["functions"]
@@ -50,7 +50,7 @@ def check_documented(text: str) -> None:
                                         "sql/schema.txt", "fresh migrate", n=1))
     pytest.fail("sql/schema.txt does not match a freshly migrated database. If the change is intended, "
                 "regenerate it: JOBFEED_UPDATE_SCHEMA=1 pytest tests/test_migrations.py "
-                "(or python -m worker.schemadoc --fresh <server url> > sql/schema.txt)\n" + diff[:6000],
+                "(or python -m jobfeed.worker.schemadoc --fresh <server url> > sql/schema.txt)\n" + diff[:6000],
                 pytrace=False)
 
 
@@ -137,7 +137,7 @@ async def test_changed_function_text_is_reapplied(dsn, monkeypatch):
 
 async def test_schemadoc_command_prints_the_description(dsn):
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "worker.schemadoc", dsn,
+        sys.executable, "-m", "jobfeed.worker.schemadoc", dsn,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=sql.SQL_DIR.parent)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()

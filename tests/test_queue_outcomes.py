@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from queue_sql import M, S, T0, claim, claim_one, fail_transient, job, log, public, register, submit
-from worker.queue import QueueError
+from jobfeed.worker.queue import QueueError
 
 
 # ---------------------------------------------------------------- backoff

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from queue_sql import M, T0, Listen, claim, claim_one, fail_transient, job, public, register, submit
-from worker.queue import QueueError
+from jobfeed.worker.queue import QueueError
 
 
 # ---------------------------------------------------------------- public view

@@ -9,8 +9,8 @@ import collections
 import pytest
 
 from queue_sql import M, T0, register
-from worker import db
-from worker.queue import Queue
+from jobfeed.worker import db
+from jobfeed.worker.queue import Queue
 
 
 @pytest.fixture

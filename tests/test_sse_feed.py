@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from api.feed import Feed, View
+from jobfeed.api.feed import Feed, View
 from waiting import eventually
 
 

@@ -8,7 +8,7 @@ import subprocess
 import json
 
 from conftest import JOBFEED, worker_env
-from worker.sweeper import Sweeper
+from jobfeed.worker.sweeper import Sweeper
 
 
 async def plant(pool, n: int, state: str, age: str, kind: str = "demo") -> None:

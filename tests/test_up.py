@@ -26,7 +26,7 @@ def up_process(data_dir: str, port: int) -> Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_") and k != "DATABASE_URL"}
     env.update({"JOBFEED_DATA_DIR": data_dir, "JOBFEED_PORT": str(port), "JOBFEED_BACKOFF": "200ms",
                 "JOBFEED_LEASE": "2s", "PYTHONUNBUFFERED": "1"})
-    return Process([sys.executable, "-m", "worker.cli", "up", "--grace", "1s"], env)
+    return Process([sys.executable, "-m", "jobfeed.worker.cli", "up", "--grace", "1s"], env)
 
 
 async def test_up_runs_everything_and_keeps_state_across_restarts():

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from worker.runner import Runner
-from worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
+from jobfeed.worker.runner import Runner
+from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
 from waiting import eventually, wait_state
 
 

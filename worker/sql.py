@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import functools
 import re
+import importlib.resources
 from pathlib import Path
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = Path(str(importlib.resources.files("jobfeed") / "sql"))
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 

@@ -104,9 +104,8 @@ task = registry.task
 
 
 def load_tasks(modules: Sequence[str]) -> Registry:
-    """Import the built-in demo kind and every module named in JOBFEED_TASKS;
-    their @task decorators fill the registry."""
-    importlib.import_module("worker.demo")
+    """Import every module named in JOBFEED_TASKS (the built-in demo kind is
+    `jobfeed.demo`); their @task decorators fill the registry."""
     for name in modules:
         importlib.import_module(name)
     return registry

@@ -1,5 +1,5 @@
-"""jobfeed, driven through its public Python API (worker.queue.Queue) and its real
-worker process (`python -m worker.cli worker`, JOBFEED_TASKS=bench.jobfeed_tasks).
+"""jobfeed, driven through its public Python API (jobfeed.Queue) and its real
+worker process (`jobfeed worker`, JOBFEED_TASKS=bench.jobfeed_tasks).
 
 Runs with jobfeed's own Python (the project's virtual environment)."""
 
@@ -16,8 +16,8 @@ sys.path.insert(0, str(ROOT))
 
 from common import emit, enqueue_or_produce, parse_settings, parser, wait_for_stop  # noqa: E402
 
-from worker import db, migrate  # noqa: E402
-from worker.queue import Queue  # noqa: E402
+from jobfeed.worker import db, migrate  # noqa: E402
+from jobfeed.worker.queue import Queue  # noqa: E402
 
 KIND = "noop"
 # Settings of the worker process (overridable with --set key=value).
@@ -57,7 +57,7 @@ async def worker(dsn: str, starts: str | None, settings: dict[str, str]) -> dict
     env.pop("BENCH_STARTS", None)
     if starts:
         env["BENCH_STARTS"] = starts
-    args = [sys.executable, "-m", "worker.cli", "worker", "--kinds", KIND,
+    args = [sys.executable, "-m", "jobfeed.worker.cli", "worker", "--kinds", KIND,
             "--concurrency", cfg["concurrency"], "--poll", cfg["poll"]]
     proc = await asyncio.create_subprocess_exec(*args, cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
@@ -80,7 +80,7 @@ async def worker(dsn: str, starts: str | None, settings: dict[str, str]) -> dict
         if proc.returncode is None:
             proc.kill()
         raise SystemExit("jobfeed worker did not start:\n" + "\n".join(tail))
-    emit({"ready": True, "pid": proc.pid, "settings": {"process": "python -m worker.cli worker", **cfg}})
+    emit({"ready": True, "pid": proc.pid, "settings": {"process": "jobfeed worker", **cfg}})
     await asyncio.wait([asyncio.create_task(wait_for_stop()), waiter], return_when=asyncio.FIRST_COMPLETED)
     if proc.returncode is None:
         proc.terminate()

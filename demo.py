@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .tasks import Abandon, Permanent, Release, Transient, task
+from .worker.tasks import Abandon, Permanent, Release, Transient, task
 
 SCRIPTS = ("transient", "permanent", "release", "hang")
 

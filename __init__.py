@@ -1,0 +1,15 @@
+"""jobfeed: a PostgreSQL job service. Leased jobs with retries users never see,
+shared by everyone who asks for the same target, with live progress over SSE.
+
+    from jobfeed import Queue, create_pool, task, Transient
+"""
+
+from .worker.db import create_pool
+from .worker.queue import Job, Queue, QueueError
+from .worker.tasks import (Context, LeaseLost, Permanent, Release, Transient, check_response, http_errors,
+                           task)
+
+__all__ = [
+    "Context", "Job", "LeaseLost", "Permanent", "Queue", "QueueError", "Release", "Transient",
+    "check_response", "create_pool", "http_errors", "task",
+]
