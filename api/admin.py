@@ -7,13 +7,14 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from jobfeed.worker.states import STATES
+
 from . import auth, streams
 from .body import read_json
 from .errors import ApiError, dumps, json_text
 from .state import services
 from .views import decode_cursor, encode_cursor, jobs_page, parse_job_id
 
-STATES = ("queued", "running", "completed", "failed", "canceled")
 MAX_LIMIT = 500
 
 

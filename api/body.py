@@ -9,6 +9,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from jobfeed.worker.submission import JSON_DECODER
+
 from .errors import ApiError
 
 
@@ -16,15 +18,6 @@ def _too_large(limit: int) -> ApiError:
     # Connection: close makes the server hang up instead of draining the rest.
     return ApiError(413, "payload_too_large", f"the request body is over {limit} bytes",
                     headers={"Connection": "close"})
-
-
-def _no_constants(name: str) -> Any:
-    # NaN and Infinity are not JSON, and PostgreSQL would refuse them later.
-    raise ValueError(f"{name} is not valid JSON")
-
-
-# One decoder for every request (json.loads with an option builds a new one per call).
-_DECODER = json.JSONDecoder(parse_constant=_no_constants)
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -40,6 +33,6 @@ async def read_json(request: Request, limit: int) -> Any:
         chunks.append(chunk)
     try:
         data = b"".join(chunks)
-        return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))  # as json.loads does
+        return JSON_DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))  # as json.loads does
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {str(exc)[:200]}") from None

@@ -20,11 +20,11 @@ import anyio
 
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
+from jobfeed.worker.states import TERMINAL
 
 log = logging.getLogger("jobfeed.feed")
 
 CHANNEL = "jobfeed_changed"
-TERMINAL = frozenset({"completed", "failed", "canceled"})
 REREAD_CHUNK = 5000  # ids per get_jobs query (a resync may re-read every watched job)
 
 

@@ -6,7 +6,7 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from jobfeed.worker.tasks import registry
+from jobfeed.worker.submission import InvalidSubmission, check_submission
 
 from . import auth, streams
 from .body import read_json
@@ -15,18 +15,6 @@ from .state import services
 from .views import parse_job_id, with_flag
 
 _FIELDS = {"kind", "target", "payload"}
-MAX_TARGET_BYTES = 512
-
-
-def _storable(text: str) -> bool:
-    """PostgreSQL text holds neither NUL nor lone surrogates."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _check_submission(body) -> tuple[str, str, dict]:
@@ -35,25 +23,10 @@ def _check_submission(body) -> tuple[str, str, dict]:
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
-    kind = body.get("kind")
-    if not isinstance(kind, str):
-        raise ApiError(422, "invalid_request", "kind must be a string")
-    if not kind or not _storable(kind):
-        raise ApiError(422, "unknown_kind", f"unknown kind {kind!r}")
-    target = body.get("target")
-    if not isinstance(target, str) or not _storable(target) \
-            or not 1 <= len(target.encode("utf-8")) <= MAX_TARGET_BYTES:
-        raise ApiError(422, "invalid_target", f"target must be a string of 1 to {MAX_TARGET_BYTES} bytes")
-    payload = body.get("payload", {})
-    if not isinstance(payload, dict):
-        raise ApiError(422, "invalid_payload", "payload must be a JSON object")
-    spec = registry.get(kind)
-    if spec is not None and spec.validate is not None:
-        try:
-            spec.validate(payload)
-        except (ValueError, TypeError) as exc:
-            raise ApiError(422, "invalid_payload", str(exc) or "payload refused by its kind") from None
-    return kind, target, payload
+    try:
+        return check_submission(body.get("kind"), body.get("target"), body.get("payload", {}))
+    except InvalidSubmission as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
 
 
 async def submit(request: Request) -> Response:

@@ -6,6 +6,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from jobfeed.worker.limits import MAX_TARGET_BYTES
+from jobfeed.worker.states import STATES, STATUSES
+
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
 
@@ -62,8 +65,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "summary": "Jobs newest first, with true states",
         "security": _ADMIN,
         "parameters": [
-            {"name": "state", "in": "query", "schema": {"type": "string", "enum": [
-                "queued", "running", "completed", "failed", "canceled"]}},
+            {"name": "state", "in": "query", "schema": {"type": "string", "enum": list(STATES)}},
             {"name": "kind", "in": "query", "schema": {"type": "string"}},
             {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500,
                                                          "default": 50}},
@@ -132,7 +134,7 @@ _TIME = {"type": "string", "format": "date-time"}
 _ERROR_OBJ = {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}
 _PUBLIC = {
     "id": {"type": "string", "format": "uuid"}, "kind": {"type": "string"}, "target": {"type": "string"},
-    "status": {"type": "string", "enum": ["queued", "processing", "completed", "failed", "canceled"]},
+    "status": {"type": "string", "enum": list(STATUSES)},
     "progress": {"type": "object", "nullable": True, "properties": {
         "done": {"type": "number"}, "total": {"type": "number", "nullable": True},
         "message": {"type": "string", "nullable": True}}},
@@ -145,13 +147,14 @@ SCHEMAS = {
     "Error": {"type": "object", "required": ["error"], "properties": {"error": _ERROR_OBJ}},
     "Submission": {"type": "object", "required": ["kind", "target"], "additionalProperties": False,
                    "properties": {"kind": {"type": "string"},
-                                  "target": {"type": "string", "minLength": 1, "description": "1 to 512 bytes"},
+                                  "target": {"type": "string", "minLength": 1,
+                                             "description": f"1 to {MAX_TARGET_BYTES} bytes"},
                                   "payload": {"type": "object", "default": {}}}},
     "JobView": {"type": "object", "properties": _PUBLIC},
     "SubmitResult": {"type": "object", "properties": {**_PUBLIC, "deduplicated": {"type": "boolean"}}},
     "AdminJobView": {"type": "object", "properties": {
         **_PUBLIC,
-        "state": {"type": "string", "enum": ["queued", "running", "completed", "failed", "canceled"]},
+        "state": {"type": "string", "enum": list(STATES)},
         "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"}, "generation": {"type": "integer"},
         "run_after": _TIME, "lease_until": {**_TIME, "nullable": True},
         "worker_id": {"type": "string", "nullable": True}, "started_at": {**_TIME, "nullable": True},

@@ -4,8 +4,10 @@ and bad settings refused with a message and a non-zero exit, changing nothing.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +49,33 @@ async def test_bad_input_is_refused_and_changes_nothing(dsn, pool, args, message
     assert out.returncode != 0
     assert message in out.stderr and "Traceback" not in out.stderr
     assert await job_count(pool) == 0
+
+
+async def test_a_validator_raising_type_error_is_a_clear_refusal(dsn, pool):
+    out = jobfeed(dsn, "submit", "typed", "t", "--payload", '{"n": "many"}',
+                  JOBFEED_TASKS="jobfeed.demo,cli_tasks", PYTHONPATH=str(Path(__file__).parent))
+    assert out.returncode == 2
+    assert "invalid_payload" in out.stderr and "Traceback" not in out.stderr
+    assert await job_count(pool) == 0
+
+
+@pytest.mark.parametrize("payload, message", [
+    ("[1]", "invalid_payload: payload must be a JSON object"),
+    ('"text"', "invalid_payload: payload must be a JSON object"),
+    ("null", "invalid_payload: payload must be a JSON object"),
+    ("{not json", "invalid_json: the payload is not valid JSON"),
+    ('{"x": NaN}', "invalid_json: the payload is not valid JSON"),
+])
+def test_a_bad_payload_is_refused_before_any_database(tmp_path, payload, message):
+    # No DATABASE_URL: the payload is refused before jobfeed would start one.
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["JOBFEED_DATA_DIR"] = str(tmp_path)
+    out = subprocess.run(JOBFEED + ["submit", "demo", "x", "--payload", payload], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"error: {message}" or out.stderr.startswith(f"error: {message}")
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    assert not any(tmp_path.iterdir())  # no database was made
 
 
 @pytest.mark.parametrize("setting, value", [

@@ -10,10 +10,10 @@ import uuid
 import httpx
 import pytest
 
+from jobfeed.worker.states import TERMINAL
+
 from servers import ADMIN_TOKEN, Watcher, read_events, serve
 from waiting import eventually
-
-TERMINAL = {"completed", "failed", "canceled"}
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import time
 
 import httpx
 
+from jobfeed.worker.states import TERMINAL
+
 from conftest import JOBFEED, worker_env
 from servers import Process, RawWatcher, Watcher, start_api_process
 from waiting import eventually
-
-TERMINAL = {"completed", "failed", "canceled"}
 
 
 def assert_public_history(views: list[dict]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from . import db, migrate as migrations, tasks
 from .queue import Queue, QueueError
 from .settings import SettingError, Settings, parse_duration, parse_positive_int
+from .submission import InvalidSubmission, check_submission, parse_payload
 
 log = logging.getLogger("jobfeed")
 
@@ -216,24 +217,16 @@ async def cmd_up(settings: Settings, args) -> int:
 
 
 async def cmd_submit(settings: Settings, args) -> int:
-    try:
-        payload = json.loads(args.payload) if args.payload is not None else {}
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--payload is not valid JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise UsageError("--payload must be a JSON object")
+    # The payload's shape first (no database needed), then what the API checks,
+    # once the kind's module is loaded.
+    payload = parse_payload(args.payload) if args.payload is not None else {}
     dsn = await prepare(settings)
-    spec = tasks.registry.get(args.kind)
-    if spec is not None and spec.validate is not None:
-        try:
-            spec.validate(payload)
-        except ValueError as exc:
-            raise UsageError(f"invalid_payload: {exc}") from None
+    kind, target, payload = check_submission(args.kind, args.target, payload)
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-submit")
     try:
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=False)
-        job_id, created, view_text = await queue.submit_json(args.kind, args.target, payload,
+        job_id, created, view_text = await queue.submit_json(kind, target, payload,
                                                              max_payload=settings.max_payload)
         if not args.follow:
             if args.json:
@@ -374,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SettingError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except QueueError as exc:
+    except (QueueError, InvalidSubmission) as exc:
         print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -10,9 +10,7 @@ from typing import TextIO
 
 from .db import Listener
 from .queue import Queue
-
-TERMINAL = {"completed", "failed", "canceled"}
-
+from .states import TERMINAL
 
 def render(view: dict, width: int = 30) -> str:
     progress = view.get("progress") or {}

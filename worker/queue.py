@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import asyncpg
 
+from .limits import MAX_PAYLOAD_BYTES
 from .sql import query
 
 # SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
@@ -93,7 +94,7 @@ class Queue:
 
     # -- submitting and reading
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
-                     run_after: dt.datetime | None = None, max_payload: int = 65536) -> tuple[uuid.UUID, bool]:
+                     run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool]:
         """-> (job id, created). created is False when an unfinished job already
         held (kind, target): the caller shares that job."""
         job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
@@ -102,7 +103,7 @@ class Queue:
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
                           run_after: dt.datetime | None = None,
-                          max_payload: int = 65536) -> tuple[uuid.UUID, bool, str]:
+                          max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool, str]:
         """submit(), also answering the job's public view as JSON text."""
         text = json.dumps(payload if payload is not None else {})
         rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
@@ -110,7 +111,7 @@ class Queue:
 
     async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
                           run_after: dt.datetime | None = None,
-                          max_payload: int = 65536) -> list[tuple[uuid.UUID, bool]]:
+                          max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool]]:
         """Submit (target, payload) pairs of one kind in one statement; answers
         (job id, created) per item, in order, deduplicated as submit() is."""
         if not items:
@@ -119,7 +120,7 @@ class Queue:
         return [(r["id"], r["created"]) for r in rows]
 
     async def submit_many_json(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
-                               max_payload: int = 65536) -> list[tuple[uuid.UUID, bool, str]]:
+                               max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool, str]]:
         """submit_many(), also answering each job's public view as JSON text."""
         if not items:
             return []

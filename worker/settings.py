@@ -8,6 +8,8 @@ import os
 import re
 from pathlib import Path
 
+from .limits import MAX_PAYLOAD_BYTES
+
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 
@@ -62,7 +64,7 @@ class Settings:
     max_attempts: int = 5
     retention: float = 7 * 86400
     tasks: tuple[str, ...] = ()
-    max_payload: int = 65536
+    max_payload: int = MAX_PAYLOAD_BYTES
     cors_origins: tuple[str, ...] = ()
 
     @classmethod

@@ -5,8 +5,8 @@
 import {
   api, clearMessage, formatSeconds, h, prettyJson, showError, showNote, timeEl,
 } from "/static/js/api.js";
+import { CANCELABLE, RETRYABLE, STATES } from "./states.js";
 
-const STATES = ["queued", "running", "completed", "failed", "canceled"];
 const STATS_EVERY_MS = 5000;
 const CHART_MINUTES = 15;
 const RETRY_MS = 3000;
@@ -333,8 +333,8 @@ function renderDetail() {
   $("detail-result").textContent = job.result == null ? "" : prettyJson(job.result);
   $("public-link").href = `/jobs/${encodeURIComponent(job.id)}`;
   // Offer what the server allows now; it still decides (409 when the state moved on).
-  $("retry").disabled = !["failed", "canceled"].includes(job.state);
-  $("cancel").disabled = !["queued", "running"].includes(job.state);
+  $("retry").disabled = !RETRYABLE.includes(job.state);
+  $("cancel").disabled = !CANCELABLE.includes(job.state);
 }
 
 function closeDetail() {

@@ -1,7 +1,7 @@
 // Shared by every page: JSON requests that turn the API's error shape into an
 // ApiError, error display, DOM building and formatting.
 
-export const TERMINAL = new Set(["completed", "failed", "canceled"]);
+export { TERMINAL } from "./states.js";
 
 export class ApiError extends Error {
   constructor(status, code, message) {

@@ -1,0 +1,14 @@
+"""A kind whose validate() fails with TypeError on a payload of the wrong type
+(as many hand-written validators do), for the command line's tests."""
+
+from jobfeed import task
+
+
+def _validate(payload: dict) -> None:
+    if payload.get("n", 0) > 10:  # "n": "many" raises TypeError here
+        raise ValueError("n must be at most 10")
+
+
+@task("typed", validate=_validate)
+async def typed(job, ctx):
+    return None
