@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from conftest import JOBFEED, worker_env
+from servers import ADMIN_TOKEN, Process
 
 
 def jobfeed(dsn: str, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
@@ -128,3 +131,26 @@ async def test_show_prints_the_admin_view(dsn, queue, pool, demo_kind):
 async def test_migrate_reports_up_to_date(dsn):
     out = jobfeed(dsn, "migrate")
     assert out.returncode == 0 and "up to date" in out.stdout
+
+
+async def test_api_serves_on_the_given_port(dsn):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = await Process(JOBFEED + ["api", "--port", str(port)], worker_env(dsn, JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN)) \
+        .start(ready=r"Uvicorn running on (http://127\.0\.0\.1:\d+)")
+    try:
+        assert proc.match.group(1) == f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=proc.match.group(1), timeout=10) as client:
+            assert (await client.get("/readyz")).status_code == 200
+    finally:
+        await proc.stop(timeout=15)
+
+
+def test_up_on_a_taken_port_says_so(dsn):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        out = jobfeed(dsn, "up", "--port", str(taken.getsockname()[1]), "--grace", "1s")
+    assert out.returncode == 2, out.stderr
+    assert "could not listen on 127.0.0.1:" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,57 @@
+"""Serving the API with uvicorn: in processes of its own (`jobfeed api`), or in
+the caller's event loop beside a worker and a sweeper (`jobfeed up`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import uvicorn
+from starlette.applications import Starlette
+
+from jobfeed.worker.settings import Settings
+
+
+class ListenError(Exception):
+    """The server could not listen on its address (uvicorn has logged why)."""
+
+
+def serve_processes(settings: Settings, workers: int) -> None:
+    """uvicorn's own loop and signal handling; each worker process builds the
+    app from the environment."""
+    uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
+                workers=workers, log_level="info", timeout_graceful_shutdown=5)
+
+
+class SharedLoopServer:
+    """uvicorn in our event loop, beside the worker and sweeper; our signal
+    handlers stop all three together."""
+
+    def __init__(self, app: Starlette, settings: Settings):
+        self.app = app
+
+        class Server(uvicorn.Server):
+            def capture_signals(self):
+                return contextlib.nullcontext()
+
+        self.server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                                            timeout_graceful_shutdown=5, lifespan="on"))
+
+    async def serve(self) -> None:
+        try:
+            await self.server.serve()
+        except SystemExit:  # uvicorn exits when it cannot bind; it has logged why
+            config = self.server.config
+            raise ListenError(f"the API could not listen on {config.host}:{config.port}") from None
+
+    async def wait_started(self, serving: asyncio.Task) -> bool:
+        """True once the server listens; False if it ended first (e.g. port taken)."""
+        while not self.server.started and not serving.done():
+            await asyncio.sleep(0.02)
+        return self.server.started
+
+    def stop(self) -> None:
+        from .app import end_streams
+
+        self.server.should_exit = True
+        end_streams(self.app)  # uvicorn would otherwise wait for open event streams

@@ -1,0 +1,74 @@
+"""The commands about one job: `jobfeed submit` and `jobfeed show`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+
+from . import db, tasks
+from .queue import Queue
+from .settings import Settings
+from .startup import UsageError, prepare
+from .submission import check_submission, parse_payload
+
+
+async def cmd_submit(settings: Settings, args) -> int:
+    # The payload's shape first (no database needed), then what the API checks,
+    # once the kind's module is loaded.
+    payload = parse_payload(args.payload) if args.payload is not None else {}
+    dsn = await prepare(settings)
+    kind, target, payload = check_submission(args.kind, args.target, payload)
+    pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-submit")
+    try:
+        queue = Queue(pool)
+        await tasks.register_kinds(queue, settings, overwrite=False)
+        job_id, created, view_text = await queue.submit_json(kind, target, payload,
+                                                             max_payload=settings.max_payload)
+        if not args.follow:
+            if args.json:
+                print(json.dumps({**json.loads(view_text), "deduplicated": not created}))
+            else:
+                print(job_id)
+            return 0
+        if not args.json:
+            print(job_id, flush=True)
+            if not created:
+                print("(an unfinished job already had this target: following it)", file=sys.stderr)
+        from .follow import follow
+        view = await follow(queue, dsn, job_id)
+        if args.json:
+            print(json.dumps({**view, "deduplicated": not created}))
+        return 0 if view["status"] == "completed" else 1
+    finally:
+        await pool.close()
+
+
+async def cmd_show(settings: Settings, args) -> int:
+    try:
+        job_id = uuid.UUID(args.id)
+    except ValueError:
+        raise UsageError(f"{args.id!r} is not a job id") from None
+    dsn = await db.resolve_dsn(settings)
+    pool = await db.create_pool(dsn, min_size=1, max_size=1, name="jobfeed-show")
+    try:
+        view = await Queue(pool).admin_get_job(job_id)
+    finally:
+        await pool.close()
+    if view is None:
+        print(f"error: not_found: no job {job_id}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(view))
+        return 0
+    for key in ("id", "kind", "target", "state", "status", "attempts", "max_attempts", "generation",
+                "run_after", "lease_until", "created_at", "finished_at"):
+        print(f"{key:>13}: {view.get(key)}")
+    for key in ("progress", "last_error", "result", "payload"):
+        print(f"{key:>13}: {json.dumps(view.get(key))}")
+    print("     attempts:")
+    for a in view["attempts_log"]:
+        err = a.get("error") or {}
+        print(f"  #{a['attempt']} gen {a['generation']} {a['worker_id']} {a['started_at']} -> "
+              f"{a['finished_at'] or 'running'} {a['outcome'] or ''} {err.get('code') or ''}")
+    return 0

@@ -1,0 +1,54 @@
+"""`jobfeed up`: the all-in-one development command. Database (embedded unless
+DATABASE_URL is set), migrations, API, worker and sweeper in one process and
+one event loop; a signal or any part ending stops them all."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from . import db, tasks
+from .queue import Queue
+from .settings import Settings
+from .startup import UsageError, admin_token, make_runner, make_sweeper, on_signals, prepare
+
+DEMO_TASKS = "jobfeed.demo"
+
+
+async def cmd_up(settings: Settings, args) -> int:
+    # The all-in-one development command is the one place the demo kind comes
+    # with; elsewhere it runs only where JOBFEED_TASKS names it.
+    if DEMO_TASKS not in settings.tasks:
+        settings = dataclasses.replace(settings, tasks=(DEMO_TASKS, *settings.tasks))
+    token = admin_token(settings)
+    dsn = await prepare(settings)
+    settings = dataclasses.replace(settings, database_url=dsn, admin_token=token)
+    from jobfeed.api.app import create_app
+    from jobfeed.api.serve import ListenError, SharedLoopServer
+
+    pool = await db.create_pool(dsn, min_size=1, max_size=max(4, min(args.concurrency + 2, 20)),
+                                name="jobfeed-up")
+    try:
+        queue = Queue(pool)
+        await tasks.register_kinds(queue, settings, overwrite=True)  # this process runs them
+        runner = make_runner(queue, dsn, settings, args)
+        sweeper = make_sweeper(queue, settings, args)
+        server = SharedLoopServer(create_app(settings), settings)
+        on_signals(runner.stop, sweeper.stop, server.stop)
+        parts = [asyncio.create_task(p) for p in (server.serve(), runner.run(), sweeper.run())]
+        if await server.wait_started(parts[0]):
+            url = f"http://{settings.host}:{settings.port}/"
+            print(f"jobfeed is up: {url}\n  admin: {url}admin  token: {token}\n  database: {dsn}", flush=True)
+        done, _ = await asyncio.wait(parts, return_when=asyncio.FIRST_COMPLETED)
+        # One part ending (a signal, or the server failing to bind) ends them all.
+        runner.stop(), sweeper.stop(), server.stop()
+        await asyncio.gather(*parts, return_exceptions=True)
+        for part in done:
+            failure = part.exception()
+            if isinstance(failure, ListenError):
+                raise UsageError(str(failure)) from None
+            if failure:
+                raise failure
+    finally:
+        await pool.close()
+    return 0
