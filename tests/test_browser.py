@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from jobfeed.worker.states import STATES
+
 from conftest import JOBFEED, worker_env
 from servers import ADMIN_TOKEN, Process, api_env
 from waiting import eventually
@@ -276,6 +278,35 @@ async def test_admin_signs_in_and_retries_a_failed_job(worker, new_page, http):
     await page.click("#signout")
     await expect(page.locator("#signin")).to_be_visible()
     await shot(page, "admin-signin")
+
+
+async def test_admin_filters_by_state_and_opens_a_linked_job(api, new_page, http):
+    """No worker: one job stays queued, one is canceled. The state filter lists
+    every true state and narrows the table; #job=ID opens that job's detail."""
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    ids = {}
+    for target in ("filter-a", "filter-b"):
+        ids[target] = (await http.post("/api/jobs", json={"kind": "demo", "target": target})).json()["id"]
+    assert (await http.post(f"/api/admin/jobs/{ids['filter-b']}/cancel", headers=admin)).status_code == 200
+
+    page = await new_page(DESKTOP)
+    await page.goto(f"/admin#job={ids['filter-b']}")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#detail-heading")).to_have_text("demo: filter-b")
+    await expect(page.locator("#detail .badge")).to_have_text("canceled")
+    await expect(page.locator("#retry")).to_be_enabled()
+    await expect(page.locator("#cancel")).to_be_disabled()
+    options = await page.locator("#filter-state option").all_inner_texts()
+    assert options == ["all", *STATES]
+    rows = page.locator("#jobs tbody tr")
+    await expect(rows).to_have_count(2)
+    await page.select_option("#filter-state", "canceled")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_have_attribute("data-job-id", ids["filter-b"])
+    await page.select_option("#filter-state", "queued")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_have_attribute("data-job-id", ids["filter-a"])
 
 
 async def test_submit_form_works_with_the_keyboard_only(api, new_page):

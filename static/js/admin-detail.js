@@ -1,0 +1,132 @@
+// Admin dashboard: one job's detail (every fact and attempt), with retry and
+// cancel. The selected job is in the address (#job=ID), so a link opens it.
+
+import { clearMessage, h, prettyJson, showError, showNote, timeEl } from "./api.js";
+import { $, adminApi, badge, errorText, soon } from "./admin-shared.js";
+import { remember, renderJobs } from "./admin-list.js";
+import { loadStats } from "./admin-stats.js";
+import { CANCELABLE, RETRYABLE } from "./states.js";
+
+let selectedId = null;
+let selected = null; // the detail view of selectedId
+
+export function selectedJobId() {
+  return selectedId;
+}
+
+export async function openJob(id, { focus = true } = {}) {
+  selectedId = id;
+  history.replaceState(null, "", `#job=${encodeURIComponent(id)}`);
+  clearMessage($("action-message"));
+  await loadDetail();
+  renderJobs();
+  if (focus && !$("detail").hidden) {
+    $("detail").focus();
+    $("detail").scrollIntoView({ block: "start" });
+  }
+}
+
+export async function loadDetail() {
+  if (!selectedId) return;
+  const id = selectedId;
+  try {
+    const { data } = await adminApi(`/api/admin/jobs/${encodeURIComponent(id)}`);
+    if (id !== selectedId) return;
+    selected = data;
+    remember(stripLog(data));
+    renderDetail();
+  } catch (err) {
+    if (err.status === 401) return;
+    $("detail").hidden = false;
+    showError($("action-message"), err);
+  }
+}
+
+function stripLog(job) {
+  const { attempts_log: _log, ...view } = job;
+  return view;
+}
+
+function renderDetail() {
+  const job = selected;
+  $("detail").hidden = false;
+  $("detail-heading").textContent = `${job.kind}: ${job.target}`;
+  const p = job.progress;
+  const facts = [
+    ["Id", job.id],
+    ["State", badge(job.state)],
+    ["Public status", job.status],
+    ["Attempts", `${job.attempts} of ${job.max_attempts} (generation ${job.generation})`],
+    ["Progress", p ? `${p.done} of ${p.total}${p.message ? ` · ${p.message}` : ""}` : "—"],
+    ["Last error", job.last_error ? h("span", { class: "error-text" }, errorText(job.last_error)) : "—"],
+    ["Run after", timeEl(job.run_after)],
+    ["Lease until", timeEl(job.lease_until)],
+    ["Worker", job.worker_id || "—"],
+    ["Created", timeEl(job.created_at)],
+    ["Started", timeEl(job.started_at)],
+    ["Updated", timeEl(job.updated_at)],
+    ["Finished", timeEl(job.finished_at)],
+  ];
+  $("detail-facts").replaceChildren(...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+
+  const log = job.attempts_log || [];
+  $("attempts").tBodies[0].replaceChildren(...(log.length ? log.map((a) => h("tr", {},
+    h("td", { class: "num", "data-label": "Attempt" }, String(a.attempt)),
+    h("td", { class: "num", "data-label": "Generation" }, String(a.generation)),
+    h("td", { "data-label": "Worker", class: "small" }, a.worker_id || "—"),
+    h("td", { "data-label": "Started", class: "small" }, timeEl(a.started_at)),
+    h("td", { "data-label": "Finished", class: "small" }, timeEl(a.finished_at)),
+    h("td", { "data-label": "Outcome" }, a.outcome || "running"),
+    h("td", { "data-label": "Error", class: a.error ? "error-text small" : "muted" }, errorText(a.error) || "—")))
+    : [h("tr", {}, h("td", { colspan: 7, class: "muted" }, "Not started yet."))]));
+
+  $("detail-payload").textContent = prettyJson(job.payload ?? {});
+  $("detail-result-wrap").hidden = job.result == null;
+  $("detail-result").textContent = job.result == null ? "" : prettyJson(job.result);
+  $("public-link").href = `/jobs/${encodeURIComponent(job.id)}`;
+  // Offer what the server allows now; it still decides (409 when the state moved on).
+  $("retry").disabled = !RETRYABLE.includes(job.state);
+  $("cancel").disabled = !CANCELABLE.includes(job.state);
+}
+
+function closeDetail() {
+  const id = selectedId;
+  selectedId = null;
+  selected = null;
+  $("detail").hidden = true;
+  history.replaceState(null, "", location.pathname);
+  renderJobs();
+  const button = document.querySelector(`tr[data-job-id="${CSS.escape(id)}"] button`);
+  if (button) button.focus();
+}
+
+async function act(action) {
+  const id = selectedId;
+  const region = $("action-message");
+  clearMessage(region);
+  const button = $(action);
+  button.disabled = true;
+  try {
+    const { data } = await adminApi(`/api/admin/jobs/${encodeURIComponent(id)}/${action}`, { method: "POST" });
+    const state = data && (data.state || (data.job && data.job.state));
+    showNote(region, action === "retry"
+      ? `Retry accepted: the job went back to ${state || "queued"} and runs when a worker is free.`
+      : `Cancel accepted: the job is now ${state || "canceled"}.`);
+  } catch (err) {
+    if (err.status !== 401) showError(region, err);
+  }
+  await loadDetail();
+  soon("stats", loadStats);
+}
+
+export function listenToDetail() {
+  $("retry").addEventListener("click", () => act("retry"));
+  $("cancel").addEventListener("click", () => act("cancel"));
+  $("close-detail").addEventListener("click", closeDetail);
+}
+
+// Open the job the address names (#job=ID), if any.
+export function openFromAddress() {
+  const match = location.hash.match(/^#job=(.+)$/);
+  if (match) openJob(decodeURIComponent(match[1]), { focus: false });
+}

@@ -1,0 +1,77 @@
+// Admin dashboard: signing in with the token (traded for an HttpOnly session
+// cookie, which EventSource sends), signing out, and what starts and stops
+// with a session.
+
+import { api, clearMessage, showError } from "./api.js";
+import { $, onUnauthorized } from "./admin-shared.js";
+import { loadKindFilter } from "./admin-list.js";
+import { openFromAddress } from "./admin-detail.js";
+import { connectEvents, disconnectEvents } from "./admin-live.js";
+import { startStats, stopStats } from "./admin-stats.js";
+
+function showSignIn() {
+  disconnectEvents();
+  stopStats();
+  $("dashboard").hidden = true;
+  $("signin").hidden = false;
+  $("token").focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const region = $("signin-error");
+  clearMessage(region);
+  const token = $("token").value;
+  if (!token) {
+    showError(region, new Error("Enter the admin token."));
+    $("token").focus();
+    return;
+  }
+  try {
+    await api("/api/admin/session", { method: "POST", body: { token } });
+  } catch (err) {
+    showError(region, err);
+    $("token").select();
+    return;
+  }
+  $("token").value = "";
+  $("signin").hidden = true;
+  startDashboard();
+}
+
+function startDashboard() {
+  $("signin").hidden = true;
+  $("dashboard").hidden = false;
+  loadKindFilter();
+  connectEvents(); // its "ready" event loads jobs, stats and the selected job
+  startStats();
+  openFromAddress();
+}
+
+async function signOut() {
+  try {
+    await api("/api/admin/session", { method: "DELETE" });
+  } catch {
+    // Signed out or not, show the form.
+  }
+  showSignIn();
+}
+
+export function listenToSession() {
+  onUnauthorized(showSignIn);
+  $("signin").addEventListener("submit", signIn);
+  $("signout").addEventListener("click", signOut);
+}
+
+export async function start() {
+  // A session cookie from before makes the stats readable: no sign-in needed.
+  try {
+    await api("/api/admin/stats");
+  } catch (err) {
+    if (err.status === 401) {
+      showSignIn();
+      return;
+    }
+  }
+  startDashboard();
+}

@@ -1,0 +1,42 @@
+// What the admin dashboard's modules share: element lookup, throttling, admin
+// requests (a 401 hands over to the sign-in form) and small renderers.
+
+import { api, h } from "./api.js";
+
+export const $ = (id) => document.getElementById(id);
+
+const pending = {}; // throttled refreshes by name
+
+// At most one run of fn per `ms` for a name, however many events ask for it.
+export function soon(name, fn, ms = 400) {
+  if (pending[name]) return;
+  pending[name] = setTimeout(() => {
+    delete pending[name];
+    fn();
+  }, ms);
+}
+
+let unauthorized = () => {};
+
+// Who shows the sign-in form when a session ends (admin-session.js).
+export function onUnauthorized(fn) {
+  unauthorized = fn;
+}
+
+// An admin request; a 401 (no or expired session) shows the sign-in form.
+export async function adminApi(path, options) {
+  try {
+    return await api(path, options);
+  } catch (err) {
+    if (err.status === 401) unauthorized();
+    throw err;
+  }
+}
+
+export function badge(state) {
+  return h("span", { class: "badge", "data-status": state }, state);
+}
+
+export function errorText(error) {
+  return error ? `${error.code}: ${error.message}` : "";
+}
