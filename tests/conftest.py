@@ -1,5 +1,10 @@
 """One embedded PostgreSQL server per test session, a template database migrated
-once, and a fresh database per test (CREATE DATABASE ... TEMPLATE)."""
+once, and a fresh database per test (CREATE DATABASE ... TEMPLATE).
+
+Two tiers: `fast` tests need no PostgreSQL, `full` ones do. A test is `full`
+when it uses a database fixture (they all rest on pg_admin_url), or when it
+is marked so because it starts a server of its own (jobfeed up, the bench);
+every other test is `fast`. `python -m pytest -m fast` runs the fast tier."""
 
 from __future__ import annotations
 
@@ -18,6 +23,13 @@ from jobfeed.worker.queue import Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "jobfeed_template"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("full") is None:
+            uses_database = "pg_admin_url" in getattr(item, "fixturenames", ())
+            item.add_marker(pytest.mark.full if uses_database else pytest.mark.fast)
 
 
 @pytest.fixture(scope="session")

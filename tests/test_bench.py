@@ -23,6 +23,8 @@ sys.path.insert(0, str(ROOT))
 from bench.run import QUICK  # noqa: E402
 from bench.systems import ALL  # noqa: E402
 
+pytestmark = pytest.mark.full  # starts its own PostgreSQL
+
 
 def run_bench(tmp_path: Path, *args: str, timeout: float = 170) -> dict:
     out = tmp_path / "bench.json"

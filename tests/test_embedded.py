@@ -9,7 +9,11 @@ import os
 import subprocess
 import tempfile
 
+import pytest
+
 from conftest import JOBFEED
+
+pytestmark = pytest.mark.full  # starts its own PostgreSQL
 
 
 def env_for(data_dir: str) -> dict[str, str]:

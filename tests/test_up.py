@@ -11,9 +11,12 @@ import sys
 import tempfile
 
 import httpx
+import pytest
 
 from servers import Process
 from waiting import eventually
+
+pytestmark = pytest.mark.full  # starts its own PostgreSQL
 
 
 def free_port() -> int:
