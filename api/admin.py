@@ -87,7 +87,8 @@ async def sign_in(request: Request) -> Response:
         raise ApiError(401, "unauthorized", "wrong admin token")
     lifetime = svc.config.session_lifetime
     response = JSONResponse({"signed_in": True, "expires_in": int(lifetime)})
-    response.set_cookie(auth.SESSION_COOKIE, auth.session_value(svc.settings.admin_token, lifetime),
+    # token is the admin token: it just matched
+    response.set_cookie(auth.SESSION_COOKIE, auth.session_value(token, lifetime),
                         max_age=int(lifetime), path="/", httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")
     return response

@@ -105,6 +105,6 @@ def end_streams(app: Starlette) -> None:
     """End the app's open event streams. For a server that stops without a
     signal uvicorn sees (an embedding process calling server.should_exit):
     uvicorn waits for open responses before it shuts the app down."""
-    feed = app.state.services.feed
+    feed = getattr(app.state.services, "feed", None)  # none before the lifespan starts
     if feed is not None:
         feed.end_streams()

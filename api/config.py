@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from jobfeed.worker.settings import parse_duration, parse_positive_int
 
@@ -21,7 +22,7 @@ class ApiConfig:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "ApiConfig":
         env = dict(os.environ if env is None else env)
-        values = {}
+        values: dict[str, Any] = {}
         for key, field in (("JOBFEED_SSE_PING", "sse_ping"), ("JOBFEED_SSE_RETRY", "sse_retry"),
                            ("JOBFEED_FEED_BATCH", "feed_batch"),
                            ("JOBFEED_LISTENER_HEALTH", "listener_health"),

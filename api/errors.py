@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -55,7 +56,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal error")
 
 
-EXCEPTION_HANDLERS = {
+EXCEPTION_HANDLERS: dict[Any, Any] = {  # Starlette types each handler by its exception
     ApiError: _api_error,
     QueueError: _queue_error,
     HTTPException: _http_error,

@@ -163,11 +163,11 @@ class Feed:
         # cleanly (rather than a task and an event per stream).
         self.shutdown = anyio.Event()
         self._task = asyncio.create_task(self._run(), name="jobfeed-feed")
-        self._shutdown_task = asyncio.create_task(self._end_on_shutdown(), name="jobfeed-feed-shutdown")
+        self._shutdown_task = asyncio.create_task(self._end_on_shutdown(self.shutdown), name="jobfeed-feed-shutdown")
         await self.listener.start()
 
-    async def _end_on_shutdown(self) -> None:
-        await self.shutdown.wait()
+    async def _end_on_shutdown(self, shutdown: anyio.Event) -> None:
+        await shutdown.wait()
         self.end_streams()
 
     def end_streams(self) -> None:
@@ -273,10 +273,10 @@ class Feed:
                 self._wake.set()
 
     async def _reread(self, ids: set[str], admin_ids: set[str]) -> None:
-        ids = list(ids & self._watch.keys())  # streams may have ended meanwhile
-        for start in range(0, len(ids), REREAD_CHUNK):
+        watched = list(ids & self._watch.keys())  # streams may have ended meanwhile
+        for start in range(0, len(watched), REREAD_CHUNK):
             self.rereads += 1
-            for text in await self.queue.get_jobs_json(ids[start:start + REREAD_CHUNK]):
+            for text in await self.queue.get_jobs_json(watched[start:start + REREAD_CHUNK]):
                 view = View.parse(text)
                 if view.version <= self._known.get(view.job_id, 0):
                     continue

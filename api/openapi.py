@@ -25,7 +25,7 @@ def _ref(name: str) -> dict:
 
 
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
-_ADMIN = [{"bearer": []}, {"session": []}]
+_ADMIN: list[dict] = [{"bearer": []}, {"session": []}]
 _UNAUTHORIZED = {"401": _err("no valid admin token or session")}
 _SSE = {"description": "a stream of server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
 _HTML = {"description": "a page of the web UI", "content": {"text/html": {"schema": {"type": "string"}}}}

@@ -21,10 +21,11 @@ class Services:
     settings: Settings
     config: ApiConfig
     metrics: Metrics
-    pool: asyncpg.Pool | None = None
-    queue: Queue | None = None
-    feed: Feed | None = None
-    batcher: SubmitBatcher | None = None
+    # Made by the app's lifespan, before any request is served.
+    pool: asyncpg.Pool = dataclasses.field(init=False)
+    queue: Queue = dataclasses.field(init=False)
+    feed: Feed = dataclasses.field(init=False)
+    batcher: SubmitBatcher = dataclasses.field(init=False)
 
     @property
     def body_limit(self) -> int:

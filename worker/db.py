@@ -155,6 +155,7 @@ class Listener:
                 await asyncio.wait_for(self._lost.wait(), timeout=self.health_interval)
             except asyncio.TimeoutError:
                 try:  # a silent network loss shows up only when we talk
+                    assert self._conn is not None  # kept alive only once connected
                     await asyncio.wait_for(self._conn.fetchval("select 1"), timeout=self.health_interval)
                     continue
                 except Exception:

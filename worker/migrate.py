@@ -40,7 +40,7 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
         current = await conn.fetchval("select checksum from jobfeed.schema_functions")
         if current != checksum:
             async with conn.transaction():
-                for name, text in sql.function_files():
+                for _name, text in sql.function_files():
                     await conn.execute(text)
                 await conn.execute(
                     "insert into jobfeed.schema_functions (id, checksum) values (1, $1) "

@@ -135,14 +135,14 @@ class Queue:
         text = await self.get_job_json(job_id)
         return None if text is None else json.loads(text)
 
-    async def get_jobs_json(self, job_ids: Sequence[uuid.UUID]) -> list[str]:
+    async def get_jobs_json(self, job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         return [r[0] for r in await self._fetch("get_jobs", list(job_ids))]
 
     async def admin_get_job(self, job_id: uuid.UUID) -> dict | None:
         text = await self._fetchval("admin_get_job", job_id)
         return None if text is None else json.loads(text)
 
-    async def admin_get_jobs_json(self, job_ids: Sequence[uuid.UUID]) -> list[str]:
+    async def admin_get_jobs_json(self, job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         return [r[0] for r in await self._fetch("admin_get_jobs", list(job_ids))]
 
     async def admin_list_jobs(self, *, state: str | None = None, kind: str | None = None, limit: int = 50,

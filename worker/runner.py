@@ -29,6 +29,11 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def _lease(spec: TaskSpec) -> float:
+    assert spec.lease is not None, "the runner gets specs resolved against the settings"
+    return spec.lease
+
+
 @dataclasses.dataclass
 class _Running:
     ctx: Context
@@ -107,7 +112,7 @@ class Runner:
         self.budget = budget
         self.reserve = reserve
         self.max_jobs = max_jobs
-        self.heartbeat_interval = max(min(s.lease for s in specs) / 3, 0.05)
+        self.heartbeat_interval = max(min(_lease(s) for s in specs) / 3, 0.05)
         self.claimed_count = 0
         self._running: dict[tuple[uuid.UUID, int], _Running] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -213,6 +218,7 @@ class Runner:
         self._wake.set()  # (re)connected: something may have become due meanwhile
 
     async def _budget_timer(self) -> None:
+        assert self._deadline is not None  # started only with a budget
         await asyncio.sleep(max(self._deadline - time.monotonic(), 0))
         log.info("worker %s: time budget used up", self.worker_id)
         self._stop.set()
@@ -223,7 +229,7 @@ class Runner:
     def _start(self, job: Job) -> None:
         spec = self.specs[job.kind]
         key = (job.id, job.generation)
-        entry = _Running(Context(self.queue, job, spec.lease))
+        entry = _Running(Context(self.queue, job, _lease(spec)))
         self._running[key] = entry
         self.claimed_count += 1
         # One task per job runs the handler, then queues or writes its outcome.
@@ -239,7 +245,8 @@ class Runner:
             except asyncio.CancelledError:
                 if entry.stop_reason is None:
                     raise  # not ours: the runner itself is being torn down
-                asyncio.current_task().uncancel()
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # we run in a task
+                outcome: tuple[str, JobError | None]
                 if entry.stop_reason in ("shutdown", "budget"):
                     outcome = ("error", Release(entry.stop_reason, f"worker {entry.stop_reason}", retry_after=0))
                 else:

@@ -41,7 +41,9 @@ async def cmd_up(settings: Settings, args) -> int:
             print(f"jobfeed is up: {url}\n  admin: {url}admin  token: {token}\n  database: {dsn}", flush=True)
         done, _ = await asyncio.wait(parts, return_when=asyncio.FIRST_COMPLETED)
         # One part ending (a signal, or the server failing to bind) ends them all.
-        runner.stop(), sweeper.stop(), server.stop()
+        runner.stop()
+        sweeper.stop()
+        server.stop()
         await asyncio.gather(*parts, return_exceptions=True)
         for part in done:
             failure = part.exception()
