@@ -4,6 +4,7 @@ limits agree with the browser's copy and with what the SQL does."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -31,8 +32,20 @@ def test_the_derived_lists_follow_the_states():
     assert set(states.RETRYABLE) == states.TERMINAL - {"completed"}
 
 
+def _js_list(values) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
 def test_the_browser_module_holds_the_same_literals():
+    """JOBFEED_UPDATE_STATES=1 rewrites the browser's lists from the Python ones
+    (so a new state is one line in worker/states.py, plus its SQL)."""
     text = STATES_JS.read_text()
+    if os.environ.get("JOBFEED_UPDATE_STATES") == "1":
+        terminal = sorted(states.TERMINAL, key=states.STATES.index)
+        text = re.sub(r"(export const STATES = )\[[^\]]*\]", lambda m: m.group(1) + _js_list(states.STATES), text)
+        text = re.sub(r"(export const TERMINAL = new Set\()\[[^\]]*\]", lambda m: m.group(1) + _js_list(terminal),
+                      text)
+        STATES_JS.write_text(text)
     found = {name: json.loads(body) for name, body in
              re.findall(r'export const (\w+) = (?:new Set\()?(\[(?:"\w+"(?:, )?)*\])', text)}
     assert found == {"STATES": list(states.STATES), "TERMINAL": sorted(states.TERMINAL, key=states.STATES.index)}

@@ -3,7 +3,8 @@ copy is static/js/states.js; tests/test_rules.py checks both against the
 database's enum and its public_status function).
 
 A new true state is one line in STATES (plus the enum value and public_status
-in SQL); everything else here is derived."""
+in SQL; JOBFEED_UPDATE_STATES=1 on tests/test_rules.py then rewrites the
+browser's copy); everything else here is derived."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 // Job states and public statuses for the browser: the same lists as
-// jobfeed/worker/states.py (tests/test_rules.py keeps the two equal).
+// jobfeed/worker/states.py (tests/test_rules.py keeps the two equal;
+// JOBFEED_UPDATE_STATES=1 python -m pytest tests/test_rules.py rewrites the
+// two literal lists below from the Python ones).
 
 // True states, in the order the admin dashboard shows them.
 export const STATES = ["queued", "running", "completed", "failed", "canceled"];
