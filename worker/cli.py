@@ -29,17 +29,13 @@ class UsageError(Exception):
 # ---------------------------------------------------------------- shared start-up
 
 async def prepare(settings: Settings) -> str:
-    """Resolve the database (starting the embedded one if need be), bring the
-    schema up to date and load the handler modules. Returns the DSN. Each
-    command then registers the kinds with its own pool: overwriting their
-    settings only from a process that runs them."""
+    """Resolve the database (starting the embedded one if need be), check that
+    its schema fits this code (SchemaError otherwise: exit 2) and load the
+    handler modules. Returns the DSN. Each command then registers the kinds
+    with its own pool: overwriting their settings only from a process that
+    runs them."""
     dsn = await db.resolve_dsn(settings)
-    conn = await db.connect(dsn, name="jobfeed-migrate")
-    try:
-        for applied in await migrations.migrate(conn):
-            log.info("migrated: %s", applied)
-    finally:
-        await conn.close()
+    await migrations.require_schema(dsn)
     tasks.load_tasks(settings.tasks)
     return dsn
 
@@ -89,12 +85,7 @@ def make_sweeper(queue: Queue, settings: Settings, args):
 # ---------------------------------------------------------------- commands
 
 async def cmd_migrate(settings: Settings, args) -> int:
-    dsn = await db.resolve_dsn(settings)
-    conn = await db.connect(dsn, name="jobfeed-migrate")
-    try:
-        applied = await migrations.migrate(conn)
-    finally:
-        await conn.close()
+    applied = await migrations.migrate_database(await db.resolve_dsn(settings))
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0
 
@@ -186,6 +177,11 @@ async def cmd_up(settings: Settings, args) -> int:
     if DEMO_TASKS not in settings.tasks:
         settings = dataclasses.replace(settings, tasks=(DEMO_TASKS, *settings.tasks))
     token = admin_token(settings)
+    # The development command migrates; deploys run `jobfeed migrate` as a step.
+    dsn = await db.resolve_dsn(settings)
+    for applied in await migrations.migrate_database(dsn):
+        log.info("migrated: %s", applied)
+    settings = dataclasses.replace(settings, database_url=dsn)
     dsn = await prepare(settings)
     settings = dataclasses.replace(settings, database_url=dsn, admin_token=token)
     from jobfeed.api.app import create_app
@@ -260,6 +256,7 @@ async def cmd_show(settings: Settings, args) -> int:
     except ValueError:
         raise UsageError(f"{args.id!r} is not a job id") from None
     dsn = await db.resolve_dsn(settings)
+    await migrations.require_schema(dsn)
     pool = await db.create_pool(dsn, min_size=1, max_size=1, name="jobfeed-show")
     try:
         view = await Queue(pool).admin_get_job(job_id)
@@ -371,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "api":
             return cmd_api(settings, args)
         return run(COMMANDS[args.command](settings, args))
-    except (SettingError, UsageError) as exc:
+    except (SettingError, UsageError, migrations.SchemaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except QueueError as exc:
