@@ -171,7 +171,7 @@ async def test_the_installed_wheel_runs_as_three_roles(installed, fresh_db, logi
     api = await jobfeed.start(as_user(fresh_db, users["api"]), "api", JOBFEED_PORT=str(port),
                               JOBFEED_TASKS="jobfeed.demo")
     worker = await jobfeed.start(as_user(fresh_db, users["worker"]), "worker", "--poll", "200ms",
-                                 JOBFEED_TASKS="jobfeed.demo")
+                                 "--grace", "1s", JOBFEED_TASKS="jobfeed.demo", JOBFEED_BACKOFF="200ms")
     sweeper = await jobfeed.start(as_user(fresh_db, users["sweeper"]), "sweeper", "--sweep-interval", "1s")
     procs = {"api": api, "worker": worker, "sweeper": sweeper}
     api_log: list[str] = []
@@ -196,6 +196,37 @@ async def test_the_installed_wheel_runs_as_three_roles(installed, fresh_db, logi
                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
             assert admin_view.json()["attempts_log"][0]["outcome"] == "completed"
 
+            # The worker role's other outcomes, and the API role's admin calls.
+            auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+            async def submit(target: str, **payload) -> str:
+                made = await http.post("/api/jobs", json={"kind": "demo", "target": target, "payload": payload})
+                assert made.status_code == 201, made.text
+                return made.json()["id"]
+
+            async def final(job: str) -> dict:
+                for _ in range(200):
+                    view = (await http.get(f"/api/jobs/{job}")).json()
+                    if view["status"] in ("completed", "failed", "canceled"):
+                        return view
+                    await asyncio.sleep(0.05)
+                pytest.fail(f"job {job} did not finish: {view}")
+
+            bumpy = await submit("bumpy", steps=1, step_ms=10, fail=["transient", "release"])
+            doomed = await submit("doomed", steps=1, step_ms=10, fail=["permanent"])
+            long = await submit("long", steps=20, step_ms=100)
+            assert (await final(bumpy))["status"] == "completed"
+            assert (await final(doomed))["status"] == "failed"
+            assert (await http.post(f"/api/admin/jobs/{doomed}/retry", headers=auth)).status_code == 200
+            assert (await final(doomed))["status"] == "completed"
+            assert (await http.post(f"/api/admin/jobs/{long}/cancel", headers=auth)).status_code == 200
+            assert (await final(long))["status"] == "canceled"
+            listed = (await http.get("/api/admin/jobs", headers=auth)).json()["jobs"]
+            assert len(listed) == 4
+            assert (await http.get("/api/admin/stats", headers=auth)).status_code == 200
+            assert [k["kind"] for k in (await http.get("/api/kinds")).json()["kinds"]] == ["demo"]
+            assert (await http.get("/metrics")).status_code == 200
+
             # The UI: its page, and every script and style sheet the page names.
             page = await http.get("/")
             assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -206,6 +237,12 @@ async def test_the_installed_wheel_runs_as_three_roles(installed, fresh_db, logi
                 assert got.status_code == 200 and len(got.content) > 0, asset
                 kind = "javascript" if asset.endswith(".js") else "text/css"
                 assert kind in got.headers["content-type"], (asset, got.headers["content-type"])
+        # The command line as the API's role.
+        api_url = as_user(fresh_db, users["api"])
+        code, out = await jobfeed.call(api_url, "submit", "demo", "cli", "--json", JOBFEED_TASKS="jobfeed.demo")
+        assert code == 0, out
+        code, out = await jobfeed.call(api_url, "show", json.loads(out)["id"], "--json")
+        assert code == 0 and json.loads(out)["target"] == "cli", out
         # The sweeper as its role, once, besides the one still running.
         code, out = await jobfeed.call(as_user(fresh_db, users["sweeper"]), "sweeper", "--once")
         assert code == 0 and "Traceback" not in out, out
