@@ -238,6 +238,44 @@ async def test_processes_refuse_an_unmigrated_database(empty_db, args):
         await conn.close()
 
 
+async def test_release_n_runs_beside_n_plus_1_until_a_migration_raises_the_floor(dsn, monkeypatch):
+    """The next releases, simulated: N+1 adds a table and a new function version;
+    N keeps passing its check and calling what it calls, and N's migrate (an old
+    deploy job run again) changes nothing. N+2 drops what N called and raises
+    compatible_from: N now refuses to start."""
+    n = migrate.SCHEMA_VERSION
+    ours, our_functions = sql.migrations(), sql.function_files()
+    v2 = ("95_next.sql", "create or replace function jobfeed.submit_v2() returns int language sql as $$ select 2 $$;")
+    n1 = ours + [(n + 1, f"{n + 1:04d}_next.sql", "create table jobfeed.next_table (id int);")]
+    n2 = n1 + [(n + 2, f"{n + 2:04d}_drop.sql",
+                "drop table jobfeed.next_table;"
+                f" update jobfeed.schema_version set compatible_from = greatest(compatible_from, {n + 1});")]
+
+    async def release_migrates(version: int, migrations, functions) -> list[str]:
+        with monkeypatch.context() as m:
+            m.setattr(migrate, "SCHEMA_VERSION", version)
+            m.setattr(sql, "migrations", lambda: migrations)
+            m.setattr(sql, "function_files", lambda: functions)
+            return await migrate.migrate(conn)
+
+    conn = await db.connect(dsn)
+    try:
+        await conn.execute("select jobfeed.register_kind('k')")
+        assert await release_migrates(n + 1, n1, our_functions + [v2]) == [f"{n + 1:04d}_next.sql", "functions"]
+        status = await migrate.require_schema(conn)  # release N
+        assert (status.version, status.needs) == (n + 1, n)
+        assert (await conn.fetchrow("select * from jobfeed.submit('k', 'still works')"))["created"]
+        with pytest.raises(migrate.SchemaError, match="newer than this jobfeed"):
+            await migrate.migrate(conn)
+        assert await conn.fetchval("select jobfeed.submit_v2()") == 2
+
+        assert await release_migrates(n + 2, n2, our_functions + [v2]) == [f"{n + 2:04d}_drop.sql"]
+        with pytest.raises(migrate.SchemaError, match="no longer supports this jobfeed"):
+            await migrate.require_schema(conn)
+    finally:
+        await conn.close()
+
+
 # ---------------------------------------------------------------- upgrading from v0.1.0
 
 async def install_v0_1_0(url: str) -> None:
