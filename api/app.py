@@ -1,6 +1,6 @@
 """The API process: create_app() builds the Starlette app from its routes list.
-Its lifespan finds the database, checks its schema version, registers the kinds this process
-knows, and owns the pool and the live feed.
+Its lifespan finds the database, checks its schema version (it never migrates),
+registers the kinds this process knows, and owns the pool and the live feed.
 
     uvicorn api.app:create_app --factory
 """

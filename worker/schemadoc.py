@@ -1,7 +1,9 @@
 """A stable, readable description of the jobfeed schema, rendered from the
 catalogs: tables (columns, constraints, indexes, storage options, triggers),
 types, function signatures and attributes, and who is granted what. Function
-bodies are left out: they live in sql/functions/ and are checked by checksum.
+bodies are left out of sql/schema.txt (they live in sql/functions/); with
+bodies=True they are added without comments, to compare two databases (an
+upgraded one with a fresh install).
 
 sql/schema.txt is this output for a freshly migrated database; a test keeps the
 two equal, so any change to the schema shows up in review as a diff of that file.
