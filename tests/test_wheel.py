@@ -220,10 +220,10 @@ async def test_the_installed_wheel_runs_as_three_roles(installed, fresh_db, logi
             assert (await final(doomed))["status"] == "completed"
             assert (await http.post(f"/api/admin/jobs/{long}/cancel", headers=auth)).status_code == 200
             assert (await final(long))["status"] == "canceled"
-            listed = (await http.get("/api/admin/jobs", headers=auth)).json()["jobs"]
-            assert len(listed) == 4
+            listed = (await http.get("/api/admin/jobs?kind=demo", headers=auth)).json()["jobs"]
+            assert {j["target"] for j in listed} == {"wheel", "bumpy", "doomed", "long"}
             assert (await http.get("/api/admin/stats", headers=auth)).status_code == 200
-            assert [k["kind"] for k in (await http.get("/api/kinds")).json()["kinds"]] == ["demo"]
+            assert "demo" in [k["kind"] for k in (await http.get("/api/kinds")).json()["kinds"]]
             assert (await http.get("/metrics")).status_code == 200
 
             # The UI: its page, and every script and style sheet the page names.
