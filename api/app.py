@@ -1,6 +1,6 @@
 """The API process: create_app() builds the Starlette app from its routes list.
-Its lifespan finds the database, migrates it, registers the kinds this process
-knows, and owns the pool and the live feed.
+Its lifespan finds the database, checks its schema version (it never migrates),
+registers the kinds this process knows, and owns the pool and the live feed.
 
     uvicorn api.app:create_app --factory
 """
@@ -65,11 +65,7 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         dsn = await db.resolve_dsn(settings)
-        conn = await db.connect(dsn, name="jobfeed-api-migrate")
-        try:
-            await migrate.migrate(conn)  # under an advisory lock: API processes take turns
-        finally:
-            await conn.close()
+        await migrate.require_schema(dsn)  # `jobfeed migrate` changes the schema, never the API
         tasks.load_tasks(settings.tasks)
         svc.pool = await db.create_pool(dsn, name="jobfeed-api")
         try:

@@ -20,18 +20,20 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """Ready when the database answers and its schema is the one this code expects."""
+    """Ready when the database answers and its schema fits this code: the version
+    it needs or a newer compatible one, so a newer release migrating the
+    database during a rolling deploy does not take this process out of service."""
     svc = services(request)
     try:
         async with asyncio.timeout(5):
-            async with svc.pool.acquire() as conn:
-                pending = await migrate.pending(conn)
+            status = await migrate.schema_status(svc.pool)
     except Exception as exc:
         log.warning("readyz: database unreachable (%s)", type(exc).__name__)
-        return JSONResponse({"status": "unavailable", "database": False, "pending": None}, status_code=503)
-    body = {"status": "ready" if not pending else "unavailable", "database": True, "pending": pending,
+        return JSONResponse({"status": "unavailable", "database": False, "schema": None}, status_code=503)
+    ready = status.compatible
+    body = {"status": "ready" if ready else "unavailable", "database": True, "schema": status.as_json(),
             "feed": svc.feed.connected}
-    return JSONResponse(body, status_code=200 if not pending else 503)
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
 async def metrics(request: Request) -> Response:

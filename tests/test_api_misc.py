@@ -11,6 +11,7 @@ from starlette.routing import Mount, Route
 
 from jobfeed.api import openapi, ui
 from jobfeed.api.app import create_app, routes
+from jobfeed.worker import migrate
 from servers import FAST, asgi_client, make_settings
 
 
@@ -29,12 +30,20 @@ async def test_healthz_and_readyz(client, pool):
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "database": True, "pending": [], "feed": True}
+    needs = migrate.SCHEMA_VERSION
+    schema = {"version": needs, "compatible_from": 0, "needs": needs}
+    assert ready.json() == {"status": "ready", "database": True, "schema": schema, "feed": True}
 
-    # Functions changed on disk but not applied: not ready.
-    await pool.execute("update jobfeed.schema_functions set checksum = 'older'")
+    # A newer release migrated (rolling deploy): still ready.
+    await pool.execute("update jobfeed.schema_version set version = version + 1")
+    assert (await client.get("/readyz")).status_code == 200
+    # One that dropped what this release calls: not ready.
+    await pool.execute("update jobfeed.schema_version set compatible_from = version")
+    assert (await client.get("/readyz")).status_code == 503
+    # Older than this code needs: not ready.
+    await pool.execute("update jobfeed.schema_version set version = $1, compatible_from = 0", needs - 1)
     stale = await client.get("/readyz")
-    assert stale.status_code == 503 and stale.json()["pending"] == ["functions"]
+    assert stale.status_code == 503 and stale.json()["schema"]["version"] == needs - 1
 
 
 async def test_readyz_is_503_when_the_database_is_gone(app, client):

@@ -41,6 +41,10 @@ def server_running(data_dir: str) -> bool:
 
 def test_jobs_survive_a_restart_and_processes_share_the_server():
     data_dir = tempfile.mkdtemp(prefix="jobfeed-embedded-")
+    # Only `jobfeed migrate` (or `jobfeed up`) makes the schema; others refuse without it.
+    refused = run(data_dir, "submit", "demo", "early")
+    assert refused.returncode == 2 and "jobfeed migrate" in refused.stderr
+    assert run(data_dir, "migrate").returncode == 0
     submitted = run(data_dir, "submit", "demo", "keep-me", "--payload", '{"steps": 2, "step_ms": 10}')
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()

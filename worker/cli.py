@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 
+from . import migrate as migrations
 from .job_commands import cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "api":
             return cmd_api(settings, args)
         return run(COMMANDS[args.command](settings, args))
-    except (SettingError, UsageError) as exc:
+    except (SettingError, UsageError, migrations.SchemaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (QueueError, InvalidSubmission) as exc:

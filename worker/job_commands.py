@@ -6,7 +6,7 @@ import json
 import sys
 import uuid
 
-from . import db, tasks
+from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
 from .startup import UsageError, prepare
@@ -50,6 +50,7 @@ async def cmd_show(settings: Settings, args) -> int:
     except ValueError:
         raise UsageError(f"{args.id!r} is not a job id") from None
     dsn = await db.resolve_dsn(settings)
+    await migrations.require_schema(dsn)
     pool = await db.create_pool(dsn, min_size=1, max_size=1, name="jobfeed-show")
     try:
         view = await Queue(pool).admin_get_job(job_id)

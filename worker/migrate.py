@@ -1,32 +1,114 @@
-"""Applies sql/: numbered migrations once each, then the function files whenever
-their text changed. Runs under an advisory lock, so processes starting together
-take turns and the second finds nothing left to do."""
+"""The schema's version, and the one command that changes it.
+
+`jobfeed migrate` (migrate() here) is the only code that runs DDL: numbered
+migrations once each, then sql/functions/ when their text, comments left out,
+differs from what was last applied. It runs under an advisory lock, so two
+deploys migrating at once take turns and the second finds nothing to do.
+
+Every other process calls require_schema() at start: one query of
+jobfeed.schema_version, a row every service role may read.
+
+- version: the highest migration applied. This code needs SCHEMA_VERSION, the
+  highest migration it ships; a database below that is refused (exit 2, "run
+  jobfeed migrate").
+- compatible_from: the oldest SCHEMA_VERSION that may still run here. Additive
+  migrations leave it alone, so release N keeps running after N+1 migrated. A
+  migration that drops what an older release calls raises it, in its own SQL:
+      update jobfeed.schema_version set compatible_from = greatest(compatible_from, 7);
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import asyncpg
 
-from . import sql
+from . import db, sql
 
 # Any fixed 64-bit number: the lock names "jobfeed is migrating this database".
 MIGRATION_LOCK = 0x6A6F_6266_6565_64
 
+SCHEMA_VERSION = max(number for number, _, _ in sql.migrations())
+
+
+class SchemaError(Exception):
+    """The database's schema does not fit this code: one line saying what to do."""
+
 
 def functions_checksum() -> str:
+    """Of sql/functions/ without comments or layout: re-wording a comment or
+    re-indenting is not a change to apply."""
     digest = hashlib.sha256()
     for name, text in sql.function_files():
-        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+        digest.update(name.encode() + b"\0" + sql.normalize(text).encode() + b"\0")
     return digest.hexdigest()
 
 
+@dataclasses.dataclass(frozen=True)
+class SchemaStatus:
+    version: int  # 0: not migrated
+    compatible_from: int
+    needs: int = SCHEMA_VERSION
+
+    @property
+    def compatible(self) -> bool:
+        return self.compatible_from <= self.needs <= self.version
+
+    def problem(self) -> str | None:
+        if self.version < self.needs:
+            found = "not migrated" if self.version == 0 else f"at version {self.version}"
+            return (f"the database schema is {found}; this jobfeed needs version {self.needs}: "
+                    "run `jobfeed migrate` first")
+        if self.compatible_from > self.needs:
+            return (f"the database schema (version {self.version}) no longer supports this jobfeed "
+                    f"(it needs {self.needs}, the oldest still supported is {self.compatible_from}): "
+                    "upgrade jobfeed")
+        return None
+
+    def as_json(self) -> dict:
+        return {"version": self.version, "compatible_from": self.compatible_from, "needs": self.needs}
+
+
+async def schema_status(conn) -> SchemaStatus:
+    """One query, on a Connection or a Pool, as any of the service roles."""
+    try:
+        row = await conn.fetchrow("select version, compatible_from from jobfeed.schema_version")
+    except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+        row = None  # never migrated, or by a release before versions (v0.1.0)
+    except asyncpg.InsufficientPrivilegeError:
+        raise SchemaError("this login role may not read jobfeed.schema_version: grant it jobfeed_api, "
+                          "jobfeed_worker or jobfeed_sweeper (and run `jobfeed migrate` as the owner)") from None
+    return SchemaStatus(row["version"], row["compatible_from"]) if row else SchemaStatus(0, 0)
+
+
+async def require_schema(target) -> SchemaStatus:
+    """Raise SchemaError unless this code may run on the database. target: a DSN,
+    or a Connection or Pool."""
+    if isinstance(target, str):
+        conn = await db.connect(target, name="jobfeed-schema-check")
+        try:
+            status = await schema_status(conn)
+        finally:
+            await conn.close()
+    else:
+        status = await schema_status(target)
+    if (problem := status.problem()) is not None:
+        raise SchemaError(problem)
+    return status
+
+
 async def migrate(conn: asyncpg.Connection) -> list[str]:
-    """Bring the database up to date; returns what was applied."""
+    """Bring the database up to this code's schema; returns what was applied."""
     applied: list[str] = []
     await conn.execute("select pg_advisory_lock($1)", MIGRATION_LOCK)
     try:
         await conn.execute((sql.SQL_DIR / "bootstrap.sql").read_text())
+        status = await schema_status(conn)
+        if status.version > SCHEMA_VERSION:
+            # Its functions are newer than ours: putting ours back would undo them.
+            raise SchemaError(f"the database schema is at version {status.version}, newer than this "
+                              f"jobfeed's {SCHEMA_VERSION}: migrate with the newer release")
         done = {r["version"] for r in await conn.fetch("select version from jobfeed.schema_migrations")}
         for number, name, text in sql.migrations():
             if number in done:
@@ -35,30 +117,41 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
                 await conn.execute(text)
                 await conn.execute(
                     "insert into jobfeed.schema_migrations (version, name) values ($1, $2)", number, name)
+                await conn.execute(
+                    "insert into jobfeed.schema_version (id, version) values (1, $1) on conflict (id) do update "
+                    "set version = greatest(schema_version.version, excluded.version), updated_at = now()",
+                    number)
             applied.append(name)
         checksum = functions_checksum()
-        current = await conn.fetchval("select checksum from jobfeed.schema_functions")
-        if current != checksum:
+        if await conn.fetchval("select functions from jobfeed.schema_version") != checksum:
             async with conn.transaction():
-                for _name, text in sql.function_files():
+                for _, text in sql.function_files():
                     await conn.execute(text)
-                await conn.execute(
-                    "insert into jobfeed.schema_functions (id, checksum) values (1, $1) "
-                    "on conflict (id) do update set checksum = excluded.checksum, applied_at = now()",
-                    checksum)
+                await conn.execute("update jobfeed.schema_version set functions = $1, updated_at = now()",
+                                   checksum)
             applied.append("functions")
     finally:
         await conn.execute("select pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied
 
 
+async def migrate_database(dsn: str) -> list[str]:
+    """migrate() on a connection of its own."""
+    conn = await db.connect(dsn, name="jobfeed-migrate")
+    try:
+        return await migrate(conn)
+    finally:
+        await conn.close()
+
+
 async def pending(conn: asyncpg.Connection) -> list[str]:
-    """What migrate() would apply; empty when the schema is current (readiness)."""
-    exists = await conn.fetchval("select to_regclass('jobfeed.schema_migrations') is not null")
-    if not exists:
-        return [name for _, name, _ in sql.migrations()] + ["functions"]
-    done = {r["version"] for r in await conn.fetch("select version from jobfeed.schema_migrations")}
+    """What migrate() would apply (a dry run); empty when nothing is left."""
+    exists = await conn.fetchval("select to_regclass('jobfeed.schema_version') is not null")
+    done = set()
+    if await conn.fetchval("select to_regclass('jobfeed.schema_migrations') is not null"):
+        done = {r["version"] for r in await conn.fetch("select version from jobfeed.schema_migrations")}
     missing = [name for number, name, _ in sql.migrations() if number not in done]
-    if await conn.fetchval("select checksum from jobfeed.schema_functions") != functions_checksum():
+    current = await conn.fetchval("select functions from jobfeed.schema_version") if exists else None
+    if current != functions_checksum():
         missing.append("functions")
     return missing

@@ -13,12 +13,7 @@ from .startup import admin_token, make_runner, make_sweeper, on_signals, prepare
 
 
 async def cmd_migrate(settings: Settings, args) -> int:
-    dsn = await db.resolve_dsn(settings)
-    conn = await db.connect(dsn, name="jobfeed-migrate")
-    try:
-        applied = await migrations.migrate(conn)
-    finally:
-        await conn.close()
+    applied = await migrations.migrate_database(await db.resolve_dsn(settings))
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0
 

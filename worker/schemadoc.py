@@ -1,7 +1,9 @@
 """A stable, readable description of the jobfeed schema, rendered from the
 catalogs: tables (columns, constraints, indexes, storage options, triggers),
 types, function signatures and attributes, and who is granted what. Function
-bodies are left out: they live in sql/functions/ and are checked by checksum.
+bodies are left out of sql/schema.txt (they live in sql/functions/); with
+bodies=True they are added without comments, to compare two databases (an
+upgraded one with a fresh install).
 
 sql/schema.txt is this output for a freshly migrated database; a test keeps the
 two equal, so any change to the schema shows up in review as a diff of that file.
@@ -19,6 +21,8 @@ import sys
 import uuid
 
 import asyncpg
+
+from . import sql
 
 SCHEMA = "jobfeed"
 
@@ -38,8 +42,10 @@ _RELKIND = {"r": "table", "p": "partitioned table", "v": "view", "m": "materiali
 _PROKIND = {"f": "function", "p": "procedure", "a": "aggregate", "w": "window function"}
 
 
-async def describe(conn: asyncpg.Connection, schema: str = SCHEMA) -> str:
-    """The schema as text, independent of the session's settings."""
+async def describe(conn: asyncpg.Connection, schema: str = SCHEMA, *, bodies: bool = False) -> str:
+    """The schema as text, independent of the session's settings. bodies: also
+    each function's body, comments and layout left out (to compare two
+    databases; sql/schema.txt leaves them to sql/functions/)."""
     async with conn.transaction(readonly=True):
         for name, value in _STABLE_SETTINGS.items():
             await conn.execute("select set_config($1, $2, true)", name, value)
@@ -54,7 +60,7 @@ async def describe(conn: asyncpg.Connection, schema: str = SCHEMA) -> str:
         out += await _grants(conn, "n", nsp["nspacl"], nsp["nspowner"])
         out += await _types(conn, nsp["oid"])
         out += await _relations(conn, nsp["oid"])
-        out += await _functions(conn, nsp["oid"])
+        out += await _functions(conn, nsp["oid"], bodies)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -167,7 +173,7 @@ async def _relations(conn, nsp: int) -> list[str]:
     return out
 
 
-async def _functions(conn, nsp: int) -> list[str]:
+async def _functions(conn, nsp: int, bodies: bool) -> list[str]:
     out: list[str] = []
     fns = await conn.fetch("""
         select p.oid, p.proname, p.prokind::text, l.lanname, p.provolatile::text, p.proparallel::text, p.prosecdef,
@@ -175,7 +181,7 @@ async def _functions(conn, nsp: int) -> list[str]:
                pg_get_function_arguments(p.oid) as args,
                pg_get_function_identity_arguments(p.oid) as ident,
                pg_get_function_result(p.oid) as result,
-               obj_description(p.oid, 'pg_proc') as comment
+               obj_description(p.oid, 'pg_proc') as comment, p.prosrc
           from pg_proc p join pg_language l on l.oid = p.prolang
          where p.pronamespace = $1
          order by p.proname, pg_get_function_identity_arguments(p.oid)""", nsp)
@@ -195,6 +201,8 @@ async def _functions(conn, nsp: int) -> list[str]:
         if f["comment"]:
             out.append(f"  comment: {f['comment']}")
         out += await _grants(conn, "f", f["proacl"], f["proowner"])
+        if bodies:
+            out.append("  body: " + sql.normalize(f["prosrc"] or ""))
     return out
 
 

@@ -4,8 +4,8 @@ the migrations and the function files."""
 from __future__ import annotations
 
 import functools
-import re
 import importlib.resources
+import re
 from pathlib import Path
 
 SQL_DIR = Path(str(importlib.resources.files("jobfeed") / "sql"))
@@ -30,6 +30,20 @@ def migrations() -> list[tuple[int, str, str]]:
     for path in sorted((SQL_DIR / "migrations").glob("[0-9][0-9][0-9][0-9]_*.sql")):
         found.append((int(path.name[:4]), path.name, path.read_text()))
     return found
+
+
+_TOKEN = re.compile(r"""
+      (?P<string>'(?:[^']|'')*'|"(?:[^"]|"")*")      # literals and quoted names: kept as they are
+    | (?P<gap>(?:\s+|--[^\n]*|/\*.*?\*/)+)           # white space and comments: one space
+    """, re.VERBOSE | re.DOTALL)
+
+
+def normalize(text: str) -> str:
+    """SQL without its comments and with white space collapsed, so that editing a
+    comment or re-indenting is not a schema change. Function bodies ($$...$$)
+    are SQL or PL/pgSQL, which share these comment rules, so the scan goes
+    through them."""
+    return _TOKEN.sub(lambda m: m.group("string") or " ", text).strip()
 
 
 def function_files() -> list[tuple[str, str]]:

@@ -32,17 +32,13 @@ def run(coro):
 
 
 async def prepare(settings: Settings) -> str:
-    """Resolve the database (starting the embedded one if need be), bring the
-    schema up to date and load the handler modules. Returns the DSN. Each
-    command then registers the kinds with its own pool: overwriting their
-    settings only from a process that runs them."""
+    """Resolve the database (starting the embedded one if need be), check that
+    its schema fits this code (SchemaError otherwise: exit 2) and load the
+    handler modules. Returns the DSN. Each command then registers the kinds
+    with its own pool: overwriting their settings only from a process that
+    runs them."""
     dsn = await db.resolve_dsn(settings)
-    conn = await db.connect(dsn, name="jobfeed-migrate")
-    try:
-        for applied in await migrations.migrate(conn):
-            log.info("migrated: %s", applied)
-    finally:
-        await conn.close()
+    await migrations.require_schema(dsn)
     tasks.load_tasks(settings.tasks)
     return dsn
 

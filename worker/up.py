@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from . import db, tasks
+from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
-from .startup import UsageError, admin_token, make_runner, make_sweeper, on_signals, prepare
+from .startup import UsageError, admin_token, log, make_runner, make_sweeper, on_signals, prepare
 
 DEMO_TASKS = "jobfeed.demo"
 
@@ -21,6 +21,11 @@ async def cmd_up(settings: Settings, args) -> int:
     if DEMO_TASKS not in settings.tasks:
         settings = dataclasses.replace(settings, tasks=(DEMO_TASKS, *settings.tasks))
     token = admin_token(settings)
+    # The development command migrates; deploys run `jobfeed migrate` as a step.
+    dsn = await db.resolve_dsn(settings)
+    for applied in await migrations.migrate_database(dsn):
+        log.info("migrated: %s", applied)
+    settings = dataclasses.replace(settings, database_url=dsn)
     dsn = await prepare(settings)
     settings = dataclasses.replace(settings, database_url=dsn, admin_token=token)
     from jobfeed.api.app import create_app

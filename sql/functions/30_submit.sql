@@ -14,6 +14,10 @@ returns void language sql security definer set search_path = jobfeed, pg_temp as
        set max_attempts = excluded.max_attempts, lease = excluded.lease, backoff = excluded.backoff,
            jitter = excluded.jitter, description = excluded.description, updated_at = now()
      where p_overwrite
+       -- only workers (they run the kind) and the owner; the API role only adds kinds
+       and (pg_has_role(session_user, 'jobfeed_worker', 'usage')
+            or pg_has_role(session_user, (select n.nspowner from pg_namespace n where n.nspname = 'jobfeed'),
+                           'usage'))
        and (k.max_attempts, k.lease, k.backoff, k.jitter, k.description)
            is distinct from (excluded.max_attempts, excluded.lease, excluded.backoff,
                              excluded.jitter, excluded.description)

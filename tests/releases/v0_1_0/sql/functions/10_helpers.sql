@@ -1,0 +1,143 @@
+-- Helpers shared by the queue's functions. Not callable by the service roles.
+
+-- What end users see. Retries are invisible: once a job has been claimed
+-- (generation > 0) it shows 'processing' until it reaches a final state.
+create or replace function jobfeed.public_status(p_state jobfeed.job_state, p_generation int)
+returns text language sql immutable parallel safe as $$
+    select case p_state
+        when 'queued' then case when p_generation > 0 then 'processing' else 'queued' end
+        when 'running' then 'processing'
+        else p_state::text
+    end
+$$;
+
+-- The time a function works at: now(), or p_now when the session's login role
+-- owns the schema (tests and the operator at psql plant time this way). A
+-- service role passing p_now is ignored, so it cannot, say, claim jobs whose
+-- lease has not expired by pretending the clock has moved on.
+create or replace function jobfeed.clock(p_now timestamptz)
+returns timestamptz language sql stable as $$
+    select case
+        when p_now is null then now()
+        when pg_has_role(session_user, (select n.nspowner from pg_namespace n where n.nspname = 'jobfeed'), 'usage')
+            then p_now
+        else now()
+    end
+$$;
+
+-- Raise a queue error the Python side maps to an HTTP status: the SQLSTATE class
+-- 'JF' marks ours, the HINT carries the stable error code.
+create or replace function jobfeed.raise_error(p_sqlstate text, p_code text, p_message text)
+returns void language plpgsql as $$
+begin
+    raise exception '%', p_message using errcode = p_sqlstate, hint = p_code;
+end $$;
+
+-- What is wrong with a submission, as {sqlstate, code, message}, or null when
+-- nothing is. The one place for the rule; a single SQL expression, so that
+-- submit_many's set-based check over a whole batch inlines it.
+create or replace function jobfeed.submission_problem(p_target text, p_payload jsonb, p_max_payload int)
+returns text[] language sql stable parallel safe as $$
+    select case
+        when p_target is null or octet_length(p_target) not between 1 and 512
+            then array['JF422', 'invalid_target', 'target must be 1 to 512 bytes']
+        when jsonb_typeof(coalesce(p_payload, '{}')) <> 'object'
+            then array['JF422', 'invalid_payload', 'payload must be a JSON object']
+        when octet_length(coalesce(p_payload, '{}')::text) > p_max_payload
+            then array['JF413', 'payload_too_large', format('payload is over %s bytes', p_max_payload)]
+    end
+$$;
+
+-- Ids for a batch of new jobs, cheaper than uuid_v7() per row (which draws from
+-- the OS each time: this PostgreSQL is built without OpenSSL, ~4 us a draw).
+-- p_prefix is the first 17 hex digits of one uuid_v7() taken for the whole
+-- batch (its time, version and sub-millisecond bits, then the variant digit
+-- '8'); the other 60 bits are md5 of one strong random p_seed per batch and the
+-- item's number, so they stay unguessable. Same layout as uuid_v7(): time-ordered.
+create or replace function jobfeed.uuid_v7_in_batch(p_prefix text, p_seed text, p_n bigint)
+returns uuid language sql immutable parallel safe as $$
+    select (p_prefix || left(md5(p_seed || p_n::text), 15))::uuid
+$$;
+
+-- "These jobs changed": one NOTIFY per chunk of ids (a payload holds < 8000 bytes),
+-- never one per row. Payload: "id:version,id:version,...". Listeners re-read state;
+-- the version lets the public feed skip jobs whose public view did not change.
+create or replace function jobfeed.notify_changed(p_ids uuid[], p_versions bigint[])
+returns void language plpgsql as $$
+declare
+    n int := coalesce(cardinality(p_ids), 0);
+    i int := 1;
+    chunk constant int := 150;
+begin
+    if n = 1 then  -- the common case, without the aggregate
+        perform pg_notify('jobfeed_changed', p_ids[1]::text || ':' || p_versions[1]::text);
+        return;
+    end if;
+    while i <= n loop
+        perform pg_notify('jobfeed_changed', (
+            select string_agg(p_ids[k]::text || ':' || p_versions[k]::text, ',')
+            from generate_series(i, least(i + chunk - 1, n)) as k));
+        i := i + chunk;
+    end loop;
+end $$;
+
+-- A progress report's place on the way to done: done/total, or 0 when the
+-- total is unknown (such reports are never judged to go backwards).
+create or replace function jobfeed.progress_rank(p jsonb)
+returns double precision language sql immutable parallel safe as $$
+    select case
+        when p is null then -1
+        when coalesce((p ->> 'total')::double precision, 0) > 0
+            then (p ->> 'done')::double precision / (p ->> 'total')::double precision
+        else 0
+    end
+$$;
+
+-- Log the end of the attempts (job, generation) from the job rows, which still
+-- hold the attempt's number, worker and claim time. p_generations null: the
+-- jobs' current ones. (complete_many writes the same row from its UPDATE.)
+create or replace function jobfeed.finish_attempts(
+    p_ids uuid[], p_generations int[], p_outcome text, p_code text, p_message text, p_now timestamptz)
+returns void language sql as $$
+    insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at, finished_at,
+                                  outcome, error_code, error_message)
+    select j.id, j.generation, j.attempts, j.worker_id, j.claimed_at, p_now, p_outcome, p_code, p_message
+      from unnest(p_ids, p_generations) as t(id, generation)
+      join jobfeed.jobs j on j.id = t.id and (t.generation is null or j.generation = t.generation)
+    on conflict (job_id, generation) do nothing
+$$;
+
+-- Jobs whose lease expired with no attempts left become failed (lease_expired)
+-- instead of sitting in 'running' forever. Called by claim and by the sweeper.
+-- p_kinds null means every kind.
+create or replace function jobfeed.fail_expired(p_kinds text[], p_now timestamptz)
+returns int language plpgsql as $$
+declare
+    v_ids uuid[];
+    v_gens int[];
+    v_vers bigint[];
+begin
+    with expired as (
+        select j.id from jobfeed.jobs j
+         where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts
+           and (p_kinds is null or j.kind = any (p_kinds))
+         for update skip locked
+    ), upd as (
+        update jobfeed.jobs j
+           set state = 'failed', lease_until = null, finished_at = p_now, updated_at = p_now,
+               last_error_code = 'lease_expired',
+               last_error_message = 'the lease expired and no attempts are left',
+               version = j.version + 1
+          from expired e
+         where j.id = e.id
+        returning j.id, j.generation, j.version
+    )
+    select array_agg(id), array_agg(generation), array_agg(version) into v_ids, v_gens, v_vers from upd;
+    if v_ids is null then
+        return 0;
+    end if;
+    perform jobfeed.finish_attempts(v_ids, v_gens, 'lease_expired', 'lease_expired',
+                                    'the lease expired and no attempts are left', p_now);
+    perform jobfeed.notify_changed(v_ids, v_vers);
+    return cardinality(v_ids);
+end $$;

@@ -1,0 +1,126 @@
+-- JSON views of a job, built once here so every reader (API, feed, CLI, psql)
+-- agrees on what is public. Masking lives in public_status and in 'error'
+-- being shown only for failed jobs.
+
+create or replace function jobfeed.public_view(j jobfeed.jobs)
+returns jsonb language sql stable as $$
+    select jsonb_build_object(
+        'id', j.id,
+        'kind', j.kind,
+        'target', j.target,
+        'status', jobfeed.public_status(j.state, j.generation),
+        'progress', j.progress,
+        'result', case when j.state = 'completed' then j.result end,
+        'error', case when j.state = 'failed' then
+                     jsonb_build_object('code', j.last_error_code, 'message', j.last_error_message) end,
+        'created_at', j.created_at,
+        'updated_at', j.updated_at,
+        'finished_at', j.finished_at,
+        'version', j.version)
+$$;
+
+-- The true view, without the attempts log (lists, the admin feed).
+create or replace function jobfeed.admin_view(j jobfeed.jobs)
+returns jsonb language sql stable as $$
+    select jobfeed.public_view(j) || jsonb_build_object(
+        'state', j.state,
+        'attempts', j.attempts,
+        'max_attempts', j.max_attempts,
+        'generation', j.generation,
+        'run_after', j.run_after,
+        'lease_until', j.lease_until,
+        'worker_id', j.worker_id,
+        'started_at', j.started_at,
+        'last_error', case when j.last_error_code is not null then
+                          jsonb_build_object('code', j.last_error_code, 'message', j.last_error_message) end,
+        'payload', j.payload)
+$$;
+
+create or replace function jobfeed.get_job(p_id uuid)
+returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select jobfeed.public_view(j) from jobfeed.jobs j where j.id = p_id
+$$;
+
+-- Public views of many jobs at once (the feed re-reads after a notification).
+create or replace function jobfeed.get_jobs(p_ids uuid[])
+returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select jobfeed.public_view(j) from jobfeed.jobs j where j.id = any (p_ids)
+$$;
+
+create or replace function jobfeed.admin_get_job(p_id uuid)
+returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    -- finished attempts from the log, and the one under way from the job row
+    select jobfeed.admin_view(j) || jsonb_build_object('attempts_log', coalesce((
+        select jsonb_agg(jsonb_build_object(
+                   'attempt', a.attempt, 'generation', a.generation, 'worker_id', a.worker_id,
+                   'started_at', a.started_at, 'finished_at', a.finished_at, 'outcome', a.outcome,
+                   'error', case when a.error_code is not null then
+                                jsonb_build_object('code', a.error_code, 'message', a.error_message) end)
+                 order by a.generation)
+          from (select a.attempt, a.generation, a.worker_id, a.started_at, a.finished_at, a.outcome,
+                       a.error_code, a.error_message
+                  from jobfeed.attempts a where a.job_id = j.id
+                 union all
+                select j.attempts, j.generation, j.worker_id, j.claimed_at, null, null, null, null
+                 where j.state = 'running') a), '[]'::jsonb))
+      from jobfeed.jobs j where j.id = p_id
+$$;
+
+create or replace function jobfeed.admin_get_jobs(p_ids uuid[])
+returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select jobfeed.admin_view(j) from jobfeed.jobs j where j.id = any (p_ids)
+$$;
+
+-- Newest first (ids are time-ordered), keyset-paginated: the page after the
+-- row whose id is p_before_id.
+create or replace function jobfeed.admin_list_jobs(
+    p_state jobfeed.job_state default null, p_kind text default null, p_limit int default 50,
+    p_before_id uuid default null)
+returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select jobfeed.admin_view(j) from jobfeed.jobs j
+     where (p_state is null or j.state = p_state)
+       and (p_kind is null or j.kind = p_kind)
+       and (p_before_id is null or j.id < p_before_id)
+     order by j.id desc
+     limit least(greatest(p_limit, 1), 500)
+$$;
+
+create or replace function jobfeed.list_kinds()
+returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select jsonb_build_object(
+        'kind', k.kind, 'description', k.description, 'max_attempts', k.max_attempts,
+        'lease_seconds', extract(epoch from k.lease),
+        'backoff_seconds', (select jsonb_agg(extract(epoch from b)) from unnest(k.backoff) b),
+        'jitter', k.jitter)
+      from jobfeed.kinds k order by k.kind
+$$;
+
+-- Counts by kind and state, the age of the oldest due job, and jobs finished per
+-- minute over the last p_minutes (for the dashboard's chart).
+create or replace function jobfeed.stats(p_minutes int default 15, p_now timestamptz default null)
+returns jsonb language plpgsql stable security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+begin
+    return jsonb_build_object(
+        'now', v_now,
+        'counts', coalesce((
+            select jsonb_object_agg(c.kind, c.states) from (
+                select s.kind, jsonb_object_agg(s.state, s.n) as states
+                  from (select j.kind, j.state, count(*) as n from jobfeed.jobs j group by 1, 2) s
+                 group by s.kind) c), '{}'::jsonb),
+        'oldest_due_seconds', (
+            select extract(epoch from v_now - min(j.run_after)) from jobfeed.jobs j
+             where j.state = 'queued' and j.run_after <= v_now),
+        'throughput', coalesce((
+            select jsonb_agg(jsonb_build_object('minute', m.minute, 'completed', m.completed,
+                                                'failed', m.failed) order by m.minute)
+              from (
+                select date_trunc('minute', j.finished_at) as minute,
+                       count(*) filter (where j.state = 'completed') as completed,
+                       count(*) filter (where j.state = 'failed') as failed
+                  from jobfeed.jobs j
+                 where j.state in ('completed', 'failed', 'canceled')
+                   and j.finished_at > v_now - make_interval(mins => p_minutes)
+                 group by 1) m), '[]'::jsonb));
+end $$;

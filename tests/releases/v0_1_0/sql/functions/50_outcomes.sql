@@ -1,0 +1,220 @@
+-- Everything a worker writes about a job it holds. Each takes (id, generation) and
+-- touches the job only while it is running under that generation; false (or the
+-- id missing from a batch's answer) means the lease is lost: the job was
+-- reclaimed by another worker, canceled, or failed for an expired lease. The
+-- worker must stop and drop its outcome.
+--
+-- Batch functions test `j.state::text = 'running'`: written plainly, the planner
+-- may pick the partial index of running jobs (estimated tiny after an ANALYZE
+-- taken while nothing ran) and filter it once per batch row; this way each row
+-- is found by primary key.
+
+-- Renew leases, many jobs in one call (the runner's heartbeat). Returns the ids
+-- whose lease is lost.
+create or replace function jobfeed.extend_many(
+    p_ids uuid[], p_generations int[], p_lease interval default null, p_now timestamptz default null)
+returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_kept uuid[];
+begin
+    with upd as (
+        update jobfeed.jobs j
+           set lease_until = v_now + coalesce(p_lease, k.lease)
+          from unnest(p_ids, p_generations) as t(id, generation), jobfeed.kinds k
+         where j.id = t.id and j.generation = t.generation and j.state::text = 'running' and k.kind = j.kind
+        returning j.id
+    )
+    select coalesce(array_agg(upd.id), '{}') into v_kept from upd;
+    return array(select x from unnest(p_ids) x where x <> all (v_kept));
+end $$;
+
+create or replace function jobfeed.extend(
+    p_id uuid, p_generation int, p_lease interval default null, p_now timestamptz default null)
+returns boolean language sql security definer set search_path = jobfeed, pg_temp as $$
+    select cardinality(jobfeed.extend_many(array[p_id], array[p_generation], p_lease, p_now)) = 0
+$$;
+
+-- Progress never goes backwards in public: a report that ranks below the shown one
+-- (a retry starting over) is accepted but not shown. Identical reports change nothing.
+create or replace function jobfeed.progress(
+    p_id uuid, p_generation int, p_done double precision, p_total double precision default null,
+    p_message text default null, p_now timestamptz default null)
+returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_new jsonb;
+    v_old jsonb;
+    v_ver bigint;
+begin
+    -- NaN and infinity would be stored as JSON strings and, ranking above every
+    -- number, freeze the public progress for the rest of the job.
+    if p_done is null or p_done < 0 or p_total < 0
+       or p_done in ('NaN', 'Infinity') or p_total in ('NaN', 'Infinity') then
+        perform jobfeed.raise_error('JF422', 'invalid_progress', 'done and total must be finite and not negative');
+    end if;
+    v_new := jsonb_build_object('done', p_done, 'total', p_total, 'message', p_message);
+    select j.progress into v_old from jobfeed.jobs j
+     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+       for update;
+    if not found then
+        return false;
+    end if;
+    if v_old is not distinct from v_new or jobfeed.progress_rank(v_new) < jobfeed.progress_rank(v_old) then
+        return true;
+    end if;
+    update jobfeed.jobs j set progress = v_new, version = j.version + 1, updated_at = v_now
+     where j.id = p_id
+    returning j.version into v_ver;
+    perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+    return true;
+end $$;
+
+-- State the next attempt receives (in claim's 'checkpoint' column).
+create or replace function jobfeed.checkpoint(p_id uuid, p_generation int, p_state jsonb)
+returns boolean language sql security definer set search_path = jobfeed, pg_temp as $$
+    with upd as (
+        update jobfeed.jobs j set checkpoint = p_state
+         where j.id = p_id and j.generation = p_generation and j.state = 'running'
+        returning 1
+    )
+    select exists (select from upd)
+$$;
+
+-- Complete many jobs in one statement; returns the ids that were completed.
+create or replace function jobfeed.complete_many(
+    p_ids uuid[], p_generations int[], p_results jsonb[], p_now timestamptz default null)
+returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_ids uuid[];
+    v_vers bigint[];
+begin
+    with upd as (
+        update jobfeed.jobs j
+           set state = 'completed', result = t.result, lease_until = null, finished_at = v_now,
+               updated_at = v_now, version = j.version + 1
+          from unnest(p_ids, p_generations, p_results) as t(id, generation, result)
+         where j.id = t.id and j.generation = t.generation and j.state::text = 'running'
+        returning j.id, j.generation, j.version, j.attempts, j.worker_id, j.claimed_at
+    ), logged as (
+        -- finish_attempts' row, written from the UPDATE's own rows: this is the
+        -- drain's hot path, and reading the jobs again cost a tenth of it.
+        insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at, finished_at, outcome)
+        select upd.id, upd.generation, upd.attempts, upd.worker_id, upd.claimed_at, v_now, 'completed' from upd
+        on conflict (job_id, generation) do nothing
+    )
+    select array_agg(upd.id), array_agg(upd.version) into v_ids, v_vers from upd;
+    if v_ids is null then
+        return '{}';
+    end if;
+    perform jobfeed.notify_changed(v_ids, v_vers);
+    return v_ids;
+end $$;
+
+create or replace function jobfeed.complete(
+    p_id uuid, p_generation int, p_result jsonb default null, p_now timestamptz default null)
+returns boolean language sql security definer set search_path = jobfeed, pg_temp as $$
+    select cardinality(jobfeed.complete_many(array[p_id], array[p_generation], array[p_result], p_now)) = 1
+$$;
+
+-- A passing failure: back to queued after the kind's backoff (with jitter; a
+-- longer p_retry_after, e.g. from a 429, wins), or failed once attempts are used
+-- up. The public status stays 'processing' until then, and the error stays private.
+create or replace function jobfeed.fail_transient(
+    p_id uuid, p_generation int, p_code text, p_message text default null,
+    p_retry_after interval default null, p_now timestamptz default null)
+returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_attempts int;
+    v_max int;
+    v_backoff interval[];
+    v_jitter double precision;
+    v_delay interval;
+    v_ver bigint;
+    v_kind text;
+begin
+    select j.attempts, j.max_attempts, j.kind, k.backoff, k.jitter
+      into v_attempts, v_max, v_kind, v_backoff, v_jitter
+      from jobfeed.jobs j left join jobfeed.kinds k on k.kind = j.kind
+     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+       for update of j;
+    if not found then
+        return false;
+    end if;
+    if v_attempts >= v_max then
+        update jobfeed.jobs j
+           set state = 'failed', lease_until = null, finished_at = v_now, updated_at = v_now,
+               last_error_code = p_code, last_error_message = p_message, version = j.version + 1
+         where j.id = p_id
+        returning j.version into v_ver;
+        perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'transient', p_code, p_message, v_now);
+        perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+        return true;
+    end if;
+    v_backoff := coalesce(v_backoff, '{1 minute,5 minutes,15 minutes,60 minutes}');
+    -- random() is read into a variable, not called inside the UPDATE.
+    v_delay := v_backoff[least(v_attempts, cardinality(v_backoff))]
+               * (1 + coalesce(v_jitter, 0) * (2 * random() - 1));
+    v_delay := greatest(v_delay, coalesce(p_retry_after, interval '0'));
+    update jobfeed.jobs j
+       set state = 'queued', lease_until = null, run_after = v_now + v_delay,
+           last_error_code = p_code, last_error_message = p_message
+     where j.id = p_id
+    returning j.version into v_ver;
+    perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'transient', p_code, p_message, v_now);
+    perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+    perform pg_notify('jobfeed_due', v_kind);
+    return true;
+end $$;
+
+create or replace function jobfeed.fail_permanent(
+    p_id uuid, p_generation int, p_code text, p_message text default null, p_now timestamptz default null)
+returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_ver bigint;
+begin
+    update jobfeed.jobs j
+       set state = 'failed', lease_until = null, finished_at = v_now, updated_at = v_now,
+           last_error_code = p_code, last_error_message = p_message, version = j.version + 1
+     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+    returning j.version into v_ver;
+    if not found then
+        return false;
+    end if;
+    perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'permanent', p_code, p_message, v_now);
+    perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+    return true;
+end $$;
+
+-- Not the job's fault (time budget up, our own credentials refused, shutdown):
+-- back to queued after p_retry_after, and the attempt is not counted.
+create or replace function jobfeed.release(
+    p_id uuid, p_generation int, p_code text, p_retry_after interval default '0',
+    p_message text default null, p_now timestamptz default null)
+returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_ver bigint;
+    v_kind text;
+begin
+    perform from jobfeed.jobs j
+     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+       for update;
+    if not found then
+        return false;
+    end if;
+    -- logged first, while the row still holds the attempt's number
+    perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'released', p_code, p_message, v_now);
+    update jobfeed.jobs j
+       set state = 'queued', attempts = greatest(j.attempts - 1, 0), lease_until = null,
+           run_after = v_now + coalesce(p_retry_after, interval '0'),
+           last_error_code = p_code, last_error_message = p_message
+     where j.id = p_id
+    returning j.version, j.kind into v_ver, v_kind;
+    perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+    perform pg_notify('jobfeed_due', v_kind);
+    return true;
+end $$;

@@ -1,0 +1,30 @@
+-- The sweeper's work. Safe to run from several sweepers at once (SKIP LOCKED).
+
+-- Fail every running job whose lease expired with no attempts left.
+create or replace function jobfeed.sweep_expired(p_now timestamptz default null)
+returns int language sql security definer set search_path = jobfeed, pg_temp as $$
+    select jobfeed.fail_expired(null, jobfeed.clock(p_now))
+$$;
+
+-- Delete up to p_limit jobs that finished more than p_retention ago, with their
+-- attempts log. Returns how many went; call again until it returns < p_limit.
+-- Unfinished jobs are never touched.
+create or replace function jobfeed.delete_finished(
+    p_retention interval, p_limit int default 1000, p_now timestamptz default null)
+returns int language sql security definer set search_path = jobfeed, pg_temp as $$
+    with doomed as (
+        select j.id from jobfeed.jobs j
+         where j.state in ('completed', 'failed', 'canceled')
+           and j.finished_at < jobfeed.clock(p_now) - p_retention
+         order by j.finished_at
+         limit p_limit
+         for update skip locked
+    ), del as (
+        delete from jobfeed.jobs j using doomed
+         where j.id = doomed.id and j.state in ('completed', 'failed', 'canceled')
+        returning j.id
+    ), del_attempts as (
+        delete from jobfeed.attempts a using del where a.job_id = del.id
+    )
+    select count(*)::int from del
+$$;
