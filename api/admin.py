@@ -84,7 +84,7 @@ async def sign_in(request: Request) -> Response:
         raise ApiError(422, "invalid_request", 'the body must be {"token": "..."}')
     if not auth.token_matches(token, svc.settings.admin_token):
         raise ApiError(401, "unauthorized", "wrong admin token")
-    lifetime = svc.config.session_lifetime
+    lifetime = svc.settings.session_lifetime
     response = JSONResponse({"signed_in": True, "expires_in": int(lifetime)})
     response.set_cookie(auth.SESSION_COOKIE, auth.session_value(svc.settings.admin_token, lifetime),
                         max_age=int(lifetime), path="/", httponly=True, samesite="strict",

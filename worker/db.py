@@ -4,6 +4,7 @@ PostgreSQL server used when DATABASE_URL is not set."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import warnings
 from pathlib import Path
@@ -98,9 +99,12 @@ class Listener:
     """One dedicated connection that LISTENs (a pooled one would be reset with
     UNLISTEN * on release). Reconnects with backoff when the connection dies,
     and calls on_connect after every (re)connect, once LISTEN is in place, so the
-    owner can re-read state it may have missed. NOTIFY is only a hint."""
+    owner can re-read state it may have missed. NOTIFY is only a hint.
 
-    def __init__(self, dsn: str, channels: dict[str, Callback], *,
+    `dsn` may also be a pool someone else owns (a host app's): the connection
+    is then taken from it and held until stop(), and given back unlistened."""
+
+    def __init__(self, dsn: str | asyncpg.Pool, channels: dict[str, Callback], *,
                  on_connect: Callable[[], Awaitable[None]] | None = None,
                  health_interval: float = 10.0, name: str = "jobfeed-listener"):
         self.dsn = dsn
@@ -112,6 +116,7 @@ class Listener:
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task | None = None
         self._lost = asyncio.Event()
+        self._callbacks: dict[str, Callable] = {}
 
     async def start(self) -> None:
         """Connect once (raising if the database is unreachable), then keep the
@@ -126,24 +131,50 @@ class Listener:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        if self._conn is not None and not self._conn.is_closed():
-            await self._conn.close(timeout=2)
+        if self._conn is not None:
+            await self._drop(self._conn, graceful=True)
+
+    async def _open(self) -> asyncpg.Connection:
+        if isinstance(self.dsn, asyncpg.Pool):
+            return await self.dsn.acquire()
+        return await connect(self.dsn, name=self.name)
+
+    async def _drop(self, conn: asyncpg.Connection, *, graceful: bool = False) -> None:
+        if not isinstance(self.dsn, asyncpg.Pool):
+            if conn.is_closed():
+                return
+            await conn.close(timeout=2) if graceful else conn.terminate()
+            return
+        try:  # the owner's pool may not reset connections: leave it clean
+            if graceful and not conn.is_closed():
+                for channel in self.channels:
+                    await conn.execute(f'unlisten "{channel}"')
+        except Exception:
+            conn.terminate()
+        finally:
+            with contextlib.suppress(Exception):
+                for channel in list(self.channels):
+                    await conn.remove_listener(channel, self._callbacks.get(channel))
+            await self.dsn.release(conn, timeout=2)
 
     @property
     def backend_pid(self) -> int | None:
         return self._conn.get_server_pid() if self._conn is not None else None
 
     async def _connect(self) -> None:
-        conn = await connect(self.dsn, name=self.name)
+        conn = await self._open()
         try:
             self._lost.clear()
             conn.add_termination_listener(lambda _c: self._lost.set())
             for channel, callback in self.channels.items():
-                await conn.add_listener(channel, lambda _c, _pid, ch, payload, cb=callback: cb(ch, payload))
+                self._callbacks[channel] = lambda _c, _pid, ch, payload, cb=callback: cb(ch, payload)
+                await conn.add_listener(channel, self._callbacks[channel])
             if self.on_connect is not None:
                 await self.on_connect()
         except BaseException:
             conn.terminate()  # a half-set-up connection is dropped, never kept
+            if isinstance(self.dsn, asyncpg.Pool):
+                await self._drop(conn)
             raise
         self._conn = conn
         self.connected.set()
@@ -163,6 +194,8 @@ class Listener:
             log.warning("%s: connection lost, reconnecting", self.name)
             if self._conn is not None:
                 self._conn.terminate()
+                await self._drop(self._conn)
+                self._conn = None
             while True:
                 try:
                     await self._connect()
