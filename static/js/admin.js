@@ -3,8 +3,8 @@
 // job's detail with retry / cancel. /api/admin/events keeps it all current.
 
 import {
-  api, clearMessage, formatSeconds, h, prettyJson, showError, showNote, timeEl,
-} from "/static/js/api.js";
+  api, clearMessage, formatSeconds, h, prettyJson, showError, showNote, timeEl, url,
+} from "./api.js";
 
 const STATES = ["queued", "running", "completed", "failed", "canceled"];
 const STATS_EVERY_MS = 5000;
@@ -331,7 +331,7 @@ function renderDetail() {
   $("detail-payload").textContent = prettyJson(job.payload ?? {});
   $("detail-result-wrap").hidden = job.result == null;
   $("detail-result").textContent = job.result == null ? "" : prettyJson(job.result);
-  $("public-link").href = `/jobs/${encodeURIComponent(job.id)}`;
+  $("public-link").href = url(`jobs/${encodeURIComponent(job.id)}`);
   // Offer what the server allows now; it still decides (409 when the state moved on).
   $("retry").disabled = !["failed", "canceled"].includes(job.state);
   $("cancel").disabled = !["queued", "running"].includes(job.state);
@@ -377,7 +377,7 @@ function setConnection(state, text) {
 
 function connectEvents() {
   if (source) source.close();
-  source = new EventSource("/api/admin/events");
+  source = new EventSource(url("api/admin/events"));
   source.addEventListener("open", () => setConnection("live", "Live: changes appear as they happen."));
   // 'ready' (the subscription is live) and 'resync' (changes may have been
   // missed): re-read everything; the 'job' events that follow keep it current.
