@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import AsyncIterator, Callable, Union
+from typing import AsyncIterator, Callable
 
 import asyncpg
 
@@ -59,7 +59,7 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-PoolSource = Union[asyncpg.Pool, Callable[[], asyncpg.Pool]]
+PoolSource = asyncpg.Pool | Callable[[], asyncpg.Pool]
 
 
 def create_app(settings: Settings | None = None, *, pool: PoolSource | None = None,

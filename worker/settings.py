@@ -1,5 +1,7 @@
-"""Settings, read once from the environment (flags override). A bad value stops
-the process at start with a message naming the setting."""
+"""Settings, read once from the environment (flags override): one object for
+every jobfeed process (API, worker, sweeper, CLI) and for an app that embeds
+jobfeed's API. A bad value stops the process at start with a message naming the
+setting."""
 
 from __future__ import annotations
 
