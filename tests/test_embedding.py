@@ -21,6 +21,7 @@ from starlette.responses import PlainTextResponse
 
 import jobfeed.api
 from conftest import JOBFEED, worker_env
+from waiting import eventually
 from servers import ADMIN_TOKEN, ROOT, Process, ThreadServer, api_env, make_settings, read_events
 
 try:
@@ -109,6 +110,25 @@ async def test_jobfeed_leaves_the_host_pool_open_and_whole(dsn):
         assert await pool.fetchval("select count(*) from pg_listening_channels()") == 0  # and clean
     finally:
         await pool.close()
+
+
+async def test_the_feed_reconnects_through_the_host_pool(dsn, queue):
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=3)
+    try:
+        jobs = jobfeed.api.create_app(make_settings(dsn), pool=pool)
+        async with jobfeed.api.lifespan(jobs):
+            listener = jobs.state.services.feed.listener
+            first = listener.backend_pid
+            await queue.pool.execute("select pg_terminate_backend($1)", first)
+            await eventually(lambda: _reconnected(listener, first), what="a new LISTEN connection")
+            assert pool.get_size() - pool.get_idle_size() == 1  # the dead one went back to the pool
+        assert pool.get_size() == pool.get_idle_size()
+    finally:
+        await pool.close()
+
+
+async def _reconnected(listener, old_pid) -> bool:
+    return listener.connected.is_set() and listener.backend_pid not in (None, old_pid)
 
 
 # ---------------------------------------------------------------- the example, in a browser

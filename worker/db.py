@@ -141,25 +141,29 @@ class Listener:
 
     async def _drop(self, conn: asyncpg.Connection, *, graceful: bool = False) -> None:
         if not isinstance(self.dsn, asyncpg.Pool):
-            if conn.is_closed():
-                return
-            await conn.close(timeout=2) if graceful else conn.terminate()
+            if not conn.is_closed():
+                await conn.close(timeout=2) if graceful else conn.terminate()
             return
-        try:  # the owner's pool may not reset connections: leave it clean
-            if graceful and not conn.is_closed():
-                for channel in self.channels:
-                    await conn.execute(f'unlisten "{channel}"')
-        except Exception:
-            conn.terminate()
-        finally:
-            with contextlib.suppress(Exception):
-                for channel in list(self.channels):
-                    await conn.remove_listener(channel, self._callbacks.get(channel))
+        # A lent connection goes back to its pool, unlistened (the owner's pool
+        # may not reset connections). asyncpg detaches a pooled connection that
+        # died (InterfaceError from then on): its pool has taken it back already.
+        with contextlib.suppress(asyncpg.InterfaceError):
+            if graceful:
+                try:
+                    for channel, callback in self._callbacks.items():
+                        await conn.remove_listener(channel, callback)  # the last one UNLISTENs
+                except (asyncpg.PostgresError, OSError):
+                    conn.terminate()
+            else:
+                conn.terminate()
             await self.dsn.release(conn, timeout=2)
 
     @property
     def backend_pid(self) -> int | None:
-        return self._conn.get_server_pid() if self._conn is not None else None
+        if self._conn is not None:
+            with contextlib.suppress(asyncpg.InterfaceError):  # a lent connection that died
+                return self._conn.get_server_pid()
+        return None
 
     async def _connect(self) -> None:
         conn = await self._open()
@@ -172,9 +176,7 @@ class Listener:
             if self.on_connect is not None:
                 await self.on_connect()
         except BaseException:
-            conn.terminate()  # a half-set-up connection is dropped, never kept
-            if isinstance(self.dsn, asyncpg.Pool):
-                await self._drop(conn)
+            await self._drop(conn)  # a half-set-up connection is dropped, never kept
             raise
         self._conn = conn
         self.connected.set()
@@ -193,7 +195,6 @@ class Listener:
             self.connected.clear()
             log.warning("%s: connection lost, reconnecting", self.name)
             if self._conn is not None:
-                self._conn.terminate()
                 await self._drop(self._conn)
                 self._conn = None
             while True:
