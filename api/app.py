@@ -2,7 +2,7 @@
 Its lifespan finds the database, migrates it, registers the kinds this process
 knows, and owns the pool (unless a host app lends its own) and the live feed.
 
-    uvicorn api.app:create_app --factory
+    uvicorn jobfeed.api.app:create_app --factory
 """
 
 from __future__ import annotations

@@ -89,6 +89,8 @@ export function jobPageUrl(id) {
 // then sends the current view, so nothing is missed); when the server refuses
 // the stream, the job is read once to learn why, and the stream is retried
 // after retryMs. Views never go backwards: an older version is dropped.
+// (A view of the same version may come again when only its position or
+// requesters changed.)
 // Returns {close(), done}: done resolves with the final view, or rejects with
 // ApiError (status 404) for an unknown job; close() stops following.
 export function followJob(id, { onUpdate = () => {}, onConnection = () => {}, retryMs = 3000 } = {}) {
@@ -119,7 +121,11 @@ export function followJob(id, { onUpdate = () => {}, onConnection = () => {}, re
   }
 
   function connect() {
-    source = new EventSource(url(`api/jobs/${encodeURIComponent(id)}/events`));
+    // After a refusal this is a new EventSource: tell the server what we have,
+    // so it skips a first view we already showed (the browser does this itself
+    // when it reconnects after a drop).
+    const since = Number.isFinite(version) ? `?last_event_id=${version}` : "";
+    source = new EventSource(url(`api/jobs/${encodeURIComponent(id)}/events${since}`));
     source.addEventListener("open", () => onConnection("live"));
     source.addEventListener("job", (event) => deliver(JSON.parse(event.data)));
     source.addEventListener("error", refused);
@@ -133,7 +139,8 @@ export function followJob(id, { onUpdate = () => {}, onConnection = () => {}, re
     }
     source.close(); // refused (404 for an unknown id, 204 once final): ask why
     try {
-      deliver(await getJob(id));
+      const view = await getJob(id);
+      if (view.version > version) deliver(view);
     } catch (err) {
       if (err.status === 404) {
         stop();
