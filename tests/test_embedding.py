@@ -219,7 +219,21 @@ async def test_the_example_host_app_in_a_browser(example, browser):
     row = page.locator("#jobs tr", has_text="form-1")
     await row.get_by_role("button", name="Open demo job form-1").click()
     await expect(page.locator("#public-link")).to_have_attribute("href", re.compile(r"/jobs/jobs/[0-9a-f-]{36}$"))
+    seen_bad = list(bad)
+
+    # The module's refusals, as a host page sees them.
+    refusals = await page.evaluate("""async () => {
+        const m = await import("/jobs/static/js/jobfeed.js");
+        const out = {};
+        try { await m.followJob("00000000-0000-4000-8000-000000000000").done; out.follow = "resolved"; }
+        catch (err) { out.follow = [err.name, err.status, err.code]; }
+        try { await m.submitJob("nope", "t"); out.submit = "resolved"; }
+        catch (err) { out.submit = [err.name, err.status, err.code]; }
+        return out;
+    }""")
+    assert refusals == {"follow": ["ApiError", 404, "not_found"], "submit": ["ApiError", 422, "unknown_kind"]}
     await context.close()
+    bad = seen_bad
     assert not errors, errors
     # the dashboard asks whether it is signed in once before: 401 is its answer
     assert [b for b in bad if not b.startswith("401 ") or "/jobs/api/admin/stats" not in b] == [], bad
