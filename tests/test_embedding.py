@@ -86,6 +86,7 @@ async def test_a_host_mounts_jobfeed_under_a_prefix_with_its_pool(dsn, queue):
                     target = httpx.URL(str(answer.url)).join(link)
                     assert target.path.startswith("/jobs/"), (page, link)
                     assert (await client.get(target)).status_code == 200, (page, link)
+        assert (await client.get("/jobs/openapi.json")).json()["servers"] == [{"url": "/jobs"}]
         moved = await client.get("/jobs")
         assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/jobs/")
 
