@@ -87,6 +87,9 @@ async def test_a_host_mounts_jobfeed_under_a_prefix_with_its_pool(dsn, queue):
                     assert target.path.startswith("/jobs/"), (page, link)
                     assert (await client.get(target)).status_code == 200, (page, link)
         assert (await client.get("/jobs/openapi.json")).json()["servers"] == [{"url": "/jobs"}]
+        signed = await client.post("/jobs/api/admin/session", json={"token": ADMIN_TOKEN})
+        assert signed.status_code == 200 and "Path=/jobs/" in signed.headers["set-cookie"]
+        assert (await client.get("/jobs/api/admin/stats")).status_code == 200  # the cookie works there
         moved = await client.get("/jobs")
         assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/jobs/")
 
