@@ -92,7 +92,8 @@ export function jobPageUrl(id) {
 // (A view of the same version may come again when only its position or
 // requesters changed.)
 // Returns {close(), done}: done resolves with the final view, or rejects with
-// ApiError (status 404) for an unknown job; close() stops following.
+// ApiError (status 404) for an unknown job; close() stops following (done then
+// stays pending).
 export function followJob(id, { onUpdate = () => {}, onConnection = () => {}, retryMs = 3000 } = {}) {
   let source = null;
   let timer = null;
