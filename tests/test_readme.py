@@ -75,8 +75,9 @@ async def test_every_python_example_runs_as_written(dsn, pool, tmp_path):
         assert done.returncode == 0, f"README.md:{line} ({path.name}) failed:\n{done.stderr}"
     # The producer submitted before any worker had run: its kinds came from the task module.
     kinds = {r["kind"]: r["max_attempts"] for r in await pool.fetch("select kind, max_attempts from jobfeed.kinds")}
-    assert kinds == {"fetch_email": 5, "send_receipt": 3}
-    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 4
+    assert (kinds.get("fetch_email"), kinds.get("send_receipt")) == (5, 3)
+    targets = {r["target"] for r in await pool.fetch("select target from jobfeed.jobs")}
+    assert {"msg-42", "msg-43", "msg-44", "order-1"} <= targets
 
 
 async def test_the_host_app_example_serves_jobfeed_under_its_prefix(dsn, tmp_path):
