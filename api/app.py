@@ -25,6 +25,7 @@ from .batching import SubmitBatcher
 from .config import ApiConfig
 from .errors import EXCEPTION_HANDLERS
 from .feed import Feed
+from .headers import SecurityHeaders
 from .metrics import Metrics
 from .state import Services
 
@@ -85,7 +86,7 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
         finally:
             await svc.pool.close()
 
-    middleware = [Middleware(svc.metrics.middleware)]
+    middleware = [Middleware(svc.metrics.middleware), Middleware(SecurityHeaders)]
     if settings.cors_origins:  # none allowed: no layer to pass through on every request
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                                      allow_methods=["GET", "POST", "DELETE"],

@@ -134,6 +134,11 @@ async def require_admin(request: Request, token: str | None, pool) -> None:
     raise ApiError(401, "unauthorized", "a valid admin token or session is required", _CHALLENGE)
 
 
+def bearer_matches(request: Request, token: str) -> bool:
+    given = _bearer(request)
+    return given is not None and _same(given, token)
+
+
 def require_api_token(request: Request, token: str | None) -> None:
     """Submissions are open unless an API token is configured."""
     if token is None:

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from conftest import JOBFEED, worker_env
-from servers import ADMIN_TOKEN, Process, api_env
+from servers import ADMIN_TOKEN, UVICORN_HTTP, Process, api_env
 from waiting import eventually
 
 try:
@@ -78,7 +78,7 @@ class Api:
     async def start(self) -> None:
         self.proc = Process([sys.executable, "-m", "uvicorn", "jobfeed.api.app:create_app", "--factory",
                              "--host", "127.0.0.1", "--port", str(self.port),
-                             "--timeout-graceful-shutdown", "2"], api_env(self.dsn))
+                             "--timeout-graceful-shutdown", "2", *UVICORN_HTTP], api_env(self.dsn))
         await self.proc.start(ready=r"Uvicorn running on")
 
 

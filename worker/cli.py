@@ -147,13 +147,17 @@ async def cmd_sweeper(settings: Settings, args) -> int:
 def cmd_api(settings: Settings, args) -> int:
     import uvicorn
 
+    from jobfeed.api.server import uvicorn_options
+
     dsn = run(prepare(settings))
     # Worker processes of uvicorn build the app from the environment (and
     # register the kinds they know, as every API process does).
     os.environ["DATABASE_URL"] = dsn
     os.environ["JOBFEED_ADMIN_TOKEN"] = admin_token(settings)
+    # Limits by name, read from the environment: each of uvicorn's worker
+    # processes imports the protocol anew.
     uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=args.workers, log_level="info", timeout_graceful_shutdown=5)
+                workers=args.workers, log_level="info", timeout_graceful_shutdown=5, **uvicorn_options())
     return 0
 
 
@@ -165,12 +169,15 @@ class _SharedLoopServer:
         self.app = app
         import uvicorn
 
+        from jobfeed.api.server import uvicorn_options
+
         class Server(uvicorn.Server):
             def capture_signals(self):
                 return contextlib.nullcontext()
 
         self.server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                                            timeout_graceful_shutdown=5, lifespan="on"))
+                                            timeout_graceful_shutdown=5, lifespan="on",
+                                            **uvicorn_options(settings)))
 
     async def serve(self) -> None:
         try:
