@@ -54,18 +54,22 @@ CALLS = {
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
+    "open_admin_session": "select jobfeed.open_admin_session('1 minute')",
+    "admin_session_valid": "select jobfeed.admin_session_valid(gen_random_uuid())",
+    "close_admin_session": "select jobfeed.close_admin_session(gen_random_uuid())",
 }
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
+                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel",
+                    "open_admin_session", "admin_session_valid", "close_admin_session"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions")
+TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions")
 
 
 def as_user(url: str, user: str) -> str:

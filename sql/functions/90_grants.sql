@@ -19,7 +19,10 @@ grant execute on function
     jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),
     jobfeed.stats(int, timestamptz),
     jobfeed.retry(uuid, timestamptz),
-    jobfeed.cancel(uuid, timestamptz)
+    jobfeed.cancel(uuid, timestamptz),
+    jobfeed.open_admin_session(interval, timestamptz),
+    jobfeed.admin_session_valid(uuid, timestamptz),
+    jobfeed.close_admin_session(uuid)
 to jobfeed_api;
 
 grant execute on function
