@@ -3,11 +3,15 @@ raised by the functions turned into QueueError. No queue rule lives here."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import json
+import logging
+import random
+import time
 import uuid
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import asyncpg
 
@@ -32,6 +36,38 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     if state in _HTTP_STATUS:
         return QueueError(exc.hint or "error", exc.args[0] if exc.args else str(exc), _HTTP_STATUS[state])
     return exc
+
+
+log = logging.getLogger("jobfeed.worker")
+_T = TypeVar("_T")
+
+# Errors after which the same call may simply be made again: the transaction was
+# rolled back (deadlock, serialization failure), or the connection or the server
+# went away, so it either never happened or committed once. The worker's writes
+# are fenced by generation, so a repeat of one that did commit answers "lost"
+# and changes nothing.
+RETRYABLE: tuple[type[BaseException], ...] = (
+    asyncpg.TransactionRollbackError, asyncpg.PostgresConnectionError, asyncpg.OperatorInterventionError,
+    asyncpg.TooManyConnectionsError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
+
+
+async def retrying(call: Callable[[], Awaitable[_T]], *, until: float, what: str,
+                   first_delay: float = 0.02, max_delay: float = 1.0) -> _T:
+    """Run call(), again after each retryable error, with exponential backoff
+    (and jitter, so two workers that collided do not collide again) until the
+    monotonic time `until`; then, or on any other error, the error is raised."""
+    delay = first_delay
+    while True:
+        try:
+            return await call()
+        except RETRYABLE as exc:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise
+            pause = min(delay * (0.5 + random.random()), left)
+            log.warning("%s failed (%s: %s); retrying in %.2fs", what, type(exc).__name__, exc, pause)
+            await asyncio.sleep(pause)
+            delay = min(delay * 2, max_delay)
 
 
 def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:

@@ -19,7 +19,7 @@ import uuid
 from typing import Sequence
 
 from .db import Listener
-from .queue import Job, Queue
+from .queue import Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient
 
 log = logging.getLogger("jobfeed.worker")
@@ -48,7 +48,12 @@ class _Completions:
     task: while a call is in flight the next batch gathers, so a busy worker
     writes in batches and an idle one at once. A handler's task ends as soon as
     its result is queued here; `unwritten` counts what waits (the runner caps
-    it), and drained() waits for all of it (shutdown)."""
+    it), and drained() waits for all of it (shutdown).
+
+    A batch that fails for a passing reason (deadlock, lost connection, server
+    restart) is written again, with backoff, for as long as its leases can
+    still hold: the call is fenced, so a repeat is safe, and dropping it would
+    run those jobs again."""
 
     MAX_BATCH = 1000
 
@@ -56,13 +61,13 @@ class _Completions:
         self.queue = queue
         self.on_written = on_written
         self.unwritten = 0
-        self._pending: list[tuple[uuid.UUID, int, object]] = []
+        self._pending: list[tuple[uuid.UUID, int, object, float]] = []  # id, generation, result, lease
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def add(self, job_id: uuid.UUID, generation: int, result) -> None:
-        self._pending.append((job_id, generation, result))
+    def add(self, job_id: uuid.UUID, generation: int, result, lease: float) -> None:
+        self._pending.append((job_id, generation, result, lease))
         self.unwritten += 1
         self._idle.clear()
         self._wake.set()
@@ -76,9 +81,14 @@ class _Completions:
             self._wake.clear()
             while self._pending:
                 batch, self._pending = self._pending[:self.MAX_BATCH], self._pending[self.MAX_BATCH:]
+                triples = [(job_id, generation, result) for job_id, generation, result, _ in batch]
+                # No heartbeat renews these leases any more: past the longest, the
+                # jobs are someone else's and a write could only answer "lost".
+                until = time.monotonic() + max(lease for *_, lease in batch) + 1.0
                 try:
-                    completed = await self.queue.complete_many(batch)
-                    for job_id, generation, _ in batch:
+                    completed = await retrying(lambda: self.queue.complete_many(triples), until=until,
+                                               what=f"recording {len(batch)} completions")
+                    for job_id, generation, *_ in batch:
                         if job_id not in completed:
                             log.info("job %s gen %d: lease lost before its completion was recorded",
                                      job_id, generation)
@@ -254,14 +264,14 @@ class Runner:
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", Transient(type(exc).__name__, str(exc)[:2000]))
             else:
-                self._completions.add(job.id, job.generation, result)  # written in a batch
+                self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
                 return
             entry.recording = True
             self._running.pop(key, None)
             self._recording += 1
             self._wake.set()
             try:
-                await self._record(job, *outcome)
+                await self._record(job, *outcome, entry.ctx.lease)
             finally:
                 self._recording -= 1
                 self._wake.set()
@@ -271,18 +281,20 @@ class Runner:
             self._running.pop(key, None)
             self._wake.set()
 
-    async def _record(self, job: Job, what: str, value) -> None:
+    async def _record(self, job: Job, what: str, value, lease: float) -> None:
         q, ident = self.queue, (job.id, job.generation)
         if what in ("lost", "abandoned"):
             log.info("job %s gen %d: %s, nothing recorded", job.id, job.generation,
                      "lease lost" if what == "lost" else "abandoned by its handler")
             return
         if isinstance(value, Permanent):
-            ok = await q.fail_permanent(*ident, value.code, value.message)
+            call = lambda: q.fail_permanent(*ident, value.code, value.message)  # noqa: E731
         elif isinstance(value, Release):
-            ok = await q.release(*ident, value.code, value.retry_after or 0, value.message)
+            call = lambda: q.release(*ident, value.code, value.retry_after or 0, value.message)  # noqa: E731
         else:
-            ok = await q.fail_transient(*ident, value.code, value.message, value.retry_after)
+            call = lambda: q.fail_transient(*ident, value.code, value.message, value.retry_after)  # noqa: E731
+        # Fenced, so repeating it after a passing error is safe (see _Completions).
+        ok = await retrying(call, until=time.monotonic() + lease + 1.0, what=f"recording job {job.id}'s {what}")
         if not ok:
             log.info("job %s gen %d: lease lost before its outcome (%s) was recorded", job.id, job.generation, what)
 

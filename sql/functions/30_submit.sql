@@ -67,6 +67,8 @@ begin
 end $$;
 
 -- Submit many jobs of one kind in one statement (an outbox flush, a bulk import).
+-- Rows go in in target order: two batches racing over the same targets wait on
+-- the dedupe index in one global order, never in a cycle.
 -- Row n of the answer is for p_targets[n]: the new job, or the unfinished one
 -- that already held that target (also when the same target appears twice in
 -- the batch: the first occurrence creates, the rest share).
@@ -152,7 +154,7 @@ begin
             select v_made[t.n], p_kind, t.target, coalesce(t.payload, '{}'), v_max,
                    coalesce(p_run_after, v_now), v_now, v_now
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
-             order by t.n;
+             order by t.target, t.n;
             v_new_ids := v_made;
             v_ids := v_made;
             v_created := array_fill(true, array[cardinality(p_targets)]);
@@ -169,7 +171,7 @@ begin
                    coalesce(t.payload, '{}'), v_max, coalesce(p_run_after, v_now), v_now, v_now
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
              where v_pending is null or t.target = any (v_pending)
-             order by t.n
+             order by t.target, t.n
             on conflict (kind, target) where state in ('queued', 'running') do nothing
             returning j.id, j.target
         )
