@@ -41,14 +41,15 @@ select jobfeed.retry($1)::text;
 select jobfeed.cancel($1)::text;
 
 -- name: claim
-select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text
-  from jobfeed.claim($1, $2, $3, $4);
+select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text,
+       extract(epoch from lease)::float8
+  from jobfeed.claim_v2($1, $2, $3, $4);
 
 -- name: next_due
 select jobfeed.next_due($1), now();
 
 -- name: extend_many
-select jobfeed.extend_many($1, $2);
+select jobfeed.extend_many($1, $2, $3);
 
 -- name: progress
 select jobfeed.progress($1, $2, $3, $4, $5);

@@ -38,3 +38,69 @@ async def test_a_completion_whose_connection_dies_is_written_again(queue, pool, 
         assert view["generation"] == 1 and view["result"] == {"ok": True}
     finally:
         await locker.close()
+
+
+async def test_a_shorter_lease_set_under_a_running_worker_runs_no_job_twice(queue, pool, run):
+    runs: dict = {}
+
+    async def slow(job, ctx):
+        runs[job.id] = runs.get(job.id, 0) + 1
+        await asyncio.sleep(2.0)
+        return {"ok": True}
+
+    # This worker believes the lease is 30 s (a heartbeat every 10 s)...
+    await run(spec("slow", slow, lease=30.0))
+    # ...then a deploy registers the kind with a lease of 0.6 s, which claims grant.
+    await queue.register_kind("slow", max_attempts=3, lease=0.6, backoff=(0.05,), jitter=0.0)
+    ids = [(await queue.submit("slow", f"t{i}"))[0] for i in range(3)]
+    for job_id in ids:
+        await wait_state(pool, job_id, "completed", timeout=15)
+    assert runs == {job_id: 1 for job_id in ids}
+    assert await pool.fetchval("select max(generation) from jobfeed.jobs") == 1
+
+
+async def test_a_backlog_in_one_kind_does_not_starve_another(queue, pool, run):
+    async def busy(job, ctx):
+        await asyncio.sleep(0.1)
+
+    await run(spec("a", busy, lease=30.0), spec("b", busy, lease=30.0), concurrency=2)
+    await queue.submit_many("a", [(f"t{i}", None) for i in range(300)])
+    await eventually(lambda: pool.fetchval("select count(*) >= 10 from jobfeed.jobs where state = 'completed'"),
+                     what="the backlog under way")
+    b_ids = [i for i, _ in await queue.submit_many("b", [(f"t{i}", None) for i in range(3)])]
+    for job_id in b_ids:
+        await wait_state(pool, job_id, "running", "completed", timeout=10)
+    waits = await pool.fetch("select extract(epoch from started_at - created_at) as wait from jobfeed.jobs "
+                             "where kind = 'b'")
+    assert max(r["wait"] for r in waits) < 1.0, [r["wait"] for r in waits]
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'a' and state = 'queued'") > 100
+
+
+async def test_progress_is_coalesced_and_the_last_report_lands(queue, pool, run):
+    async def chatty(job, ctx):
+        for i in range(1, 2001):
+            await ctx.progress(i, 2000, f"step {i}")
+            if i % 100 == 0:
+                await asyncio.sleep(0.05)  # about 1 s in all
+        return {"steps": 2000}
+
+    await run(spec("chatty", chatty, lease=30.0))
+    listener = await pool.acquire()
+    seen: list[str] = []
+
+    def heard(*args):
+        seen.append(args[3])
+
+    await listener.add_listener("jobfeed_changed", heard)
+    try:
+        job_id, _ = await queue.submit("chatty", "x")
+        await wait_state(pool, job_id, "completed", timeout=15)
+        await asyncio.sleep(0.2)
+    finally:
+        await listener.remove_listener("jobfeed_changed", heard)
+        await pool.release(listener)
+    view = await queue.admin_get_job(job_id)
+    # at most a few writes a second, and the last report before the outcome is the one shown
+    assert view["progress"] == {"done": 2000, "total": 2000, "message": "step 2000"}
+    mine = [p for p in seen if str(job_id) in p]
+    assert 3 <= len(mine) <= 12, len(mine)

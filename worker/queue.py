@@ -92,6 +92,7 @@ class Job:
     generation: int       # grows on every claim: run n of the job
     lease_until: dt.datetime
     checkpoint: Any       # what an earlier attempt saved with ctx.checkpoint, or None
+    lease: float | None = None  # seconds: the lease the claim granted (the heartbeat's pace)
 
 
 class Queue:
@@ -201,7 +202,8 @@ class Queue:
                     lease: float | None = None) -> list[Job]:
         rows = await self._fetch("claim", list(kinds), limit, worker_id, _seconds(lease))
         loads = json.loads
-        return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]))
+        return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
+                    r[9])
                 for r in rows]
 
     async def next_due(self, kinds: Sequence[str]) -> float | None:
@@ -210,11 +212,12 @@ class Queue:
         due, now = rows[0][0], rows[0][1]
         return None if due is None else (due - now).total_seconds()
 
-    async def extend_many(self, jobs: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
-        """Renew the leases; returns the ids whose lease is lost."""
+    async def extend_many(self, jobs: Sequence[tuple[uuid.UUID, int]], lease: float | None = None) -> set[uuid.UUID]:
+        """Renew the leases, by `lease` seconds (default: the kind's lease);
+        returns the ids whose lease is lost."""
         if not jobs:
             return set()
-        lost = await self._fetchval("extend_many", [j[0] for j in jobs], [j[1] for j in jobs])
+        lost = await self._fetchval("extend_many", [j[0] for j in jobs], [j[1] for j in jobs], _seconds(lease))
         return set(lost)
 
     async def progress(self, job_id: uuid.UUID, generation: int, done: float, total: float | None,

@@ -29,12 +29,77 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+class _RunContext(Context):
+    """The Context the runner hands out. Leases are renewed by the lease the
+    claim granted. Progress is coalesced per job: at most one write per
+    PROGRESS_INTERVAL (each is an UPDATE and a NOTIFY, and notifying commits
+    run one at a time in the whole cluster); reports in between replace each
+    other, and the last one is written when the interval is over, or by
+    flush() before the outcome, so it always lands."""
+
+    PROGRESS_INTERVAL = 0.25
+
+    def __init__(self, queue, job: Job, lease: float):
+        super().__init__(queue, job, lease)
+        self._pending: tuple | None = None
+        self._last_write = float("-inf")
+        self._later: asyncio.Task | None = None
+        self._writing = asyncio.Lock()  # writes in the order reported
+
+    async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        if self.lost.is_set():
+            self._lose()
+        self._pending = (done, total, message)
+        if self._later is not None:
+            return  # a write is already planned; it takes this report
+        wait = self._last_write + self.PROGRESS_INTERVAL - time.monotonic()
+        if wait <= 0:
+            await self.flush()
+        else:
+            self._later = asyncio.create_task(self._write_later(wait), name=f"progress-{self.job.id}")
+
+    async def _write_later(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        self._later = None
+        try:
+            await self.flush()
+        except LeaseLost:
+            pass  # the handler hears of it at its next call, or from the heartbeat
+        except Exception as exc:
+            log.warning("job %s: writing progress failed (%s)", self.job.id, exc)
+
+    async def flush(self) -> None:
+        """Write the report that waits, if any (LeaseLost if the job is gone)."""
+        async with self._writing:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                return
+            self._last_write = time.monotonic()
+            if not await self._queue.progress(self.job.id, self.job.generation, *pending):
+                self._lose()
+
+    def close(self) -> None:
+        """The handler is over: a planned write goes now through flush() or never."""
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+
+    async def extend(self) -> None:
+        if await self._queue.extend_many([(self.job.id, self.job.generation)], self.lease):
+            self._lose()
+
+
 @dataclasses.dataclass
 class _Running:
-    ctx: Context
+    ctx: _RunContext
     task: asyncio.Task | None = None
     stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget
     recording: bool = False         # the handler is done; its outcome is being written
+    renew_at: float = 0.0           # monotonic time of the next lease renewal
+
+    @property
+    def renew_every(self) -> float:
+        return max(self.ctx.lease / 3, 0.05)
 
     def stop(self, reason: str) -> None:
         """Cancel the handler (never the write of its outcome)."""
@@ -117,12 +182,13 @@ class Runner:
         self.budget = budget
         self.reserve = reserve
         self.max_jobs = max_jobs
-        self.heartbeat_interval = max(min(s.lease for s in specs) / 3, 0.05)
+        self._turn = 0  # which kind a claim names first (round-robin)
         self.claimed_count = 0
         self._running: dict[tuple[uuid.UUID, int], _Running] = {}
         self._tasks: set[asyncio.Task] = set()
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._beat = asyncio.Event()  # a job started: the heartbeat looks at its lease
         self._deadline: float | None = None
         self._completions = _Completions(queue, self._wake.set)
         self._recording = 0  # handlers done, failures and releases being written
@@ -183,7 +249,7 @@ class Runner:
             claimed: list[Job] = []
             try:
                 if limit > 0:
-                    claimed = await self.queue.claim(self.kinds, limit, self.worker_id)
+                    claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
                 error_delay = 0.1
             except Exception as exc:  # database down or restarting: keep trying
                 log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id, exc, error_delay)
@@ -209,6 +275,12 @@ class Runner:
                     pass
             await self._sleep(timeout)
 
+    def _kinds_in_turn(self) -> list[str]:
+        """The kinds, each claim starting from the next: claim shares free slots
+        among kinds, and the kinds named first get the odd ones."""
+        turn, self._turn = self._turn, (self._turn + 1) % len(self.kinds)
+        return self.kinds[turn:] + self.kinds[:turn]
+
     async def _sleep(self, timeout: float) -> None:
         try:
             await asyncio.wait_for(self._wake.wait(), timeout)
@@ -233,8 +305,12 @@ class Runner:
     def _start(self, job: Job) -> None:
         spec = self.specs[job.kind]
         key = (job.id, job.generation)
-        entry = _Running(Context(self.queue, job, spec.lease))
+        # The lease the claim granted, which may differ from ours (the kind's
+        # settings in the database are the last registering worker's).
+        entry = _Running(_RunContext(self.queue, job, job.lease or spec.lease))
+        entry.renew_at = time.monotonic() + entry.renew_every
         self._running[key] = entry
+        self._beat.set()
         self.claimed_count += 1
         # One task per job runs the handler, then queues or writes its outcome.
         entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}")
@@ -264,9 +340,13 @@ class Runner:
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", Transient(type(exc).__name__, str(exc)[:2000]))
             else:
+                await self._flush_progress(entry)
                 self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
                 return
             entry.recording = True
+            if outcome[0] == "error":
+                await self._flush_progress(entry)
+            entry.ctx.close()
             self._running.pop(key, None)
             self._recording += 1
             self._wake.set()
@@ -278,8 +358,19 @@ class Runner:
         except Exception:
             log.exception("job %s: recording the outcome failed; the lease will expire and it runs again", job.id)
         finally:
+            entry.ctx.close()
             self._running.pop(key, None)
             self._wake.set()
+
+    async def _flush_progress(self, entry: _Running) -> None:
+        """The last progress report before the outcome lands first."""
+        entry.ctx.close()
+        try:
+            await entry.ctx.flush()
+        except LeaseLost:
+            pass  # the outcome's write, fenced too, will say so
+        except Exception as exc:
+            log.warning("job %s: writing its last progress failed (%s)", entry.ctx.job.id, exc)
 
     async def _record(self, job: Job, what: str, value, lease: float) -> None:
         q, ident = self.queue, (job.id, job.generation)
@@ -300,21 +391,43 @@ class Runner:
 
     # -------------------------------------------------------------- leases
     async def _heartbeat(self) -> None:
+        """Renew each job's lease every third of the lease its claim granted.
+        Jobs due within half their interval are renewed together (one call per
+        distinct lease); after a failed call, it tries again soon."""
+        error_delay = 0.05
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            self._beat.clear()
+            now = time.monotonic()
             held = [(k, r) for k, r in self._running.items()
                     if r.ctx.heartbeat and r.stop_reason is None and not r.recording]
-            if not held:
-                continue
-            try:
-                lost = await self.queue.extend_many([k for k, _ in held])
-            except Exception as exc:
-                log.warning("heartbeat failed (%s); will try again", exc)
-                continue
+            due: dict[float, list[tuple[tuple[uuid.UUID, int], _Running]]] = {}
             for key, entry in held:
-                if key[0] in lost:
-                    entry.ctx.lost.set()
-                    entry.stop("lost")
+                if entry.renew_at - entry.renew_every / 2 <= now:
+                    due.setdefault(entry.ctx.lease, []).append((key, entry))
+            failed = False
+            for lease, group in due.items():
+                try:
+                    lost = await self.queue.extend_many([k for k, _ in group], lease)
+                except Exception as exc:
+                    log.warning("heartbeat failed (%s); trying again in %.2fs", exc, error_delay)
+                    failed = True
+                    continue
+                for key, entry in group:
+                    if key[0] in lost:
+                        entry.ctx.lost.set()
+                        entry.stop("lost")
+                    else:
+                        entry.renew_at = now + entry.renew_every
+            if failed:
+                await asyncio.sleep(error_delay)
+                error_delay = min(error_delay * 2, 1.0)
+                continue
+            error_delay = 0.05
+            next_at = min((r.renew_at for _, r in held if r.stop_reason is None), default=now + 1.0)
+            try:
+                await asyncio.wait_for(self._beat.wait(), max(next_at - time.monotonic(), 0.01))
+            except asyncio.TimeoutError:
+                pass
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:

@@ -24,6 +24,7 @@ to jobfeed_api;
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
+    jobfeed.claim_v2(text[], int, text, interval, timestamptz),
     jobfeed.next_due(text[]),
     jobfeed.extend_many(uuid[], int[], interval, timestamptz),
     jobfeed.extend(uuid, int, interval, timestamptz),
