@@ -29,6 +29,7 @@ CALLS = {
     "retry": "select jobfeed.retry(gen_random_uuid())",
     "cancel": "select jobfeed.cancel(gen_random_uuid())",
     "claim": "select * from jobfeed.claim(array['nothing'], 1, 'w')",
+    "claim_v2": "select * from jobfeed.claim_v2(array['nothing'], 1, 'w')",
     "next_due": "select jobfeed.next_due(array['k'])",
     "extend_many": "select jobfeed.extend_many('{}', '{}')",
     "extend": "select jobfeed.extend(gen_random_uuid(), 1)",
@@ -54,12 +55,14 @@ CALLS = {
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
+    "lock_held": "select jobfeed.lock_held('{}', '{}')",
+    "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
 }
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
                     "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
-    "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
+    "jobfeed_worker": {"register_kind", "list_kinds", "claim", "claim_v2", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
