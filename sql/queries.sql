@@ -32,7 +32,7 @@ select v::text from jobfeed.admin_get_jobs($1) v;
 select v::text from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, $3, $4) v;
 
 -- name: stats
-select jobfeed.stats($1)::text;
+select jobfeed.stats_v2($1, $2)::text;
 
 -- name: retry
 select jobfeed.retry($1)::text;

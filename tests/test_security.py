@@ -26,6 +26,7 @@ CALLS = {
     "admin_get_jobs": "select * from jobfeed.admin_get_jobs(array[gen_random_uuid()])",
     "admin_list_jobs": "select * from jobfeed.admin_list_jobs()",
     "stats": "select jobfeed.stats()",
+    "stats_v2": "select jobfeed.stats_v2()",
     "retry": "select jobfeed.retry(gen_random_uuid())",
     "cancel": "select jobfeed.cancel(gen_random_uuid())",
     "claim": "select * from jobfeed.claim(array['nothing'], 1, 'w')",
@@ -61,14 +62,14 @@ CALLS = {
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
+                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "claim_v2", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions")
+TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "stats_snapshot")
 
 
 def as_user(url: str, user: str) -> str:

@@ -187,8 +187,11 @@ class Queue:
         rows = await self._fetch("admin_list_jobs", state, kind, limit, before)
         return [json.loads(r[0]) for r in rows]
 
-    async def stats(self, minutes: int = 15) -> dict:
-        return json.loads(await self._fetchval("stats", minutes))
+    async def stats(self, minutes: int = 15, max_age: float = 5.0) -> dict:
+        """Counts by kind and state, oldest due job, throughput: as of at most
+        max_age seconds ago (the answer's 'as_of'), counted at most once per
+        max_age for all callers together."""
+        return json.loads(await self._fetchval("stats", minutes, _seconds(max_age)))
 
     # -- admin actions (QueueError not_found / invalid_state / target_busy)
     async def retry(self, job_id: uuid.UUID) -> dict:

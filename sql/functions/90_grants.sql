@@ -18,6 +18,7 @@ grant execute on function
     jobfeed.admin_get_jobs(uuid[]),
     jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),
     jobfeed.stats(int, timestamptz),
+    jobfeed.stats_v2(int, interval, timestamptz),
     jobfeed.retry(uuid, timestamptz),
     jobfeed.cancel(uuid, timestamptz)
 to jobfeed_api;
