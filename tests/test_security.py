@@ -57,6 +57,7 @@ CALLS = {
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
     "lock_held": "select jobfeed.lock_held('{}', '{}')",
+    "notify_due": "select jobfeed.notify_due('k', 1)",
     "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
 }
 

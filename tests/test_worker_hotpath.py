@@ -104,3 +104,45 @@ async def test_progress_is_coalesced_and_the_last_report_lands(queue, pool, run)
     assert view["progress"] == {"done": 2000, "total": 2000, "message": "step 2000"}
     mine = [p for p in seen if str(job_id) in p]
     assert 3 <= len(mine) <= 12, len(mine)
+
+
+async def test_a_submit_wakes_as_many_workers_as_it_made_jobs(pool, dsn, queue):
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.runner import Runner
+
+    claimers: set[int] = set()
+
+    class Counting(Queue):
+        def __init__(self, pool, n):
+            super().__init__(pool)
+            self.n = n
+
+        async def claim(self, *args, **kw):
+            claimers.add(self.n)
+            return await super().claim(*args, **kw)
+
+    async def ok(job, ctx):
+        return None
+
+    await queue.register_kind("w", max_attempts=3, lease=30.0, backoff=(0.05,), jitter=0.0)
+    runners = [Runner(Counting(pool, n), dsn, [spec("w", ok, lease=30.0)], poll_interval=60.0, grace=1.0)
+               for n in range(4)]
+    tasks = [asyncio.create_task(r.run()) for r in runners]
+    try:
+        await asyncio.sleep(2.5)  # seated, and each has seen the others' seats
+
+        async def woken_by(make) -> set[int]:
+            claimers.clear()
+            await make()
+            await asyncio.sleep(1.0)
+            return set(claimers)
+
+        assert len(await woken_by(lambda: queue.submit("w", "one"))) == 1
+        assert len(await woken_by(lambda: queue.submit_many("w", [("two-a", None), ("two-b", None)]))) == 2
+        assert len(await woken_by(lambda: queue.submit_many("w", [(f"ten-{i}", None) for i in range(10)]))) == 4
+        await eventually(lambda: pool.fetchval("select count(*) = 13 from jobfeed.jobs where state = 'completed'"),
+                         timeout=10, what="every job done")
+    finally:
+        for r in runners:
+            r.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)

@@ -58,7 +58,7 @@ begin
         returning j.* into v_job;
         if v_job.id is not null then
             perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
-            perform pg_notify('jobfeed_due', p_kind);
+            perform jobfeed.notify_due(p_kind, 1);
             return query select v_job.id, true, jobfeed.public_view(v_job);
             return;
         end if;
@@ -196,7 +196,7 @@ begin
 
     if cardinality(v_new_ids) > 0 then
         perform jobfeed.notify_changed(v_new_ids, array_fill(1::bigint, array[cardinality(v_new_ids)]));
-        perform pg_notify('jobfeed_due', p_kind);
+        perform jobfeed.notify_due(p_kind, cardinality(v_new_ids));
     end if;
     return query select a.n::int, a.id, a.created from unnest(v_ids, v_created) with ordinality a(id, created, n);
 end $$;

@@ -187,7 +187,7 @@ begin
     returning j.version into v_ver;
     perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'transient', p_code, p_message, v_now);
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
-    perform pg_notify('jobfeed_due', v_kind);
+    perform jobfeed.notify_due(v_kind, 1);
     return true;
 end $$;
 
@@ -237,6 +237,6 @@ begin
      where j.id = p_id
     returning j.version, j.kind into v_ver, v_kind;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
-    perform pg_notify('jobfeed_due', v_kind);
+    perform jobfeed.notify_due(v_kind, 1);
     return true;
 end $$;
