@@ -448,6 +448,7 @@ class Runner:
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", Transient(type(exc).__name__, str(exc)[:2000]))
             else:
+                entry.recording = True  # from here on, a stop() must not cancel it
                 await self._flush_progress(entry)
                 self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
                 return
