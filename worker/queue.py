@@ -48,7 +48,9 @@ _T = TypeVar("_T")
 # and changes nothing.
 RETRYABLE: tuple[type[BaseException], ...] = (
     asyncpg.TransactionRollbackError, asyncpg.PostgresConnectionError, asyncpg.OperatorInterventionError,
-    asyncpg.TooManyConnectionsError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
+    asyncpg.TooManyConnectionsError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError,
+    # a connection whose server went away mid-call ("cannot switch to state")
+    asyncpg.exceptions.InternalClientError)
 
 
 async def retrying(call: Callable[[], Awaitable[_T]], *, until: float, what: str,
@@ -65,7 +67,7 @@ async def retrying(call: Callable[[], Awaitable[_T]], *, until: float, what: str
             if left <= 0:
                 raise
             pause = min(delay * (0.5 + random.random()), left)
-            log.warning("%s failed (%s: %s); retrying in %.2fs", what, type(exc).__name__, exc, pause)
+            log.warning("could not %s yet (%s: %s); trying again in %.2fs", what, type(exc).__name__, exc, pause)
             await asyncio.sleep(pause)
             delay = min(delay * 2, max_delay)
 

@@ -76,7 +76,13 @@ class _RunContext(Context):
             if pending is None:
                 return
             self._last_write = time.monotonic()
-            if not await self._queue.progress(self.job.id, self.job.generation, *pending):
+            try:
+                ok = await self._queue.progress(self.job.id, self.job.generation, *pending)
+            except BaseException:
+                if self._pending is None:
+                    self._pending = pending  # not written: the next flush takes it
+                raise
+            if not ok:
                 self._lose()
 
     def close(self) -> None:
@@ -153,7 +159,7 @@ class _Completions:
                 until = time.monotonic() + max(lease for *_, lease in batch) + 1.0
                 try:
                     completed = await retrying(lambda: self.queue.complete_many(triples), until=until,
-                                               what=f"recording {len(batch)} completions")
+                                               what=f"write {len(batch)} completions")
                     for job_id, generation, *_ in batch:
                         if job_id not in completed:
                             log.info("job %s gen %d: lease lost before its completion was recorded",
@@ -475,7 +481,8 @@ class Runner:
         """The last progress report before the outcome lands first."""
         entry.ctx.close()
         try:
-            await entry.ctx.flush()
+            await retrying(entry.ctx.flush, until=time.monotonic() + entry.ctx.lease,
+                           what=f"write job {entry.ctx.job.id}'s last progress")
         except LeaseLost:
             pass  # the outcome's write, fenced too, will say so
         except Exception as exc:
@@ -494,7 +501,7 @@ class Runner:
         else:
             call = lambda: q.fail_transient(*ident, value.code, value.message, value.retry_after)  # noqa: E731
         # Fenced, so repeating it after a passing error is safe (see _Completions).
-        ok = await retrying(call, until=time.monotonic() + lease + 1.0, what=f"recording job {job.id}'s {what}")
+        ok = await retrying(call, until=time.monotonic() + lease + 1.0, what=f"write job {job.id}'s {what}")
         if not ok:
             log.info("job %s gen %d: lease lost before its outcome (%s) was recorded", job.id, job.generation, what)
 
