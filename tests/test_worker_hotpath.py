@@ -146,3 +146,17 @@ async def test_a_submit_wakes_as_many_workers_as_it_made_jobs(pool, dsn, queue):
         for r in runners:
             r.stop()
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+
+def test_due_payloads_are_read_strictly_and_turns_go_round():
+    from jobfeed.worker.runner import _Seats
+
+    seats = _Seats("unused", ["k", "a:b"], "test")
+    assert seats.wakes_me("k") and seats.wakes_me("1:0:a:b")  # the kind alone, or no seat view: wake
+    assert seats.wakes_me("1:0:other") is None and seats.wakes_me("\u00b2:1:k") is None
+    seats._view = {"k": (1, 4)}  # my seat ranks second of four
+    assert [bool(seats.wakes_me(f"1:{offset}:k")) for offset in range(8)] == [False, True, False, False] * 2
+    assert [bool(seats.wakes_me(f"2:{offset}:k")) for offset in range(4)] == [True, True, False, False]
+    assert seats.wakes_me("4:3:k") and seats.wakes_me("99:0:k")
+    seats.seated(False)  # full: no turns
+    assert not seats.wakes_me("1:1:k") and seats.wakes_me("k")

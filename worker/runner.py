@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -172,6 +173,9 @@ class _Completions:
             self._idle.set()
 
 
+_DUE = re.compile(r"([0-9]{1,9}):([0-9]{1,9}):(.+)", re.DOTALL)
+
+
 class _Seats:
     """Turns at waking up. For each of its kinds, a worker with free slots holds
     a numbered seat: an advisory lock on a connection of its own, so a dead
@@ -204,9 +208,10 @@ class _Seats:
 
     def wakes_me(self, payload: str) -> bool | None:
         """Whether this notification is for us: None when it is not for our kinds."""
-        parts = payload.split(":", 2)
-        if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
-            count, offset, kind = int(parts[0]), int(parts[1]), parts[2]
+        # Strict: any role may NOTIFY, and a bad payload must not raise here.
+        match = _DUE.fullmatch(payload)
+        if match:
+            count, offset, kind = int(match[1]), int(match[2]), match[3]
         else:
             count, offset, kind = 0, 0, payload  # the kind alone: everyone wakes
         if kind not in self.kinds:
@@ -232,6 +237,7 @@ class _Seats:
                 while True:
                     self._changed.clear()
                     await self._reconcile(conn)
+                    await asyncio.sleep(0.1)  # a worker hovering at full flips its seats at most this often
                     try:
                         await asyncio.wait_for(self._changed.wait(), self.REFRESH)
                     except asyncio.TimeoutError:
