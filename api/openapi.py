@@ -186,6 +186,7 @@ SCHEMAS = {
         "jitter": {"type": "number"}}},
     "Stats": {"type": "object", "properties": {
         "now": _TIME,
+        "as_of": _TIME,
         "counts": {"type": "object", "additionalProperties": {"type": "object",
                                                               "additionalProperties": {"type": "integer"}}},
         "oldest_due_seconds": {"type": "number", "nullable": True},
