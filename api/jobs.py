@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,7 +16,7 @@ from .errors import ApiError, json_text
 from .state import services
 from .views import parse_job_id, with_flag
 
-_FIELDS = {"kind", "target", "payload"}
+_FIELDS = {"kind", "target", "payload", "after"}
 
 
 def _check_submission(body) -> tuple[str, str, dict]:
@@ -29,12 +31,34 @@ def _check_submission(body) -> tuple[str, str, dict]:
         raise ApiError(exc.status, exc.code, exc.message) from None
 
 
+def _check_after(body: dict) -> list[uuid.UUID]:
+    """The ids of the jobs a submission runs after (none when absent)."""
+    after = body.get("after", [])
+    if not isinstance(after, list) or len(after) > 100:
+        raise ApiError(422, "invalid_request", "after must be a list of at most 100 job ids")
+    ids = []
+    for item in after:
+        try:
+            if not isinstance(item, str):
+                raise ValueError(item)
+            ids.append(uuid.UUID(item))
+        except ValueError:
+            raise ApiError(422, "unknown_dependency", f"no such job: {str(item)[:40]}") from None
+    return ids
+
+
 async def submit(request: Request) -> Response:
     svc = services(request)
     auth.require_api_token(request, svc.settings.api_token)
-    kind, target, payload = _check_submission(await read_json(request, svc.body_limit))
+    body = await read_json(request, svc.body_limit)
+    kind, target, payload = _check_submission(body)
+    after = _check_after(body)
     try:
-        job_id, created, text = await svc.batcher.submit(kind, target, payload)
+        if after:
+            # rare, and it locks its dependencies: outside the group commit
+            job_id, created, text = await svc.queue.submit_json(kind, target, payload, after=after)
+        else:
+            job_id, created, text = await svc.batcher.submit(kind, target, payload)
     except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
         # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
         raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None

@@ -10,6 +10,9 @@ select k::text from jobfeed.list_kinds() k;
 -- name: submit
 select id, created, view::text from jobfeed.submit($1, $2, $3::jsonb, $4, $5);
 
+-- name: submit_after
+select id, created, view::text from jobfeed.submit_after($1, $2, $3::jsonb, $4::uuid[], $5);
+
 -- name: submit_many
 select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
 

@@ -231,7 +231,7 @@ async def test_delete_finished_takes_only_old_finished_jobs_in_batches(pool, k):
         counts.append(await pool.fetchval("select jobfeed.delete_finished('7 days', 4, $1)", T0))
     assert counts == [4, 4, 1]
     left = await pool.fetch("select state::text, count(*) from jobfeed.jobs group by 1 order by 1")
-    assert [tuple(x) for x in left] == [("completed", 1), ("queued", 3), ("running", 3)]
+    assert [tuple(x) for x in left] == [("completed", 1), ("queued", 3), ("running", 3), ("waiting", 3)]
     assert await pool.fetchval("select count(*) from jobfeed.attempts") == 1  # the recent job's
 
 

@@ -150,20 +150,30 @@ class Queue:
 
     # -- submitting and reading
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
-                     run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool]:
+                     run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                     after: Sequence[uuid.UUID | str] | None = None) -> tuple[uuid.UUID, bool]:
         """-> (job id, created). created is False when an unfinished job already
-        held (kind, target): the caller shares that job."""
+        held (kind, target): the caller shares that job. after: ids of jobs
+        this one waits for (it fails with dependency_failed if one does not
+        complete); run_after does not combine with it."""
         job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
-                                                    max_payload=max_payload)
+                                                    max_payload=max_payload, after=after)
         return job_id, created
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
                           run_after: dt.datetime | None = None,
-                          max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool, str]:
+                          max_payload: int = MAX_PAYLOAD_BYTES,
+                          after: Sequence[uuid.UUID | str] | None = None) -> tuple[uuid.UUID, bool, str]:
         """submit(), also answering the job's public view as JSON text."""
         text = json.dumps(payload if payload is not None else {})
         await self._add_kind(kind)
-        rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
+        if after:
+            if run_after is not None:
+                raise QueueError("invalid_request", "after and run_after do not combine", 422)
+            ids = [a if isinstance(a, uuid.UUID) else uuid.UUID(str(a)) for a in after]
+            rows = await self._fetch("submit_after", kind, target, text, ids, max_payload)
+        else:
+            rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
         return rows[0]["id"], rows[0]["created"], rows[0]["view"]
 
     async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,

@@ -9,7 +9,7 @@ browser's copy); everything else here is derived."""
 from __future__ import annotations
 
 # The true states, in the order the admin UI lists them (enum jobfeed.job_state).
-STATES: tuple[str, ...] = ("queued", "running", "completed", "failed", "canceled")
+STATES: tuple[str, ...] = ("waiting", "queued", "running", "completed", "failed", "canceled")
 
 # Final states: nothing more happens to the job until an admin retries it.
 # Their public status is the state itself.

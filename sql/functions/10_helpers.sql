@@ -5,6 +5,7 @@
 create or replace function jobfeed.public_status(p_state jobfeed.job_state, p_generation int)
 returns text language sql immutable parallel safe as $$
     select case p_state
+        when 'waiting' then case when p_generation > 0 then 'processing' else 'queued' end
         when 'queued' then case when p_generation > 0 then 'processing' else 'queued' end
         when 'running' then 'processing'
         else p_state::text

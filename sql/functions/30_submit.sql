@@ -51,14 +51,14 @@ begin
         -- Look first: a duplicate (the common case for a shared target) is then
         -- one index probe, without an INSERT's set-up (in-function: 58 -> 24 us).
         select j.* into v_job from jobfeed.jobs j
-         where j.kind = p_kind and j.target = p_target and j.state in ('queued', 'running');
+         where j.kind = p_kind and j.target = p_target and j.state not in ('completed', 'failed', 'canceled');
         if found then
             return query select v_job.id, false, jobfeed.public_view(v_job);
             return;
         end if;
         insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
         values (p_kind, p_target, v_payload, v_max, coalesce(p_run_after, v_now), v_now, v_now)
-        on conflict (kind, target) where state in ('queued', 'running') do nothing
+        on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
         returning j.* into v_job;
         if v_job.id is not null then
             perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
@@ -124,13 +124,13 @@ begin
 
     -- Look first, as submit does. Is any target held? (One index scan for the lot.)
     v_any_held := exists (select from jobfeed.jobs j
-                           where j.kind = p_kind and j.target = any (p_targets) and j.state in ('queued', 'running'));
+                           where j.kind = p_kind and j.target = any (p_targets) and j.state not in ('completed', 'failed', 'canceled'));
     if v_any_held then
         -- Who holds each: an index probe per item, as a scalar sub-select (a join
         -- may be planned, with stale statistics, as a scan of every unfinished
         -- job per item). All held (a re-sent batch, a burst of duplicates): share.
         v_held := array(select (select j.id from jobfeed.jobs j
-                                 where j.kind = p_kind and j.target = t.target and j.state in ('queued', 'running'))
+                                 where j.kind = p_kind and j.target = t.target and j.state not in ('completed', 'failed', 'canceled'))
                           from unnest(p_targets) with ordinality t(target, n)
                          order by t.n);
         if array_position(v_held, null) is null then
@@ -176,7 +176,7 @@ begin
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
              where v_pending is null or t.target = any (v_pending)
              order by t.target, t.n
-            on conflict (kind, target) where state in ('queued', 'running') do nothing
+            on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
             returning j.id, j.target
         )
         select v_new_ids || coalesce(array_agg(ins.id), '{}'), v_new_targets || coalesce(array_agg(ins.target), '{}')
@@ -187,7 +187,7 @@ begin
           from (select t.n,
                        coalesce(i.id, (select j.id from jobfeed.jobs j
                                         where j.kind = p_kind and j.target = t.target
-                                          and j.state in ('queued', 'running'))) as id,
+                                          and j.state not in ('completed', 'failed', 'canceled'))) as id,
                        i.id is not null and t.n = min(t.n) over (partition by t.target) as created
                   from unnest(p_targets) with ordinality t(target, n)
                   left join unnest(v_new_targets, v_new_ids) as i(target, id) on i.target = t.target) r;

@@ -33,7 +33,7 @@ begin
     return jobfeed.admin_get_job(p_id);
 end $$;
 
--- Cancel a queued or running job. A worker running it learns at its next
+-- Cancel a waiting, queued or running job. A worker running it learns at its next
 -- heartbeat (the lease is lost) and stops.
 create or replace function jobfeed.cancel(p_id uuid, p_now timestamptz default null)
 returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
@@ -47,7 +47,7 @@ begin
     if not found then
         perform jobfeed.raise_error('JF404', 'not_found', 'no such job');
     end if;
-    if v_state not in ('queued', 'running') then
+    if v_state not in ('waiting', 'queued', 'running') then
         perform jobfeed.raise_error('JF409', 'invalid_state',
                                     format('only unfinished jobs can be canceled; this one is %s', v_state));
     end if;

@@ -8,7 +8,8 @@ $$;
 
 -- Delete up to p_limit jobs that finished more than p_retention ago, with their
 -- attempts log. Returns how many went; call again until it returns < p_limit.
--- Unfinished jobs are never touched.
+-- Unfinished jobs are never touched, nor finished ones an unfinished job
+-- names in its `after`.
 create or replace function jobfeed.delete_finished(
     p_retention interval, p_limit int default 1000, p_now timestamptz default null)
 returns int language sql security definer set search_path = jobfeed, pg_temp as $$
@@ -16,6 +17,9 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
         select j.id from jobfeed.jobs j
          where j.state in ('completed', 'failed', 'canceled')
            and j.finished_at < jobfeed.clock(p_now) - p_retention
+           -- kept while an unfinished job still runs after it
+           and not exists (select from jobfeed.job_deps d join jobfeed.jobs w on w.id = d.job_id
+                             where d.dep_id = j.id and w.state not in ('completed', 'failed', 'canceled'))
          order by j.finished_at
          limit p_limit
          for update skip locked

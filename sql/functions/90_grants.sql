@@ -9,6 +9,10 @@ grant execute on function
 to jobfeed_api, jobfeed_worker;
 
 grant execute on function
+    jobfeed.submit_after(text, text, jsonb, uuid[], int, timestamptz)
+to jobfeed_api, jobfeed_worker;
+
+grant execute on function
     jobfeed.submit(text, text, jsonb, timestamptz, int, timestamptz),
     jobfeed.submit_many(text, text[], jsonb[], timestamptz, int, timestamptz),
     jobfeed.submit_many_views(text, text[], jsonb[], int),

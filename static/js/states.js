@@ -4,7 +4,7 @@
 // two literal lists below from the Python ones).
 
 // True states, in the order the admin dashboard shows them.
-export const STATES = ["queued", "running", "completed", "failed", "canceled"];
+export const STATES = ["waiting", "queued", "running", "completed", "failed", "canceled"];
 // Final states; a final state's public status is the state itself.
 export const TERMINAL = new Set(["completed", "failed", "canceled"]);
 // What end users see.

@@ -1,0 +1,100 @@
+-- Workflows: jobs that wait for other jobs ('waiting' until every job named in
+-- their `after` has completed).
+--
+-- Races: whoever may end the wait (a dependency finishing, the submitter
+-- recording the dependencies) locks the waiting job's row first and only then
+-- reads the dependencies' states, in a later statement (a fresh snapshot under
+-- READ COMMITTED). Two dependencies finishing at once thus settle it one after
+-- the other, and the second sees the first; a submitter holds its
+-- dependencies FOR SHARE, so none finishes unseen between its look and commit.
+
+-- Settle one waiting job: failed (dependency_failed, naming the first failed
+-- or canceled dependency), queued and due (all completed), or still waiting.
+create or replace function jobfeed.settle_waiting(p_id uuid, p_now timestamptz)
+returns void language plpgsql as $$
+declare
+    v_job jobfeed.jobs;
+    v_bad record;
+    v_open boolean;
+begin
+    select j.* into v_job from jobfeed.jobs j where j.id = p_id and j.state = 'waiting' for update;
+    if not found then
+        return;
+    end if;
+    select d.dep_id, j.state into v_bad
+      from jobfeed.job_deps d left join jobfeed.jobs j on j.id = d.dep_id
+     where d.job_id = p_id and (j.id is null or j.state in ('failed', 'canceled'))
+     order by d.dep_id
+     limit 1;
+    if v_bad.dep_id is not null then
+        update jobfeed.jobs j
+           set state = 'failed', finished_at = p_now, updated_at = p_now, last_error_code = 'dependency_failed',
+               last_error_message = format('dependency %s %s', v_bad.dep_id,
+                                           coalesce(v_bad.state::text || ' (it did not complete)', 'is gone')),
+               version = j.version + 1
+         where j.id = p_id
+        returning j.* into v_job;
+        perform jobfeed.notify_changed(array[p_id], array[v_job.version]);
+        return;
+    end if;
+    v_open := exists (select from jobfeed.job_deps d join jobfeed.jobs j on j.id = d.dep_id
+                       where d.job_id = p_id and j.state <> 'completed');
+    if not v_open then
+        -- becoming due is not a public change (still 'queued' or 'processing')
+        update jobfeed.jobs j set state = 'queued', run_after = greatest(j.run_after, p_now)
+         where j.id = p_id;
+        perform jobfeed.notify_due(v_job.kind, 1);
+    end if;
+end $$;
+
+-- Trigger: a job reached a final state; settle the jobs waiting for it, in id
+-- order (a dependent failing here settles its own dependents in turn).
+create or replace function jobfeed.settle_dependents()
+returns trigger language plpgsql as $$
+declare
+    v_id uuid;
+begin
+    for v_id in select d.job_id from jobfeed.job_deps d where d.dep_id = new.id order by d.job_id loop
+        perform jobfeed.settle_waiting(v_id, now());
+    end loop;
+    return null;
+end $$;
+
+-- Submit a job that runs after others: as submit(), but a new job waits until
+-- every job in p_after has completed. A duplicate joins the unfinished job
+-- holding the target, which keeps its own dependencies. Unknown ids: 422
+-- unknown_dependency, and nothing is written.
+create or replace function jobfeed.submit_after(
+    p_kind text, p_target text, p_payload jsonb, p_after uuid[],
+    p_max_payload int default 65536, p_now timestamptz default null)
+returns table (id uuid, created boolean, view jsonb)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_after uuid[] := array(select distinct a from unnest(coalesce(p_after, '{}')) a where a is not null order by a);
+    v_found uuid[];
+    v_id uuid;
+    v_created boolean;
+    v_view jsonb;
+begin
+    if cardinality(v_after) > 100 then
+        perform jobfeed.raise_error('JF422', 'invalid_request', 'after names at most 100 jobs');
+    end if;
+    -- Hold the dependencies (in id order) so none changes state before we commit.
+    v_found := array(select j.id from jobfeed.jobs j where j.id = any (v_after) order by j.id for share);
+    if cardinality(v_found) < cardinality(v_after) then
+        perform jobfeed.raise_error('JF422', 'unknown_dependency', format('no such job: %s',
+            (select string_agg(a::text, ', ') from unnest(v_after) a where a <> all (v_found))));
+    end if;
+    select s.id, s.created, s.view into v_id, v_created, v_view
+      from jobfeed.submit(p_kind, p_target, p_payload, null, p_max_payload, p_now) s;
+    if v_created and cardinality(v_after) > 0 then
+        -- Not yet visible to anyone: made waiting before it can be claimed.
+        update jobfeed.jobs j set state = 'waiting' where j.id = v_id;
+        insert into jobfeed.job_deps (job_id, dep_id) select v_id, a from unnest(v_after) a;
+        perform jobfeed.settle_waiting(v_id, v_now);
+        select jobfeed.public_view(j) into v_view from jobfeed.jobs j where j.id = v_id;
+    end if;
+    return query select v_id, v_created, v_view;
+end $$;

@@ -1,0 +1,208 @@
+"""Dependencies: a job submitted with `after` waits ('waiting') until every job
+it names has completed, and fails with dependency_failed when one does not."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from jobfeed.api.app import create_app
+from jobfeed.worker import db
+from jobfeed.worker.queue import Queue, QueueError
+from queue_sql import public
+from servers import asgi_client, make_settings
+
+
+async def state(pool, job_id) -> str:
+    return await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job_id)
+
+
+async def run(queue, job_id, outcome="complete"):
+    """Claim job_id (the only due job of its kind) and end it."""
+    (claimed,) = await queue.claim(["k"], 1, "w")
+    assert claimed.id == job_id
+    if outcome == "complete":
+        assert await queue.complete(claimed.id, claimed.generation, {"ok": 1})
+    else:
+        assert await queue.fail_permanent(claimed.id, claimed.generation, "broken", "it broke")
+
+
+async def test_waits_until_every_dependency_completed(queue, pool, k):
+    a, _ = await queue.submit("k", "a")
+    b, _ = await queue.submit("k", "b")
+    d, created = await queue.submit("k", "d", {"x": 1}, after=[a, str(b)])
+    assert created
+    assert await state(pool, d) == "waiting"
+    assert (await public(pool, d))["status"] == "queued"
+    await run(queue, a)  # claims a: d is not due, so never claimed
+    assert await state(pool, d) == "waiting"
+    await run(queue, b)
+    assert await state(pool, d) == "queued"
+    (claimed,) = await queue.claim(["k"], 1, "w")
+    assert claimed.id == d and claimed.payload == {"x": 1}
+
+
+@pytest.mark.parametrize("outcome", ["fail", "cancel"])
+async def test_a_dependency_not_completing_fails_the_job_and_its_dependents(queue, pool, k, outcome):
+    a, _ = await queue.submit("k", "a")
+    b, _ = await queue.submit("k", "b")
+    d, _ = await queue.submit("k", "d", after=[a, b])
+    e, _ = await queue.submit("k", "e", after=[d])
+    if outcome == "fail":
+        await run(queue, a, "fail")
+    else:
+        await queue.cancel(a)
+    for job_id in (d, e):
+        view = await public(pool, job_id)
+        assert view["status"] == "failed" and view["error"]["code"] == "dependency_failed", view
+    assert str(a) in (await public(pool, d))["error"]["message"]
+    assert str(d) in (await public(pool, e))["error"]["message"]
+    assert await state(pool, b) == "queued"  # the other dependency is not touched
+
+
+async def test_dependencies_already_final_settle_at_submit(queue, pool, k):
+    a, _ = await queue.submit("k", "a")
+    await run(queue, a)
+    d, _ = await queue.submit("k", "d", after=[a])
+    assert await state(pool, d) == "queued"
+    f, _ = await queue.submit("k", "f")
+    await run(queue, d)
+    await run(queue, f, "fail")
+    g, _ = await queue.submit("k", "g", after=[a, f])
+    assert (await public(pool, g))["error"]["code"] == "dependency_failed"
+
+
+async def test_unknown_dependency_is_refused_and_writes_nothing(queue, pool, k):
+    a, _ = await queue.submit("k", "a")
+    with pytest.raises(QueueError) as err:
+        await queue.submit("k", "d", after=[a, uuid.uuid4()])
+    assert (err.value.code, err.value.status) == ("unknown_dependency", 422)
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 1
+    assert await pool.fetchval("select count(*) from jobfeed.job_deps") == 0
+
+
+async def test_a_waiting_job_holds_its_target_and_can_be_canceled(queue, pool, k):
+    a, _ = await queue.submit("k", "a")
+    d, _ = await queue.submit("k", "d", after=[a])
+    again, created = await queue.submit("k", "d")
+    assert (again, created) == (d, False)
+    view = await queue.cancel(d)
+    assert view["state"] == "canceled"
+    await run(queue, a)
+    assert await state(pool, d) == "canceled"
+
+
+async def test_race_dependency_finishing_while_the_dependent_is_submitted(dsn, pool, k):
+    """Completion and submission on two connections at once, many times: the
+    dependent must never be left waiting on a completed job."""
+    c1, c2 = await db.connect(dsn), await db.connect(dsn)
+    try:
+        q1, q2 = Queue(c1), Queue(c2)
+        for i in range(40):
+            a, _ = await q1.submit("k", f"a{i}")
+            (claimed,) = await q1.claim(["k"], 1, "w")
+            done, (d, _) = await asyncio.gather(q1.complete(claimed.id, claimed.generation, None),
+                                                q2.submit("k", f"d{i}", after=[a]))
+            assert done
+            assert await state(pool, d) == "queued", i
+            (claimed,) = await q1.claim(["k"], 1, "w")
+            assert claimed.id == d
+            await q1.complete(claimed.id, claimed.generation, None)
+    finally:
+        await c1.close()
+        await c2.close()
+
+
+async def blocked_or_done(pool, pid: int, task: asyncio.Task) -> None:
+    """Until the task is done or its session waits on a lock."""
+    for _ in range(200):
+        if task.done() or await pool.fetchval(
+                "select wait_event_type = 'Lock' from pg_stat_activity where pid = $1", pid):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("neither done nor waiting on a lock")
+
+
+SUBMIT_AFTER = "select id from jobfeed.submit_after('k', $1, '{}', $2::uuid[])"
+
+
+@pytest.mark.parametrize("first", ["completion", "submission"])
+async def test_race_each_side_commits_while_the_other_is_under_way(dsn, pool, queue, k, first):
+    """The two interleavings made to happen: one side's transaction is open
+    while the other runs. Without the submitter's lock on its dependencies,
+    either leaves the job waiting on a completed one for ever."""
+    a, _ = await queue.submit("k", "a")
+    (claimed,) = await queue.claim(["k"], 1, "w")
+    c1, c2 = await db.connect(dsn), await db.connect(dsn)
+    try:
+        complete = "select jobfeed.complete($1, $2, null)"
+        if first == "completion":
+            tx = c1.transaction()
+            await tx.start()
+            assert await c1.fetchval(complete, a, claimed.generation)
+            other = asyncio.create_task(c2.fetchval(SUBMIT_AFTER, "d", [a]))
+            await blocked_or_done(pool, c2.get_server_pid(), other)
+        else:
+            tx = c2.transaction()
+            await tx.start()
+            await c2.fetchval(SUBMIT_AFTER, "d", [a])
+            other = asyncio.create_task(c1.fetchval(complete, a, claimed.generation))
+            await blocked_or_done(pool, c1.get_server_pid(), other)
+        await tx.commit()
+        await other
+    finally:
+        await c1.close()
+        await c2.close()
+    d = await pool.fetchval("select id from jobfeed.jobs where target = 'd'")
+    assert await state(pool, d) == "queued"
+
+
+async def test_race_two_dependencies_finishing_at_once(dsn, pool, k):
+    c1, c2 = await db.connect(dsn), await db.connect(dsn)
+    try:
+        q1, q2 = Queue(c1), Queue(c2)
+        for i in range(40):
+            a, _ = await q1.submit("k", f"a{i}")
+            b, _ = await q1.submit("k", f"b{i}")
+            d, _ = await q1.submit("k", f"d{i}", after=[a, b])
+            ja, jb = await q1.claim(["k"], 2, "w")
+            assert await asyncio.gather(q1.complete(ja.id, ja.generation, None),
+                                        q2.complete(jb.id, jb.generation, None)) == [True, True]
+            assert await state(pool, d) == "queued", i
+            (claimed,) = await q1.claim(["k"], 1, "w")
+            await q1.complete(claimed.id, claimed.generation, None)
+    finally:
+        await c1.close()
+        await c2.close()
+
+
+async def test_http_after(dsn, queue, pool, k):
+    a, _ = await queue.submit("k", "a")
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        ok = await client.post("/api/jobs", json={"kind": "k", "target": "d", "after": [str(a)]})
+        assert ok.status_code == 201 and ok.json()["status"] == "queued"
+        assert await state(pool, uuid.UUID(ok.json()["id"])) == "waiting"
+        for bad, code in (({"after": "x"}, "invalid_request"), ({"after": [1]}, "unknown_dependency"),
+                          ({"after": ["nope"]}, "unknown_dependency"),
+                          ({"after": [str(uuid.uuid4())]}, "unknown_dependency")):
+            r = await client.post("/api/jobs", json={"kind": "k", "target": "e", **bad})
+            assert (r.status_code, r.json()["error"]["code"]) == (422, code), r.text
+        listed = await client.get("/api/admin/jobs?state=waiting")
+        assert listed.status_code in (200, 401, 403)
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 2
+
+
+async def test_the_sweeper_keeps_a_dependency_an_unfinished_job_names(queue, pool, k):
+    a, _ = await queue.submit("k", "a")
+    b, _ = await queue.submit("k", "b")
+    d, _ = await queue.submit("k", "d", after=[a, b])
+    await run(queue, a)
+    await pool.execute("update jobfeed.jobs set finished_at = now() - interval '30 days' where id = $1", a)
+    assert await queue.delete_finished(7 * 86400) == 0
+    await run(queue, b)
+    await run(queue, d)
+    await pool.execute("update jobfeed.jobs set finished_at = now() - interval '30 days'")
+    assert await queue.delete_finished(7 * 86400) == 3
+    assert await pool.fetchval("select count(*) from jobfeed.job_deps") == 0
