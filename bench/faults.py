@@ -75,13 +75,13 @@ class Sizes:
     kills: int = 4
     hold: float = 6.0             # exhaust: how long the slots stay taken
     restart_delay: float = 1.0
-    max_connections: int = 60     # the bench server's, so that exhausting it is cheap
+    max_connections: int = 100    # the bench server's (PostgreSQL's default), set explicitly
     drain_timeout: float = 60.0
+    backlog: float = 1.2          # jobs loaded: this x the nominal capacity x the scenario's length
 
 
 QUICK = Sizes(workers=2, concurrency=4, work_ms=20, lease=0.5, warm=0.5, baseline=1.0, window=1.0,
-              kill_every=0.5, kills=2, hold=0.5, restart_delay=0.2, drain_timeout=30.0)
-REACHED = 0.7  # of the nominal capacity, for sizing a backlog that lasts without a long drain
+              kill_every=0.5, kills=2, hold=0.5, restart_delay=0.2, drain_timeout=30.0, backlog=0.8)
 
 # What the workers' logs say when work is thrown away (jobfeed's messages).
 DEADLOCK = re.compile(r"DeadlockDetected|deadlock detected", re.I)
@@ -302,7 +302,7 @@ class Hog:
 def backlog_for(sizes: Sizes, scenario: str) -> int:
     capacity = sizes.workers * sizes.concurrency / (sizes.work_ms / 1000)
     seconds = sizes.warm + sizes.baseline + fault_span(sizes, scenario) + 2 * sizes.lease + sizes.window
-    return int(capacity * REACHED * seconds) + 1
+    return int(capacity * sizes.backlog * seconds) + 1
 
 
 def fault_span(sizes: Sizes, scenario: str) -> float:
@@ -607,8 +607,9 @@ def text(result: dict) -> str:
     lines = [f"fault bench, {result['date']} ({'quick' if result['quick'] else 'full'}), "
              f"{sizes.workers} workers x {sizes.concurrency} handlers, work {sizes.work_ms:g} ms, "
              f"lease {sizes.lease:g} s, PostgreSQL {result.get('postgres', '?')}", ""]
-    lines.append("| fault | system | recovery | time to recover | lost | completed twice | notes |")
-    lines.append("|---|---|---|---|---|---|---|")
+    if result["scenarios"]:
+        lines.append("| fault | system | recovery | time to recover | lost | completed twice | notes |")
+        lines.append("|---|---|---|---|---|---|---|")
     for scenario, row in result["scenarios"].items():
         for name, v in row.items():
             if "error" in v:
