@@ -84,7 +84,7 @@ QUICK = Sizes(workers=2, concurrency=4, work_ms=20, lease=0.5, warm=0.5, baselin
               kill_every=0.5, kills=2, hold=0.5, restart_delay=0.2, drain_timeout=30.0, backlog=0.8)
 
 # What the workers' logs say when work is thrown away (jobfeed's messages).
-DEADLOCK = re.compile(r"DeadlockDetected|deadlock detected", re.I)
+DEADLOCK = re.compile(r"deadlock detected", re.I)  # one line per deadlock: the error's, or a warning's
 DROPPED = re.compile(r"recording (\d+) completions failed")
 NOT_WRITTEN = re.compile(r"completions not written|recording the outcome failed")
 
@@ -422,7 +422,7 @@ async def run_scenario(server: FaultServer, system: System, scenario: str, sizes
             await asyncio.sleep(0.5)
     finally:
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
-    out.update(await accounting(url, system, n, killed_pids(workers)))
+    out.update(await accounting(url, system, n, killed_pids(workers), sizes.lease))
     out["restarts"] = sum(max(w.starts - 1, 0) for w in workers)
     out["kills"] = sum(w.kills for w in workers)
     if system.name == "jobfeed":
@@ -442,7 +442,7 @@ def killed_pids(workers: list[Worker]) -> dict[int, float]:
     return {pid: t for w in workers for pid, t in w.killed.items()}
 
 
-async def accounting(url: str, system: System, n: int, killed: dict[int, float]) -> dict:
+async def accounting(url: str, system: System, n: int, killed: dict[int, float], lease: float) -> dict:
     """Per job, from the database. A job that ran to its end more than once is
     `twice`, unless each earlier run was made by a worker killed (-9) after it:
     such a worker died before it could record the completion, and every queue
@@ -457,19 +457,27 @@ async def accounting(url: str, system: System, n: int, killed: dict[int, float])
               from bench_runs group by key having count(*) > 1""")
     finally:
         await conn.close()
+    out = {"completed": completed, "recorded": recorded, "lost": n - completed, "never_ran": n - recorded,
+           "extra_runs": runs - recorded, "killed_pids": {str(p): round(t, 3) for p, t in killed.items()}}
+    out.update(classify([(r["key"], list(zip(r["pids"], r["ats"]))) for r in doubled], killed, lease))
+    return out
+
+
+def classify(doubled: list[tuple[int, list[tuple[int, float]]]], killed: dict[int, float], lease: float) -> dict:
+    """Jobs run more than once (key, [(pid, at), ...] in order) -> how many are
+    real doubles, how many re-runs after a kill: every earlier run was made by a
+    worker killed within a lease after it (a completion is written within
+    milliseconds; one still unwritten a lease later was lost another way)."""
     twice = after_kill = 0
     examples = []
-    for row in doubled:
-        earlier = list(zip(row["pids"], row["ats"]))[:-1]
-        if all(pid in killed and at <= killed[pid] for pid, at in earlier):
+    for key, runs in doubled:
+        if all(pid in killed and at <= killed[pid] <= at + lease for pid, at in runs[:-1]):
             after_kill += 1
         else:
             twice += 1
             if len(examples) < 5:
-                examples.append({"key": row["key"], "runs": [[pid, round(at, 3)] for pid, at in zip(row["pids"], row["ats"])]})
-    return {"completed": completed, "recorded": recorded, "lost": n - completed, "never_ran": n - recorded,
-            "twice": twice, "rerun_after_kill": after_kill, "extra_runs": runs - recorded,
-            "twice_examples": examples, "killed_pids": {str(p): round(t, 3) for p, t in killed.items()}}
+                examples.append({"key": key, "runs": [[pid, round(at, 3)] for pid, at in runs]})
+    return {"twice": twice, "rerun_after_kill": after_kill, "twice_examples": examples}
 
 
 # ---------------------------------------------------------------- soak
@@ -543,7 +551,7 @@ async def soak(server: FaultServer, seconds: float, sizes: Sizes, logdir: Path) 
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
     out = {"seconds": seconds, "workers": len(workers), "jobs": loaded, "events": events,
            "restarts_of_workers": sum(max(w.starts - 1, 0) for w in workers)}
-    out.update(await accounting(url, system, loaded, killed_pids(workers)))
+    out.update(await accounting(url, system, loaded, killed_pids(workers), sizes.lease))
     out["logs"] = scan_logs(workers)
     out["ok"] = (out["lost"] == 0 and out["logs"]["deadlock_lines"] == 0
                  and out["logs"]["dropped_completions"] == 0 and out["logs"]["unwritten_lines"] == 0)
@@ -624,7 +632,7 @@ def text(result: dict) -> str:
                 notes.append(f"{v['restarts']} worker restarts")
             logs = v.get("logs") or {}
             if logs.get("deadlock_lines"):
-                notes.append(f"{logs['deadlock_lines']} deadlock lines")
+                notes.append(f"{logs['deadlock_lines']} deadlocks logged")
             if logs.get("dropped_completions"):
                 notes.append(f"{logs['dropped_completions']} completions dropped")
             if not v.get("backlog_lasted", True):
@@ -644,7 +652,7 @@ def text(result: dict) -> str:
                          f"{sum(1 for e in s['events'] if 'restart_seconds' in e)} PostgreSQL restarts: "
                          f"{s['jobs']} jobs, {s['lost']} lost, {s['twice']} completed twice "
                          f"(+{s['rerun_after_kill']} re-run after a kill), "
-                         f"{lg['deadlock_lines']} deadlock lines, {lg['dropped_completions']} completions dropped, "
+                         f"{lg['deadlock_lines']} deadlocks logged, {lg['dropped_completions']} completions dropped, "
                          f"{lg['unwritten_lines']} other outcomes not written")
     for name, err in result["errors"].items():
         lines.append(f"{name}: {err}")
