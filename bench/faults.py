@@ -60,6 +60,12 @@ SCENARIOS = ("crash", "kills", "restart", "terminate", "exhaust")
 SYSTEMS = ("jobfeed", "pgqueuer", "procrastinate")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "faults.json"
 RECOVERED = 0.95  # of the baseline rate
+# Where the jobs that did not complete stand, in each system's own words.
+UNFINISHED = {
+    "jobfeed": "select state::text, count(*) from jobfeed.jobs where state <> 'completed' group by 1",
+    "pgqueuer": "select status::text, count(*) from pgqueuer group by 1",
+    "procrastinate": "select status::text, count(*) from procrastinate_jobs where status <> 'succeeded' group by 1",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -452,13 +458,14 @@ async def accounting(url: str, system: System, n: int, killed: dict[int, float],
         completed = await conn.fetchval(system.completed_sql)
         recorded = await conn.fetchval("select count(distinct key) from bench_runs")
         runs = await conn.fetchval("select count(*) from bench_runs")
+        unfinished = {r[0]: r[1] for r in await conn.fetch(UNFINISHED[system.name])}
         doubled = await conn.fetch("""
             select key, array_agg(pid order by at) as pids, array_agg(extract(epoch from at)::float8 order by at) as ats
               from bench_runs group by key having count(*) > 1""")
     finally:
         await conn.close()
     out = {"completed": completed, "recorded": recorded, "lost": n - completed, "never_ran": n - recorded,
-           "extra_runs": runs - recorded, "killed_pids": {str(p): round(t, 3) for p, t in killed.items()}}
+           "extra_runs": runs - recorded, "unfinished": unfinished, "killed_pids": {str(p): round(t, 3) for p, t in killed.items()}}
     out.update(classify([(r["key"], list(zip(r["pids"], r["ats"]))) for r in doubled], killed, lease))
     return out
 
@@ -626,6 +633,8 @@ def text(result: dict) -> str:
             pct = f"{v['recovery_pct']:.0f} %" if v.get("recovery_pct") is not None else "-"
             ttr = f"{v['time_to_recover_s']:.1f} s" if v.get("time_to_recover_s") is not None else "not recovered"
             notes = [f"{v['rate_before']:.0f}/s before"]
+            if v.get("lost"):
+                notes.append("left " + ", ".join(f"{k} {n}" for k, n in v.get("unfinished", {}).items()))
             if v.get("rerun_after_kill"):
                 notes.append(f"{v['rerun_after_kill']} re-run after a kill")
             if v.get("restarts"):
