@@ -427,7 +427,7 @@ async def run_scenario(server: FaultServer, system: System, scenario: str, sizes
                 break
             await asyncio.sleep(0.5)
     finally:
-        await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+        await asyncio.shield(asyncio.gather(*(w.stop() for w in workers), return_exceptions=True))
     out.update(await accounting(url, system, n, killed_pids(workers), sizes.lease))
     out["restarts"] = sum(max(w.starts - 1, 0) for w in workers)
     out["kills"] = sum(w.kills for w in workers)
@@ -555,7 +555,7 @@ async def soak(server: FaultServer, seconds: float, sizes: Sizes, logdir: Path) 
                 break
             await asyncio.sleep(1)
     finally:
-        await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+        await asyncio.shield(asyncio.gather(*(w.stop() for w in workers), return_exceptions=True))
     out = {"seconds": seconds, "workers": len(workers), "jobs": loaded, "events": events,
            "restarts_of_workers": sum(max(w.starts - 1, 0) for w in workers)}
     out.update(await accounting(url, system, loaded, killed_pids(workers), sizes.lease))
@@ -695,8 +695,17 @@ def main(argv: list[str]) -> int:
     sizes = dataclasses.replace(sizes, **{f.name: getattr(args, f.name) for f in dataclasses.fields(Sizes)
                                           if getattr(args, f.name) is not None})
     logdir = Path(tempfile.mkdtemp(prefix="jobfeed-faults-"))
-    result = asyncio.run(run(scenarios, [ALL[n] for n in names], sizes, quick=args.quick,
-                             soak_seconds=args.soak, logdir=logdir))
+
+    async def main_task() -> dict:
+        # SIGTERM (or SIGINT, ignored in a background job) cancels the run, so the
+        # workers are stopped and the server's files deleted on the way out.
+        task = asyncio.current_task()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
+        return await run(scenarios, [ALL[n] for n in names], sizes, quick=args.quick,
+                         soak_seconds=args.soak, logdir=logdir)
+
+    result = asyncio.run(main_task())
     print(text(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -12,16 +12,20 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import uuid
 
 TABLE = """
 create table if not exists bench_runs (
+    run text primary key,
     key bigint not null,
     pid integer not null,
     at  timestamptz not null default clock_timestamp()
 );
 create index if not exists bench_runs_key on bench_runs (key);
 """
-INSERT = "insert into bench_runs (key, pid) values ({0}, {1})"
+# A retried write of one run (its commit's answer lost with the connection) must
+# not count as a second run: each run has an id of its own.
+INSERT = "insert into bench_runs (run, key, pid) values ({0}, {1}, {2}) on conflict (run) do nothing"
 RETRY_FOR = 60.0
 
 
@@ -52,21 +56,22 @@ class Recorder:
                     self._kind = "psycopg"
             return self._pool
 
-    async def _insert(self, key: int) -> None:
+    async def _insert(self, run: str, key: int) -> None:
         pool = await self._get_pool()
         if self._kind == "asyncpg":
-            await pool.execute(INSERT.format("$1", "$2"), key, self._pid)
+            await pool.execute(INSERT.format("$1", "$2", "$3"), run, key, self._pid)
         else:
             async with pool.connection() as conn:
-                await conn.execute(INSERT.format("%s", "%s"), (key, self._pid))
+                await conn.execute(INSERT.format("%s", "%s", "%s"), (run, key, self._pid))
 
     async def run(self, key: int) -> None:
         if self.work > 0:
             await asyncio.sleep(self.work)
         give_up = time.monotonic() + RETRY_FOR
+        run = uuid.uuid4().hex
         while True:
             try:
-                await self._insert(int(key))
+                await self._insert(run, int(key))
                 return
             except Exception:
                 if time.monotonic() > give_up:
