@@ -60,6 +60,7 @@ SCENARIOS = ("crash", "kills", "restart", "terminate", "exhaust")
 SYSTEMS = ("jobfeed", "pgqueuer", "procrastinate")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "faults.json"
 RECOVERED = 0.95  # of the baseline rate
+KILL_SLACK = 0.1  # s: a record's commit can land just after the kill signal was sent
 # Where the jobs that did not complete stand, in each system's own words.
 UNFINISHED = {
     "jobfeed": "select state::text, count(*) from jobfeed.jobs where state <> 'completed' group by 1",
@@ -478,7 +479,7 @@ def classify(doubled: list[tuple[int, list[tuple[int, float]]]], killed: dict[in
     twice = after_kill = 0
     examples = []
     for key, runs in doubled:
-        if all(pid in killed and at <= killed[pid] <= at + lease for pid, at in runs[:-1]):
+        if all(pid in killed and at - KILL_SLACK <= killed[pid] <= at + lease for pid, at in runs[:-1]):
             after_kill += 1
         else:
             twice += 1

@@ -61,10 +61,11 @@ def test_a_rerun_counts_as_a_double_unless_the_earlier_run_s_worker_was_killed_j
     killed = {7: 100.0}
     doubled = [
         (1, [(7, 99.0), (8, 103.0)]),    # ran on 7, 7 killed before completing: a forced re-run
-        (2, [(7, 101.0), (8, 103.0)]),   # ran on 7 after 7's kill (a new process with the same pid?): a double
+        (2, [(7, 101.0), (8, 103.0)]),   # recorded by 7 a second after 7's kill (a reused pid?): a double
+        (5, [(7, 100.05), (8, 103.0)]),  # its commit landed as the signal was on its way: a forced re-run
         (3, [(8, 50.0), (8, 53.0)]),     # the same living worker ran it twice: a double
         (4, [(7, 90.0), (8, 93.0)]),     # 7 was killed, but 10 s (> a lease) later: its completion was lost
     ]
     got = classify(doubled, killed, lease=3.0)
-    assert (got["twice"], got["rerun_after_kill"]) == (3, 1)
+    assert (got["twice"], got["rerun_after_kill"]) == (3, 2)
     assert [e["key"] for e in got["twice_examples"]] == [2, 3, 4]
