@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
-
 import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from jobfeed.worker.submission import InvalidSubmission, check_submission
+from jobfeed.worker.submission import InvalidSubmission, check_submission, parse_after
 
 from . import auth, streams
 from .body import read_json
@@ -31,28 +29,15 @@ def _check_submission(body) -> tuple[str, str, dict]:
         raise ApiError(exc.status, exc.code, exc.message) from None
 
 
-def _check_after(body: dict) -> list[uuid.UUID]:
-    """The ids of the jobs a submission runs after (none when absent)."""
-    after = body.get("after", [])
-    if not isinstance(after, list) or len(after) > 100:
-        raise ApiError(422, "invalid_request", "after must be a list of at most 100 job ids")
-    ids = []
-    for item in after:
-        try:
-            if not isinstance(item, str):
-                raise ValueError(item)
-            ids.append(uuid.UUID(item))
-        except ValueError:
-            raise ApiError(422, "unknown_dependency", f"no such job: {str(item)[:40]}") from None
-    return ids
-
-
 async def submit(request: Request) -> Response:
     svc = services(request)
     auth.require_api_token(request, svc.settings.api_token)
     body = await read_json(request, svc.body_limit)
     kind, target, payload = _check_submission(body)
-    after = _check_after(body)
+    try:
+        after = parse_after(body.get("after", []))
+    except InvalidSubmission as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
     try:
         if after:
             # rare, and it locks its dependencies: outside the group commit

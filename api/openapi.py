@@ -51,7 +51,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
             **_BODY_ERRORS,
             "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
             "413": _err("payload or body too large (payload_too_large)"),
-            "422": _err("invalid_request, unknown_kind, invalid_target or invalid_payload"),
+            "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload or "
+                        "unknown_dependency"),
         }},
     ("GET", "/api/jobs/{job_id}"): {
         "summary": "A job's public view",
@@ -166,7 +167,12 @@ SCHEMAS = {
                    "properties": {"kind": {"type": "string"},
                                   "target": {"type": "string", "minLength": 1,
                                              "description": f"1 to {MAX_TARGET_BYTES} bytes"},
-                                  "payload": {"type": "object", "default": {}}}},
+                                  "payload": {"type": "object", "default": {}},
+                                  "after": {"type": "array", "maxItems": 100,
+                                            "items": {"type": "string", "format": "uuid"},
+                                            "description": "ids of jobs this one waits for (true state "
+                                                           "waiting); one failed or canceled fails it "
+                                                           "with dependency_failed"}}},
     "JobView": {"type": "object", "properties": _PUBLIC},
     "SubmitResult": {"type": "object", "properties": {**_PUBLIC, "deduplicated": {"type": "boolean"}}},
     "AdminJobView": {"type": "object", "properties": {

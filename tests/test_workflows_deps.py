@@ -4,6 +4,7 @@ it names has completed, and fails with dependency_failed when one does not."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 import pytest
@@ -206,3 +207,17 @@ async def test_the_sweeper_keeps_a_dependency_an_unfinished_job_names(queue, poo
     await pool.execute("update jobfeed.jobs set finished_at = now() - interval '30 days'")
     assert await queue.delete_finished(7 * 86400) == 3
     assert await pool.fetchval("select count(*) from jobfeed.job_deps") == 0
+
+
+async def test_cli_after(dsn, pool):
+    from test_cli import jobfeed
+
+    first = jobfeed(dsn, "submit", "demo", "a")
+    assert first.returncode == 0, first.stderr
+    a = first.stdout.strip()
+    second = jobfeed(dsn, "submit", "demo", "d", "--after", a, "--json")
+    assert second.returncode == 0, second.stderr
+    assert await state(pool, uuid.UUID(json.loads(second.stdout)["id"])) == "waiting"
+    bad = jobfeed(dsn, "submit", "demo", "e", "--after", str(uuid.uuid4()))
+    assert bad.returncode != 0 and "unknown_dependency" in bad.stderr
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 2

@@ -5,10 +5,14 @@ input the same way, with the same code."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from .limits import MAX_TARGET_BYTES
 from .tasks import registry
+
+# How many jobs one submission may run after (submit_after says the same).
+MAX_AFTER = 100
 
 
 class InvalidSubmission(ValueError):
@@ -38,6 +42,21 @@ def parse_payload(text: str) -> dict:
     except (ValueError, RecursionError) as exc:
         raise InvalidSubmission(400, "invalid_json", f"the payload is not valid JSON: {str(exc)[:200]}") from None
     return check_payload(payload)
+
+
+def parse_after(values: list) -> list[uuid.UUID]:
+    """The job ids a submission runs after (its `after`), each a UUID string."""
+    if not isinstance(values, list) or len(values) > MAX_AFTER:
+        raise InvalidSubmission(422, "invalid_request", f"after must be a list of at most {MAX_AFTER} job ids")
+    ids = []
+    for item in values:
+        try:
+            if not isinstance(item, str):
+                raise ValueError(item)
+            ids.append(uuid.UUID(item))
+        except ValueError:
+            raise InvalidSubmission(422, "unknown_dependency", f"no such job: {str(item)[:40]}") from None
+    return ids
 
 
 def storable(text: str) -> bool:
