@@ -6,7 +6,7 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from jobfeed.worker.submission import InvalidSubmission, check_submission, parse_after
+from jobfeed.worker.submission import InvalidSubmission, check_submission, parse_after, parse_signals, storable
 
 from . import auth, streams
 from .body import read_json
@@ -14,7 +14,7 @@ from .errors import ApiError, json_text
 from .state import services
 from .views import parse_job_id, with_flag
 
-_FIELDS = {"kind", "target", "payload", "after"}
+_FIELDS = {"kind", "target", "payload", "after", "await_signals", "signal_timeout"}
 
 
 def _check_submission(body) -> tuple[str, str, dict]:
@@ -36,12 +36,15 @@ async def submit(request: Request) -> Response:
     kind, target, payload = _check_submission(body)
     try:
         after = parse_after(body.get("after", []))
+        signals, signal_timeout = parse_signals(body.get("await_signals", []), body.get("signal_timeout"))
     except InvalidSubmission as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None
     try:
-        if after:
+        if after or signals:
             # rare, and it locks its dependencies: outside the group commit
-            job_id, created, text = await svc.queue.submit_json(kind, target, payload, after=after)
+            job_id, created, text = await svc.queue.submit_json(kind, target, payload, after=after,
+                                                                await_signals=signals,
+                                                                signal_timeout=signal_timeout)
         else:
             job_id, created, text = await svc.batcher.submit(kind, target, payload)
     except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
@@ -65,3 +68,27 @@ async def job_events(request: Request) -> Response:
 
 async def list_kinds(request: Request) -> Response:
     return JSONResponse({"kinds": await services(request).queue.list_kinds()})
+
+
+async def signal(request: Request) -> Response:
+    """Deliver a signal: the API token when one is set, else admin rights."""
+    svc = services(request)
+    if svc.settings.api_token is not None:
+        auth.require_api_token(request, svc.settings.api_token)
+    else:
+        await auth.require_admin(request, svc.settings.admin_token, svc.pool)
+    job_id = parse_job_id(request.path_params["job_id"])
+    name = request.path_params["name"]
+    if not 1 <= len(name.encode("utf-8")) <= 100 or not storable(name):
+        raise ApiError(409, "not_awaited", "this job awaits no such signal")
+    data = await read_json(request, svc.body_limit) if await _has_body(request) else None
+    try:
+        first, text = await svc.queue.signal_json(job_id, name, data)
+    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
+        raise ApiError(422, "invalid_payload", "the signal holds JSON that PostgreSQL cannot store") from None
+    return json_text(with_flag(text, "first", first))
+
+
+async def _has_body(request: Request) -> bool:
+    length = request.headers.get("content-length")
+    return length != "0" if length is not None else "transfer-encoding" in request.headers

@@ -68,6 +68,22 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                        {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"}}],
         "responses": {"200": _SSE, "204": {"description": "the client already has the final view"},
                       "404": _err("no such job"), **_TOO_MANY_STREAMS}},
+    ("POST", "/api/jobs/{job_id}/signals/{name}"): {
+        "summary": "Deliver a signal the job awaits (its await_signals); the first delivery wins",
+        "description": "Needs the API token when JOBFEED_API_TOKEN is set, else admin rights. The body "
+                       "(any JSON, optional) is what the handler reads in job.signals[name]. A repeat of "
+                       "a name changes nothing and answers first: false.",
+        "security": [{"bearer": []}, {"session": []}],
+        "parameters": [_JOB_ID, {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "requestBody": {"required": False, "content": {"application/json": {"schema": {}}}},
+        "responses": {
+            "200": _json(_ref("SignalResult"), "the job's public view; first: whether this delivery counted"),
+            **_BODY_ERRORS,
+            "401": _err("the API token (or, with none set, admin rights) is missing"),
+            "404": _err("no such job"),
+            "409": _err("not_awaited: the job does not await this signal"),
+            "422": _err("invalid_payload: JSON that PostgreSQL cannot store"),
+        }},
     ("GET", "/api/kinds"): {
         "summary": "Registered kinds and their settings",
         "responses": {"200": _json({"type": "object", "properties": {
@@ -172,9 +188,17 @@ SCHEMAS = {
                                             "items": {"type": "string", "format": "uuid"},
                                             "description": "ids of jobs this one waits for (true state "
                                                            "waiting); one failed or canceled fails it "
-                                                           "with dependency_failed"}}},
+                                                           "with dependency_failed"},
+                                  "await_signals": {"type": "array", "maxItems": 100,
+                                                    "items": {"type": "string", "minLength": 1},
+                                                    "description": "signal names the job waits for (POST "
+                                                                   "/api/jobs/{id}/signals/{name})"},
+                                  "signal_timeout": {"oneOf": [{"type": "string"}, {"type": "number"}],
+                                                     "description": "e.g. 10m: fail with signal_timeout "
+                                                                    "unless all signals arrived by then"}}},
     "JobView": {"type": "object", "properties": _PUBLIC},
     "SubmitResult": {"type": "object", "properties": {**_PUBLIC, "deduplicated": {"type": "boolean"}}},
+    "SignalResult": {"type": "object", "properties": {**_PUBLIC, "first": {"type": "boolean"}}},
     "AdminJobView": {"type": "object", "properties": {
         **_PUBLIC,
         "state": {"type": "string", "enum": list(STATES)},

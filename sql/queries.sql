@@ -10,8 +10,11 @@ select k::text from jobfeed.list_kinds() k;
 -- name: submit
 select id, created, view::text from jobfeed.submit($1, $2, $3::jsonb, $4, $5);
 
--- name: submit_after
-select id, created, view::text from jobfeed.submit_after($1, $2, $3::jsonb, $4::uuid[], $5);
+-- name: submit_waiting
+select id, created, view::text from jobfeed.submit_waiting($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7);
+
+-- name: signal
+select first, view::text from jobfeed.signal($1, $2, $3::jsonb);
 
 -- name: submit_many
 select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
@@ -45,8 +48,9 @@ select jobfeed.cancel($1)::text;
 
 -- name: claim
 select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text,
-       extract(epoch from lease)::float8
-  from jobfeed.claim_v2($1, $2, $3, $4);
+       extract(epoch from lease)::float8,
+       (select jsonb_object_agg(s.name, s.data) from jobfeed.job_signals s where s.job_id = c.id)::text
+  from jobfeed.claim_v2($1, $2, $3, $4) c;
 
 -- name: next_due
 select jobfeed.next_due($1), now();

@@ -126,7 +126,7 @@ async def blocked_or_done(pool, pid: int, task: asyncio.Task) -> None:
     raise AssertionError("neither done nor waiting on a lock")
 
 
-SUBMIT_AFTER = "select id from jobfeed.submit_after('k', $1, '{}', $2::uuid[])"
+SUBMIT_AFTER = "select id from jobfeed.submit_waiting('k', $1, '{}', $2::uuid[], '{}')"
 
 
 @pytest.mark.parametrize("first", ["completion", "submission"])

@@ -97,6 +97,7 @@ class Job:
     lease_until: dt.datetime
     checkpoint: Any       # what an earlier attempt saved with ctx.checkpoint, or None
     lease: float | None = None  # seconds: the lease the claim granted (the heartbeat's pace)
+    signals: dict | None = None  # the signals it awaited: name -> data (None: it awaited none)
 
 
 class Queue:
@@ -151,27 +152,35 @@ class Queue:
     # -- submitting and reading
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
                      run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
-                     after: Sequence[uuid.UUID | str] | None = None) -> tuple[uuid.UUID, bool]:
+                     after: Sequence[uuid.UUID | str] | None = None,
+                     await_signals: Sequence[str] | None = None,
+                     signal_timeout: float | None = None) -> tuple[uuid.UUID, bool]:
         """-> (job id, created). created is False when an unfinished job already
-        held (kind, target): the caller shares that job. after: ids of jobs
-        this one waits for (it fails with dependency_failed if one does not
-        complete); run_after does not combine with it."""
+        held (kind, target): the caller shares that job. A new job may wait:
+        after (ids of jobs it runs after; it fails with dependency_failed if
+        one does not complete) and await_signals (names delivered with
+        signal(); signal_timeout seconds, else it fails with signal_timeout).
+        run_after does not combine with them."""
         job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
-                                                    max_payload=max_payload, after=after)
+                                                    max_payload=max_payload, after=after,
+                                                    await_signals=await_signals, signal_timeout=signal_timeout)
         return job_id, created
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
                           run_after: dt.datetime | None = None,
                           max_payload: int = MAX_PAYLOAD_BYTES,
-                          after: Sequence[uuid.UUID | str] | None = None) -> tuple[uuid.UUID, bool, str]:
+                          after: Sequence[uuid.UUID | str] | None = None,
+                          await_signals: Sequence[str] | None = None,
+                          signal_timeout: float | None = None) -> tuple[uuid.UUID, bool, str]:
         """submit(), also answering the job's public view as JSON text."""
         text = json.dumps(payload if payload is not None else {})
         await self._add_kind(kind)
-        if after:
+        if after or await_signals:
             if run_after is not None:
-                raise QueueError("invalid_request", "after and run_after do not combine", 422)
-            ids = [a if isinstance(a, uuid.UUID) else uuid.UUID(str(a)) for a in after]
-            rows = await self._fetch("submit_after", kind, target, text, ids, max_payload)
+                raise QueueError("invalid_request", "after and await_signals do not combine with run_after", 422)
+            ids = [a if isinstance(a, uuid.UUID) else uuid.UUID(str(a)) for a in after or ()]
+            rows = await self._fetch("submit_waiting", kind, target, text, ids, list(await_signals or ()),
+                                     _seconds(signal_timeout), max_payload)
         else:
             rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
         return rows[0]["id"], rows[0]["created"], rows[0]["view"]
@@ -195,6 +204,19 @@ class Queue:
         await self._add_kind(kind)
         rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload)
         return [(r["id"], r["created"], r["view"]) for r in rows]
+
+    async def signal(self, job_id: uuid.UUID | str, name: str, data: Any = None) -> tuple[bool, dict]:
+        """Deliver signal name (with JSON data) to a job that awaits it: ->
+        (first, public view). Only the first delivery of a name counts; a
+        repeat answers first=False and changes nothing. QueueError not_found
+        (404), not_awaited (409)."""
+        job_id = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
+        first, view = await self.signal_json(job_id, name, data)
+        return first, json.loads(view)
+
+    async def signal_json(self, job_id: uuid.UUID, name: str, data: Any = None) -> tuple[bool, str]:
+        rows = await self._fetch("signal", job_id, name, json.dumps(data))
+        return rows[0]["first"], rows[0]["view"]
 
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""
@@ -239,7 +261,7 @@ class Queue:
         rows = await self._fetch("claim", list(kinds), limit, worker_id, _seconds(lease))
         loads = json.loads
         return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
-                    r[9])
+                    r[9], None if r[10] is None else loads(r[10]))
                 for r in rows]
 
     async def next_due(self, kinds: Sequence[str]) -> float | None:

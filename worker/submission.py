@@ -9,9 +9,10 @@ import uuid
 from typing import Any
 
 from .limits import MAX_TARGET_BYTES
+from .settings import SettingError, parse_duration
 from .tasks import registry
 
-# How many jobs one submission may run after (submit_after says the same).
+# How many jobs one submission may run after (submit_waiting says the same).
 MAX_AFTER = 100
 
 
@@ -57,6 +58,25 @@ def parse_after(values: list) -> list[uuid.UUID]:
         except ValueError:
             raise InvalidSubmission(422, "unknown_dependency", f"no such job: {str(item)[:40]}") from None
     return ids
+
+
+def parse_signals(names: object, timeout: object) -> tuple[list[str], float | None]:
+    """A submission's await_signals (names) and signal_timeout (a duration such
+    as "10m", or seconds as a number)."""
+    if not isinstance(names, list) or len(names) > MAX_AFTER or not all(
+            isinstance(n, str) and storable(n) and 1 <= len(n.encode("utf-8")) <= 100 for n in names):
+        raise InvalidSubmission(422, "invalid_request",
+                                f"await_signals must be a list of at most {MAX_AFTER} names of 1 to 100 bytes")
+    if timeout is None:
+        return names, None
+    if not names:
+        raise InvalidSubmission(422, "invalid_request", "signal_timeout needs await_signals")
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout < 10**9:
+        return names, float(timeout)
+    try:
+        return names, parse_duration(str(timeout) if isinstance(timeout, str) else "", "signal_timeout")
+    except SettingError as exc:
+        raise InvalidSubmission(422, "invalid_request", str(exc)) from None
 
 
 def storable(text: str) -> bool:

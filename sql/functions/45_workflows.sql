@@ -9,7 +9,8 @@
 -- dependencies FOR SHARE, so none finishes unseen between its look and commit.
 
 -- Settle one waiting job: failed (dependency_failed, naming the first failed
--- or canceled dependency), queued and due (all completed), or still waiting.
+-- or canceled dependency), queued and due (all completed, every awaited signal
+-- arrived), or still waiting.
 create or replace function jobfeed.settle_waiting(p_id uuid, p_now timestamptz)
 returns void language plpgsql as $$
 declare
@@ -38,11 +39,11 @@ begin
         return;
     end if;
     v_open := exists (select from jobfeed.job_deps d join jobfeed.jobs j on j.id = d.dep_id
-                       where d.job_id = p_id and j.state <> 'completed');
+                       where d.job_id = p_id and j.state <> 'completed')
+              or exists (select from jobfeed.job_signals s where s.job_id = p_id and s.arrived_at is null);
     if not v_open then
         -- becoming due is not a public change (still 'queued' or 'processing')
-        update jobfeed.jobs j set state = 'queued', run_after = greatest(j.run_after, p_now)
-         where j.id = p_id;
+        update jobfeed.jobs j set state = 'queued', run_after = p_now where j.id = p_id;
         perform jobfeed.notify_due(v_job.kind, 1);
     end if;
 end $$;
@@ -60,26 +61,34 @@ begin
     return null;
 end $$;
 
--- Submit a job that runs after others: as submit(), but a new job waits until
--- every job in p_after has completed. A duplicate joins the unfinished job
--- holding the target, which keeps its own dependencies. Unknown ids: 422
--- unknown_dependency, and nothing is written.
-create or replace function jobfeed.submit_after(
-    p_kind text, p_target text, p_payload jsonb, p_after uuid[],
-    p_max_payload int default 65536, p_now timestamptz default null)
+-- Submit a job that waits: as submit(), but a new job waits until every job in
+-- p_after has completed and every name in p_signals has been delivered (or
+-- fails with signal_timeout once p_signal_timeout has passed). A duplicate
+-- joins the unfinished job holding the target, which keeps its own
+-- conditions. Unknown ids: 422 unknown_dependency, and nothing is written.
+create or replace function jobfeed.submit_waiting(
+    p_kind text, p_target text, p_payload jsonb, p_after uuid[], p_signals text[],
+    p_signal_timeout interval default null, p_max_payload int default 65536, p_now timestamptz default null)
 returns table (id uuid, created boolean, view jsonb)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_after uuid[] := array(select distinct a from unnest(coalesce(p_after, '{}')) a where a is not null order by a);
+    v_signals text[] := array(select distinct s from unnest(coalesce(p_signals, '{}')) s order by s);
     v_found uuid[];
     v_id uuid;
     v_created boolean;
     v_view jsonb;
 begin
-    if cardinality(v_after) > 100 then
-        perform jobfeed.raise_error('JF422', 'invalid_request', 'after names at most 100 jobs');
+    if cardinality(v_after) > 100 or cardinality(v_signals) > 100 then
+        perform jobfeed.raise_error('JF422', 'invalid_request', 'after and await_signals name at most 100 each');
+    end if;
+    if exists (select from unnest(v_signals) s where s is null or octet_length(s) not between 1 and 100) then
+        perform jobfeed.raise_error('JF422', 'invalid_request', 'a signal name is 1 to 100 bytes');
+    end if;
+    if p_signal_timeout is not null and (cardinality(v_signals) = 0 or p_signal_timeout <= interval '0') then
+        perform jobfeed.raise_error('JF422', 'invalid_request', 'signal_timeout needs await_signals and a positive duration');
     end if;
     -- Hold the dependencies (in id order) so none changes state before we commit.
     v_found := array(select j.id from jobfeed.jobs j where j.id = any (v_after) order by j.id for share);
@@ -89,12 +98,76 @@ begin
     end if;
     select s.id, s.created, s.view into v_id, v_created, v_view
       from jobfeed.submit(p_kind, p_target, p_payload, null, p_max_payload, p_now) s;
-    if v_created and cardinality(v_after) > 0 then
+    if v_created and (cardinality(v_after) > 0 or cardinality(v_signals) > 0) then
         -- Not yet visible to anyone: made waiting before it can be claimed.
         update jobfeed.jobs j set state = 'waiting' where j.id = v_id;
         insert into jobfeed.job_deps (job_id, dep_id) select v_id, a from unnest(v_after) a;
+        insert into jobfeed.job_signals (job_id, name, deadline)
+        select v_id, s, v_now + p_signal_timeout from unnest(v_signals) s;
         perform jobfeed.settle_waiting(v_id, v_now);
         select jobfeed.public_view(j) into v_view from jobfeed.jobs j where j.id = v_id;
     end if;
     return query select v_id, v_created, v_view;
+end $$;
+
+-- Deliver signal p_name to job p_id. The first delivery wins; a repeat changes
+-- nothing (first = false). 404 not_found; 409 not_awaited for a name the job
+-- does not await. Returns the job's public view.
+create or replace function jobfeed.signal(p_id uuid, p_name text, p_data jsonb, p_now timestamptz default null)
+returns table (first boolean, view jsonb)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_first boolean;
+begin
+    -- the job's row first: settle_waiting locks it too, and so does every
+    -- other path that ends the wait
+    perform from jobfeed.jobs j where j.id = p_id for update;
+    if not found then
+        perform jobfeed.raise_error('JF404', 'not_found', 'no such job');
+    end if;
+    update jobfeed.job_signals s set data = coalesce(p_data, 'null'), arrived_at = v_now
+     where s.job_id = p_id and s.name = p_name and s.arrived_at is null;
+    v_first := found;
+    if not v_first and not exists (select from jobfeed.job_signals s where s.job_id = p_id and s.name = p_name) then
+        perform jobfeed.raise_error('JF409', 'not_awaited', format('this job does not await signal %L', p_name));
+    end if;
+    if v_first then
+        perform jobfeed.settle_waiting(p_id, v_now);
+    end if;
+    return query select v_first, jobfeed.public_view(j) from jobfeed.jobs j where j.id = p_id;
+end $$;
+
+-- Fail waiting jobs whose signals did not all arrive by their deadline
+-- (signal_timeout). Called by the sweeper (sweep_expired).
+create or replace function jobfeed.fail_signal_timeouts(p_now timestamptz)
+returns int language plpgsql as $$
+declare
+    v_ids uuid[];
+    v_vers bigint[];
+begin
+    with late as (
+        select j.id from jobfeed.jobs j
+         where j.id in (select s.job_id from jobfeed.job_signals s
+                         where s.arrived_at is null and s.deadline <= p_now)
+           and j.state = 'waiting'
+         for update skip locked
+    ), upd as (
+        update jobfeed.jobs j
+           set state = 'failed', finished_at = p_now, updated_at = p_now, last_error_code = 'signal_timeout',
+               last_error_message = 'not every awaited signal arrived in time: missing ' || (
+                   select string_agg(s.name, ', ' order by s.name) from jobfeed.job_signals s
+                    where s.job_id = j.id and s.arrived_at is null),
+               version = j.version + 1
+          from late
+         where j.id = late.id
+        returning j.id, j.version
+    )
+    select array_agg(upd.id), array_agg(upd.version) into v_ids, v_vers from upd;
+    if v_ids is null then
+        return 0;
+    end if;
+    perform jobfeed.notify_changed(v_ids, v_vers);
+    return cardinality(v_ids);
 end $$;

@@ -1,9 +1,10 @@
 -- The sweeper's work. Safe to run from several sweepers at once (SKIP LOCKED).
 
--- Fail every running job whose lease expired with no attempts left.
+-- Fail every running job whose lease expired with no attempts left, and every
+-- waiting job whose signals are overdue (signal_timeout).
 create or replace function jobfeed.sweep_expired(p_now timestamptz default null)
 returns int language sql security definer set search_path = jobfeed, pg_temp as $$
-    select jobfeed.fail_expired(null, jobfeed.clock(p_now))
+    select jobfeed.fail_expired(null, jobfeed.clock(p_now)) + jobfeed.fail_signal_timeouts(jobfeed.clock(p_now))
 $$;
 
 -- Delete up to p_limit jobs that finished more than p_retention ago, with their

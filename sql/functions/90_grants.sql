@@ -9,7 +9,8 @@ grant execute on function
 to jobfeed_api, jobfeed_worker;
 
 grant execute on function
-    jobfeed.submit_after(text, text, jsonb, uuid[], int, timestamptz)
+    jobfeed.submit_waiting(text, text, jsonb, uuid[], text[], interval, int, timestamptz),
+    jobfeed.signal(uuid, text, jsonb, timestamptz)
 to jobfeed_api, jobfeed_worker;
 
 grant execute on function

@@ -22,6 +22,23 @@ create table jobfeed.job_deps (
 create index job_deps_dep on jobfeed.job_deps (dep_id);
 revoke all on jobfeed.job_deps from public;
 
+-- The signals a job awaits: a row per name, filled by the first delivery
+-- (arrived_at set). While one is missing the job waits, until its deadline
+-- (the submission's signal_timeout; null: none).
+create table jobfeed.job_signals (
+    job_id      uuid not null references jobfeed.jobs (id) on delete cascade,
+    name        text not null check (octet_length(name) between 1 and 100),
+    data        jsonb,
+    arrived_at  timestamptz,
+    deadline    timestamptz,
+    primary key (job_id, name)
+);
+-- the sweeper's look for signals overdue
+create index job_signals_overdue on jobfeed.job_signals (deadline) where arrived_at is null;
+revoke all on jobfeed.job_signals from public;
+-- the claim query reads a claimed job's signals (one probe of the primary key)
+grant select on jobfeed.job_signals to jobfeed_worker;
+
 -- A stand-in until sql/functions/ (applied after the migrations) defines it.
 create or replace function jobfeed.settle_dependents() returns trigger language plpgsql as $$
 begin
