@@ -13,7 +13,7 @@ from jobfeed.api.app import create_app
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
 from queue_sql import public
-from servers import asgi_client, make_settings
+from servers import ADMIN_TOKEN, asgi_client, make_settings
 
 
 async def state(pool, job_id) -> str:
@@ -190,8 +190,12 @@ async def test_http_after(dsn, queue, pool, k):
                           ({"after": [str(uuid.uuid4())]}, "unknown_dependency")):
             r = await client.post("/api/jobs", json={"kind": "k", "target": "e", **bad})
             assert (r.status_code, r.json()["error"]["code"]) == (422, code), r.text
-        listed = await client.get("/api/admin/jobs?state=waiting")
-        assert listed.status_code in (200, 401, 403)
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        listed = await client.get("/api/admin/jobs?state=waiting", headers=admin)
+        assert [j["id"] for j in listed.json()["jobs"]] == [ok.json()["id"]]
+        assert listed.json()["jobs"][0]["state"] == "waiting"
+        stats = await client.get("/api/admin/stats?max_age=0", headers=admin)
+        assert stats.json()["counts"]["k"]["waiting"] == 1, stats.text
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 2
 
 
