@@ -47,10 +47,12 @@ select jobfeed.retry($1)::text;
 select jobfeed.cancel($1)::text;
 
 -- name: claim
-select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text,
-       extract(epoch from lease)::float8,
-       (select jsonb_object_agg(s.name, s.data) from jobfeed.job_signals s where s.job_id = c.id)::text
-  from jobfeed.claim_v2($1, $2, $3, $4) c;
+with c as materialized (select * from jobfeed.claim_v2($1, $2, $3, $4) with ordinality),
+     s as (select * from jobfeed.signals_of(array(select c.id from c)))
+select c.id, c.kind, c.target, c.payload::text, c.attempts, c.max_attempts, c.generation, c.lease_until,
+       c.checkpoint::text, extract(epoch from c.lease)::float8, s.signals::text
+  from c left join s on s.job_id = c.id
+ order by c.ordinality;
 
 -- name: next_due
 select jobfeed.next_due($1), now();

@@ -41,6 +41,9 @@ CALLS = {
     "fail_transient": "select jobfeed.fail_transient(gen_random_uuid(), 1, 'x')",
     "fail_permanent": "select jobfeed.fail_permanent(gen_random_uuid(), 1, 'x')",
     "release": "select jobfeed.release(gen_random_uuid(), 1, 'x')",
+    "submit_waiting": "select * from jobfeed.submit_waiting('k', gen_random_uuid()::text, '{}', '{}', '{a}')",
+    "signal": "select * from jobfeed.signal(gen_random_uuid(), 'a', '{}')",
+    "signals_of": "select * from jobfeed.signals_of(array[gen_random_uuid()])",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
     # internal helpers: nobody outside the queue's functions
@@ -60,6 +63,9 @@ CALLS = {
     "admin_session_valid": "select jobfeed.admin_session_valid(gen_random_uuid())",
     "close_admin_session": "select jobfeed.close_admin_session(gen_random_uuid())",
     "lock_held": "select jobfeed.lock_held('{}', '{}')",
+    "settle_waiting": "select jobfeed.settle_waiting(gen_random_uuid(), now())",
+    "settle_dependents": "select jobfeed.settle_dependents()",
+    "fail_signal_timeouts": "select jobfeed.fail_signal_timeouts(now())",
     "notify_due": "select jobfeed.notify_due('k', 1)",
     "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
 }
@@ -67,14 +73,16 @@ CALLS = {
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
                     "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel",
-                    "open_admin_session", "admin_session_valid", "close_admin_session"},
+                    "open_admin_session", "admin_session_valid", "close_admin_session",
+                    "submit_waiting", "signal"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "claim_v2", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
-                       "fail_permanent", "release"},
+                       "fail_permanent", "release", "submit_waiting", "signal", "signals_of"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions", "stats_snapshot")
+TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions", "stats_snapshot", "job_deps",
+          "job_signals")
 
 
 def as_user(url: str, user: str) -> str:

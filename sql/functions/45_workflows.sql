@@ -171,3 +171,14 @@ begin
     perform jobfeed.notify_changed(v_ids, v_vers);
     return cardinality(v_ids);
 end $$;
+
+-- The signals of jobs just claimed (the claim query asks once per batch): name
+-- -> data for each job that awaited any.
+create or replace function jobfeed.signals_of(p_ids uuid[])
+returns table (job_id uuid, signals jsonb)
+language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select s.job_id, jsonb_object_agg(s.name, s.data)
+      from jobfeed.job_signals s
+     where s.job_id = any (p_ids)
+     group by s.job_id
+$$;

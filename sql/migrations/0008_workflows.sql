@@ -36,8 +36,6 @@ create table jobfeed.job_signals (
 -- the sweeper's look for signals overdue
 create index job_signals_overdue on jobfeed.job_signals (deadline) where arrived_at is null;
 revoke all on jobfeed.job_signals from public;
--- the claim query reads a claimed job's signals (one probe of the primary key)
-grant select on jobfeed.job_signals to jobfeed_worker;
 
 -- A stand-in until sql/functions/ (applied after the migrations) defines it.
 create or replace function jobfeed.settle_dependents() returns trigger language plpgsql as $$
