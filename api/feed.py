@@ -16,10 +16,9 @@ import json
 import logging
 import re
 import time
-from typing import NamedTuple
-
 import anyio
 import asyncpg
+from sse_starlette import ServerSentEvent
 
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
@@ -45,17 +44,30 @@ class TooManyStreams(Exception):
         self.scope = scope
 
 
-class View(NamedTuple):
-    """A public view as PostgreSQL wrote it, with what the feed needs to know."""
-    job_id: str
-    version: int
-    terminal: bool
-    text: str
+class View:
+    """A public view as PostgreSQL wrote it, with what the feed needs to know.
+    One View is offered to every watcher of its job, so its SSE frame is encoded
+    once, by the first stream that sends it, and the others send the same bytes."""
+
+    __slots__ = ("job_id", "version", "terminal", "text", "_frame")
+
+    def __init__(self, job_id: str, version: int, terminal: bool, text: str):
+        self.job_id = job_id
+        self.version = version
+        self.terminal = terminal
+        self.text = text
+        self._frame: bytes | None = None
 
     @classmethod
     def parse(cls, text: str) -> "View":
         data = json.loads(text)
         return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text)
+
+    def frame(self, sep: str) -> bytes:
+        """The `job` event carrying this view, as bytes on the wire (no retry field)."""
+        if self._frame is None:
+            self._frame = ServerSentEvent(self.text, event="job", id=str(self.version), sep=sep).encode()
+        return self._frame
 
 
 class JobSubscription:

@@ -105,8 +105,11 @@ async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> Asy
                 yield ServerSentEvent(retry=retry, sep=SEP)
                 retry = None
             while (view := await sub.next()) is not None:
-                yield ServerSentEvent(view.text, event="job", id=str(view.version), retry=retry, sep=SEP)
-                retry = None
+                if retry is not None:  # the first event also says how soon to reconnect
+                    yield ServerSentEvent(view.text, event="job", id=str(view.version), retry=retry, sep=SEP)
+                    retry = None
+                else:  # the same bytes for every watcher of this view
+                    yield view.frame(SEP)
                 if view.terminal:
                     return  # nothing follows a final status
         finally:
