@@ -26,7 +26,7 @@ from bench.systems import ALL  # noqa: E402
 pytestmark = pytest.mark.full  # starts its own PostgreSQL
 
 
-def run_bench(tmp_path: Path, *args: str, timeout: float = 170) -> dict:
+def run_bench(tmp_path: Path, *args: str, timeout: float = 290) -> dict:
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -49,7 +49,7 @@ def check_queue_scenarios(q: dict, systems: list[str]) -> None:
         assert lat["p50_ms"] is not None and lat["p99_ms"] >= lat["p50_ms"], (name, lat)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_every_scenario_runs_and_counts_right(tmp_path):
     result = run_bench(tmp_path, "--systems", "jobfeed,raw")
     q = result["scenarios"]
@@ -82,6 +82,14 @@ def test_every_scenario_runs_and_counts_right(tmp_path):
     for case in (depth["base"], depth["deep"], depth["future"]):
         assert case["completed_in_db"] >= QUICK.depth_drain and case["rate"] > 0, case
     assert depth["ok"]
+
+    hist = q["history"]
+    assert hist["ok"] and hist["history_n"] == QUICK.history_n
+    for case in ("empty", "history"):
+        assert hist[case]["submit"]["rate"] > 0 and hist[case]["claim"]["n"] == QUICK.history_submit
+        assert hist[case]["drain"]["left"] == 0 and hist[case]["drain"]["rate"] > 0
+    assert 0 < hist["sweeping"]["deleted_by_end"] <= QUICK.history_expired
+    assert hist["sweeping"]["drain"]["ok"] and hist["sweeping"]["latency"]["ok"]
 
     # Every target has its figure, except those that need pgqueuer.
     verdicts = {t["target"]: t["verdict"] for t in result["targets"]}
