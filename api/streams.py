@@ -97,7 +97,7 @@ async def job_stream(request: Request, job_id) -> Response:
         raise
 
 
-async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> AsyncIterator[ServerSentEvent]:
+async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> AsyncIterator[ServerSentEvent | bytes]:
     with svc.metrics.stream("job"):
         try:
             retry: int | None = retry_ms
