@@ -20,6 +20,7 @@ import anyio
 
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
+from jobfeed.worker.testsignal import Signal, Timer
 
 log = logging.getLogger("jobfeed.feed")
 
@@ -135,6 +136,17 @@ class AdminSubscription:
             self._feed._admins.discard(self)
 
 
+class FeedSignals:
+    """Test hooks (worker/testsignal.py), inert unless a test enables them."""
+
+    __slots__ = ("connected", "reread_failed", "retry")
+
+    def __init__(self) -> None:
+        self.connected = Signal()      # the listener (re)connected and the resync is asked for
+        self.reread_failed = Signal()  # a re-read failed (the exception); it will be retried...
+        self.retry = Timer()           # ...after this wait
+
+
 class Feed:
     def __init__(self, dsn: str, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
                  name: str = "jobfeed-api-feed"):
@@ -155,6 +167,7 @@ class Feed:
         self.notifications = 0  # for /metrics
         self.rereads = 0
         self.reconnects = 0
+        self.signals = FeedSignals()
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -252,6 +265,7 @@ class Feed:
         for admin in self._admins:
             admin.resync()
         self._wake.set()
+        self.signals.connected.signal(self.reconnects)
 
     async def _run(self) -> None:
         while True:
@@ -269,7 +283,8 @@ class Feed:
                 self._resync = self._resync or resync
                 self._dirty |= ids
                 self._admin_dirty |= admin_ids
-                await asyncio.sleep(0.5)
+                self.signals.reread_failed.signal(exc)
+                await self.signals.retry.sleep(0.5)
                 self._wake.set()
 
     async def _reread(self, ids: set[str], admin_ids: set[str]) -> None:

@@ -21,6 +21,7 @@ from typing import Sequence
 from .db import Listener
 from .queue import Job, Queue
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient
+from .testsignal import Signal, Timer
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -41,6 +42,13 @@ class _Running:
         if self.stop_reason is None and not self.recording and self.task is not None:
             self.stop_reason = reason
             self.task.cancel()
+
+
+@dataclasses.dataclass(eq=False)
+class RunnerSignals:
+    """Test hooks (worker/testsignal.py), inert unless a test enables them."""
+    heartbeat: Timer = dataclasses.field(default_factory=Timer)  # the wait between two renewals
+    renewed: Signal = dataclasses.field(default_factory=Signal)  # after each: (keys renewed, ids lost)
 
 
 class _Completions:
@@ -116,6 +124,7 @@ class Runner:
         self._deadline: float | None = None
         self._completions = _Completions(queue, self._wake.set)
         self._recording = 0  # handlers done, failures and releases being written
+        self.signals = RunnerSignals()
 
     # -------------------------------------------------------------- control
     def stop(self) -> None:
@@ -289,10 +298,11 @@ class Runner:
     # -------------------------------------------------------------- leases
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            await self.signals.heartbeat.sleep(self.heartbeat_interval)
             held = [(k, r) for k, r in self._running.items()
                     if r.ctx.heartbeat and r.stop_reason is None and not r.recording]
             if not held:
+                self.signals.renewed.signal(([], set()))
                 continue
             try:
                 lost = await self.queue.extend_many([k for k, _ in held])
@@ -303,6 +313,7 @@ class Runner:
                 if key[0] in lost:
                     entry.ctx.lost.set()
                     entry.stop("lost")
+            self.signals.renewed.signal(([k for k, _ in held], lost))
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:
