@@ -139,10 +139,11 @@ class AdminSubscription:
 class FeedSignals:
     """Test hooks (worker/testsignal.py), inert unless a test enables them."""
 
-    __slots__ = ("connected", "reread_failed", "retry")
+    __slots__ = ("connected", "reread", "reread_failed", "retry")
 
     def __init__(self) -> None:
         self.connected = Signal()      # the listener (re)connected and the resync is asked for
+        self.reread = Signal()         # a re-read was offered to the streams (True: a resync)
         self.reread_failed = Signal()  # a re-read failed (the exception); it will be retried...
         self.retry = Timer()           # ...after this wait
 
@@ -278,6 +279,7 @@ class Feed:
             admin_ids, self._admin_dirty = self._admin_dirty, set()
             try:
                 await self._reread(ids, admin_ids)
+                self.signals.reread.signal(resync)
             except Exception as exc:  # the database may be restarting: try again
                 log.warning("feed: re-reading %d jobs failed (%s); retrying", len(ids) + len(admin_ids), exc)
                 self._resync = self._resync or resync

@@ -35,12 +35,32 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclasses.dataclass(frozen=True)
 class Edit:
+    """old -> new in file; old and new may be tuples of the same length when a
+    bug takes more than one change (a rule guarded twice)."""
     name: str
     file: str
-    old: str
-    new: str
+    old: str | tuple[str, ...]
+    new: str | tuple[str, ...]
     tests: tuple[str, ...]
     why: str
+
+    def pairs(self) -> list[tuple[str, str]]:
+        olds = (self.old,) if isinstance(self.old, str) else self.old
+        news = (self.new,) if isinstance(self.new, str) else self.new
+        assert len(olds) == len(news), self.name
+        return list(zip(olds, news))
+
+    def stale(self, text: str) -> str | None:
+        """Why the edit no longer applies to text, or None."""
+        for old, _ in self.pairs():
+            if text.count(old) != 1:
+                return f"{old.splitlines()[0].strip()!r}... occurs {text.count(old)} times (needs exactly 1)"
+        return None
+
+    def apply(self, text: str) -> str:
+        for old, new in self.pairs():
+            text = text.replace(old, new, 1)
+        return text
 
 
 Q_PUBLIC = "tests/test_queue_public.py"
@@ -50,6 +70,7 @@ Q_RACE = "tests/test_queue_races.py"
 Q_BATCH = "tests/test_queue_batch.py"
 NO_WAIT = "tests/test_claim_never_waits.py"
 LIMIT = "tests/test_claim_limits.py"
+ADMIN_STATES = "tests/test_admin_states.py"
 HOLDERS = "tests/test_submit_many_holders.py"
 SWEEP = "tests/test_sweeper.py"
 FEED = "tests/test_sse_feed.py"
@@ -135,9 +156,14 @@ EDITS: list[Edit] = [
     Edit("claim-no-lease", "sql/functions/40_claim.sql",
          "lease_until = v_now + v_lease,", "lease_until = v_now + interval '1 day',",
          (Q_FENCE, Q_OUT, Q_PUBLIC), "a claim sets the kind's lease"),
+    Edit("claim-skips-fail-expired", "sql/functions/40_claim.sql",
+         "        perform jobfeed.fail_expired(p_kinds, v_now);", "        null;",
+         (Q_OUT, Q_FENCE), "an expired job with no attempts left becomes failed (lease_expired)"),
     Edit("reclaim-exhausted", "sql/functions/40_claim.sql",
-         "and e.attempts < e.max_attempts", "and e.attempts <= e.max_attempts",
-         (Q_OUT, Q_FENCE), "an expired job with no attempts left is failed, not claimed again"),
+         # guarded twice: the claim fails such jobs first, and the reclaim skips them
+         ("        perform jobfeed.fail_expired(p_kinds, v_now);", "and e.attempts < e.max_attempts"),
+         ("        null;", "and e.attempts <= e.max_attempts"),
+         (Q_OUT, Q_FENCE), "an expired job with no attempts left is not claimable forever"),
     Edit("expired-exhausted-stays-running", "sql/functions/10_helpers.sql",
          "where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts",
          "where j.state = 'running' and j.lease_until < p_now and j.attempts > j.max_attempts",
@@ -203,19 +229,22 @@ EDITS: list[Edit] = [
     Edit("retry-keeps-attempts", "sql/functions/60_admin.sql",
          "set state = 'queued', attempts = 0, run_after = v_now,",
          "set state = 'queued', run_after = v_now,",
-         (ADMIN, Q_OUT), "admin retry puts attempts back to 0"),
+         (ADMIN_STATES, ADMIN, Q_OUT), "admin retry puts attempts back to 0"),
     Edit("retry-any-state", "sql/functions/60_admin.sql",
          "    if v_state not in ('failed', 'canceled') then",
          "    if v_state not in ('failed', 'canceled', 'completed') then",
-         (ADMIN,), "only failed/canceled jobs can be retried (409 otherwise)"),
+         (ADMIN_STATES, ADMIN), "only failed/canceled jobs can be retried (409 otherwise)"),
     Edit("cancel-finished", "sql/functions/60_admin.sql",
          "    if v_state not in ('queued', 'running') then",
          "    if v_state not in ('queued', 'running', 'completed') then",
-         (ADMIN,), "a finished job cannot be canceled (409)"),
+         (ADMIN_STATES, ADMIN), "a finished job cannot be canceled (409)"),
     # ------------------------------------------------------------ sweeper
     Edit("sweep-unfinished", "sql/functions/70_sweep.sql",
-         "         where j.state in ('completed', 'failed', 'canceled')\n           and j.finished_at",
-         "         where j.state is not null\n           and coalesce(j.finished_at, j.created_at)",
+         # guarded twice: in the pick and again in the DELETE
+         ("         where j.state in ('completed', 'failed', 'canceled')\n           and j.finished_at",
+          "where j.id = doomed.id and j.state in ('completed', 'failed', 'canceled')"),
+         ("         where j.state is not null\n           and coalesce(j.finished_at, j.created_at)",
+          "where j.id = doomed.id"),
          (SWEEP,), "cleanup never deletes unfinished jobs"),
     Edit("sweep-ignores-retention", "sql/functions/70_sweep.sql",
          "and j.finished_at < jobfeed.clock(p_now) - p_retention",
@@ -235,9 +264,11 @@ EDITS: list[Edit] = [
          "                self._admin_dirty |= admin_ids\n", "",
          (RECOVERY, FEED), "a failed re-read is retried for dashboards too"),
     Edit("feed-repeats-views", "api/feed.py",
-         "if not self._closed and view.version > self.newest:",
-         "if not self._closed and view.version >= self.newest:",
-         (FEED, SSE), "never a repeat of an identical view"),
+         # guarded twice: the feed skips versions it offered, and so does each subscription
+         ("if not self._closed and view.version > self.newest:",
+          "                if view.version <= self._known.get(view.job_id, 0):\n                    continue\n"),
+         ("if not self._closed and view.version >= self.newest:", ""),
+         (RECOVERY, FEED, SSE), "never a repeat of an identical view (a resync re-reads every watched job)"),
     Edit("feed-no-coalesce", "api/feed.py",
          "        view, self._pending = self._pending, None\n        self.sent = view.version",
          "        view = self._pending\n        self.sent = view.version",
@@ -338,7 +369,7 @@ def last_line(output: str) -> str:
 
 def first_failure(output: str) -> str:
     for line in output.splitlines():
-        if line.startswith(("FAILED ", "ERROR ")):
+        if line.startswith(("FAILED tests/", "ERROR tests/")):
             return line.split(" - ")[0]
     return last_line(output)
 
@@ -364,10 +395,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="jobfeed-mutation-") as tmp:
         base = copy_repository(Path(tmp) / "base")
         # Stale edits first: they are loud, and cost nothing to find.
-        stale = [e for e in edits if (base / e.file).read_text().count(e.old) != 1]
+        stale = [e for e in edits if e.stale((base / e.file).read_text())]
         for e in stale:
-            count = (base / e.file).read_text().count(e.old)
-            print(f"STALE   {e.name}: its old text occurs {count} times in {e.file} (needs exactly 1); "
+            print(f"STALE   {e.name}: in {e.file}, {e.stale((base / e.file).read_text())}; "
                   f"update the edit to the code as it is now")
         tests = tuple(sorted({t for e in edits for t in e.tests}))
         print(f"baseline: {len(tests)} test files on the unmutated copy ...", flush=True)
@@ -384,7 +414,7 @@ def main() -> int:
             work = Path(tmp) / f"m{n}"
             root = copy_repository(work)
             path = root / e.file
-            path.write_text(path.read_text().replace(e.old, e.new, 1))
+            path.write_text(e.apply(path.read_text()))
             t0 = time.monotonic()
             code, output = run_tests(root, e.tests, args.timeout)
             took = time.monotonic() - t0

@@ -30,10 +30,12 @@ class FailingReads(Queue):
 async def feed(dsn, pool, demo_kind):
     f = Feed(dsn, FailingReads(pool), batch=0.001, health_interval=60.0)
     f.signals.connected.enable()
+    f.signals.reread.enable()
     f.signals.reread_failed.enable()
     f.signals.retry.enable()
     await f.start()
-    await f.signals.connected.wait()  # the first connect
+    await f.signals.connected.wait()  # the first connect...
+    assert await f.signals.reread.wait()  # ...and its resync (of nothing yet)
     yield f
     await f.close()
 
@@ -82,3 +84,17 @@ async def test_a_failed_re_read_is_tried_again_with_the_same_ids(feed, queue):
     assert (await asyncio.wait_for(sub.next(), 5)).version == 2
     resync, views = await asyncio.wait_for(admin.next(), 5)
     assert not resync and '"state": "running"' in views[0]
+
+
+async def test_a_resync_sends_no_view_a_stream_already_has(feed, pool, queue):
+    job_id, _ = await queue.submit("demo", "same")
+    sub = await watch(feed, job_id)
+    await pool.execute("select pg_terminate_backend($1)", feed.listener.backend_pid)
+    await feed.signals.connected.wait()
+    assert await feed.signals.reread.wait()  # the resync's re-read was offered
+    # Ask for the next view before the change (which would replace a pending repeat).
+    following = asyncio.create_task(sub.next())
+    await asyncio.sleep(0)
+    await queue.claim(["demo"], 1, "w")
+    # The next view is the change, never version 1 again.
+    assert (await asyncio.wait_for(following, 5)).version == 2

@@ -75,7 +75,8 @@ async def test_demo_scripts_end_to_end(case, dsn, queue, pool, worker):
     if case == "hang":
         # The hanging handler renews nothing: its lease may end at once.
         await eventually(lambda: pool.fetchval("select generation = 1 and state = 'running' "
-                                               "from jobfeed.jobs where id = $1", job_id), what="first run")
+                                               "from jobfeed.jobs where id = $1", job_id),
+                         timeout=20, what="first run")
         await end_lease_now(pool, job_id)
     await wait_state(pool, job_id, final, timeout=20)
     view = await queue.admin_get_job(job_id)
