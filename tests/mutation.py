@@ -338,7 +338,7 @@ EDITS: list[Edit] = [
          "outcome = (\"error\", Transient(entry.stop_reason, f\"worker {entry.stop_reason}\"))",
          (PROCESS,), "on shutdown, what is left is released (due at once, attempt not counted)"),
     Edit("budget-no-max-jobs", "worker/runner.py",
-         "            free = min(free, self.max_jobs - self.claimed_count)\n", "",
+         "            free = min(free, self.max_jobs - self.claimed_count)\n", "            pass\n",
          (PROCESS,), "budget mode handles at most --max-jobs"),
 ]
 
@@ -414,7 +414,15 @@ def main() -> int:
             work = Path(tmp) / f"m{n}"
             root = copy_repository(work)
             path = root / e.file
-            path.write_text(e.apply(path.read_text()))
+            mutated = e.apply(path.read_text())
+            if path.suffix == ".py":
+                try:  # an edit that does not even compile would be "caught" by any test
+                    compile(mutated, str(path), "exec")
+                except SyntaxError as exc:
+                    results["error"].append(e.name)
+                    print(f"ERROR   {e.name:36} the edit is not valid Python: {exc}", flush=True)
+                    continue
+            path.write_text(mutated)
             t0 = time.monotonic()
             code, output = run_tests(root, e.tests, args.timeout)
             took = time.monotonic() - t0

@@ -14,16 +14,19 @@ from jobfeed.worker.queue import Queue
 
 
 class FailingReads(Queue):
-    """The real queue, whose next re-reads fail as if the database had gone
-    away for a moment (an injected failure)."""
+    """The real queue, whose re-read carrying a job's version `fail_at` (or
+    later) fails once, as if the database had gone away during it (an injected
+    failure). Keyed on what the read carries, so a stray earlier re-read (a
+    late notification of the submit) cannot take the failure instead."""
 
-    fail = 0
+    fail_at: int | None = None
 
     async def get_jobs_json(self, job_ids):
-        if self.fail:
-            self.fail -= 1
+        texts = await super().get_jobs_json(job_ids)
+        if self.fail_at is not None and any(View.parse(t).version >= self.fail_at for t in texts):
+            self.fail_at = None
             raise ConnectionError("injected: the database is restarting")
-        return await super().get_jobs_json(job_ids)
+        return texts
 
 
 @pytest.fixture
@@ -75,7 +78,7 @@ async def test_a_failed_re_read_is_tried_again_with_the_same_ids(feed, queue):
     job_id, _ = await queue.submit("demo", "r")
     sub = await watch(feed, job_id)
     admin = feed.subscribe_admin()
-    feed.queue.fail = 1
+    feed.queue.fail_at = 2
     await queue.claim(["demo"], 1, "w")  # one notification: the job's version 2
     assert isinstance(await feed.signals.reread_failed.wait(), ConnectionError)
     assert await feed.signals.retry.asked() == 0.5
