@@ -24,6 +24,7 @@ import asyncpg
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.states import TERMINAL
+from jobfeed.worker.testsignal import Signal, Timer
 
 from .parse import digits
 
@@ -156,6 +157,18 @@ class AdminSubscription:
             self._feed._release(self._client)
 
 
+class FeedSignals:
+    """Test hooks (worker/testsignal.py), inert unless a test enables them."""
+
+    __slots__ = ("connected", "reread", "reread_failed", "retry")
+
+    def __init__(self) -> None:
+        self.connected = Signal()      # the listener (re)connected and the resync is asked for
+        self.reread = Signal()         # a re-read was offered to the streams (True: a resync)
+        self.reread_failed = Signal()  # a re-read failed (the exception); it will be retried...
+        self.retry = Timer()           # ...after this wait
+
+
 class Feed:
     def __init__(self, dsn: str | asyncpg.Pool, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
                  name: str = "jobfeed-api-feed"):
@@ -180,6 +193,7 @@ class Feed:
         self._bad_logged = 0.0
         self.rereads = 0
         self.reconnects = 0
+        self.signals = FeedSignals()
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -316,6 +330,7 @@ class Feed:
         for admin in self._admins:
             admin.resync()
         self._wake.set()
+        self.signals.connected.signal(self.reconnects)
 
     async def _run(self) -> None:
         while True:
@@ -328,12 +343,14 @@ class Feed:
             admin_ids, self._admin_dirty = self._admin_dirty, set()
             try:
                 await self._reread(ids, admin_ids)
+                self.signals.reread.signal(resync)
             except Exception as exc:  # the database may be restarting: try again
                 log.warning("feed: re-reading %d jobs failed (%s); retrying", len(ids) + len(admin_ids), exc)
                 self._resync = self._resync or resync
                 self._dirty |= ids
                 self._admin_dirty |= admin_ids
-                await asyncio.sleep(0.5)
+                self.signals.reread_failed.signal(exc)
+                await self.signals.retry.sleep(0.5)
                 self._wake.set()
 
     async def _reread(self, ids: set[str], admin_ids: set[str]) -> None:

@@ -24,6 +24,7 @@ from . import db, redact
 from .db import Listener
 from .queue import Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec
+from .testsignal import Signal, Timer
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -120,6 +121,13 @@ class _Running:
         if self.stop_reason is None and not self.recording and self.task is not None:
             self.stop_reason = reason
             self.task.cancel()
+
+
+@dataclasses.dataclass(eq=False)
+class RunnerSignals:
+    """Test hooks (worker/testsignal.py), inert unless a test enables them."""
+    heartbeat: Timer = dataclasses.field(default_factory=Timer)  # the wait between two renewals
+    renewed: Signal = dataclasses.field(default_factory=Signal)  # after each: (keys renewed, ids lost)
 
 
 class _Completions:
@@ -315,6 +323,7 @@ class Runner:
         self._completions = _Completions(queue, self._wake.set)
         self._seats = _Seats(dsn, self.kinds, name="jobfeed-worker-seats")
         self._recording = 0  # handlers done, failures and releases being written
+        self.signals = RunnerSignals()
 
     # -------------------------------------------------------------- control
     def stop(self) -> None:
@@ -526,9 +535,12 @@ class Runner:
         Jobs due within half their interval are renewed together (one call per
         distinct lease); after a failed call, it tries again soon."""
         error_delay = 0.05
+        waited_for: float | None = None
         while True:
             self._beat.clear()
-            now = time.monotonic()
+            # After a wait that ran its course, act as of the time waited for (a
+            # test's timer fires early; in production the two agree).
+            now = time.monotonic() if waited_for is None else max(time.monotonic(), waited_for)
             held = [(k, r) for k, r in self._running.items()
                     if r.ctx.heartbeat and r.stop_reason is None and not r.recording]
             due: dict[float, list[tuple[tuple[uuid.UUID, int], _Running]]] = {}
@@ -536,6 +548,8 @@ class Runner:
                 if entry.renew_at - entry.renew_every / 2 <= now:
                     due.setdefault(entry.ctx.lease, []).append((key, entry))
             failed = False
+            renewed: list[tuple[uuid.UUID, int]] = []
+            lost_ids: set[uuid.UUID] = set()
             for lease, group in due.items():
                 try:
                     lost = await self.queue.extend_many([k for k, _ in group], lease)
@@ -543,22 +557,37 @@ class Runner:
                     log.warning("heartbeat failed (%s); trying again in %.2fs", exc, error_delay)
                     failed = True
                     continue
+                lost_ids |= set(lost)
                 for key, entry in group:
+                    renewed.append(key)
                     if key[0] in lost:
                         entry.ctx.lost.set()
                         entry.stop("lost")
                     else:
                         entry.renew_at = now + entry.renew_every
+            if renewed:
+                self.signals.renewed.signal((renewed, lost_ids))
             if failed:
                 await asyncio.sleep(error_delay)
                 error_delay = min(error_delay * 2, 1.0)
+                waited_for = None
                 continue
             error_delay = 0.05
             next_at = min((r.renew_at for _, r in held if r.stop_reason is None), default=now + 1.0)
-            try:
-                await asyncio.wait_for(self._beat.wait(), max(next_at - time.monotonic(), 0.01))
-            except asyncio.TimeoutError:
-                pass
+            # Measured from `now`: a test's fired timer moves time on for the heartbeat.
+            waited_for = None if await self._heartbeat_wait(max(next_at - now, 0.01)) else next_at
+
+    async def _heartbeat_wait(self, delay: float) -> bool:
+        """Sleep `delay` (through the test hook), or less when a job starts and
+        the heartbeat must look at its lease; True when woken early."""
+        beat = asyncio.ensure_future(self._beat.wait())
+        sleep = asyncio.ensure_future(self.signals.heartbeat.sleep(delay))
+        try:
+            await asyncio.wait((beat, sleep), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            beat.cancel()
+            sleep.cancel()
+        return beat.done() and not beat.cancelled()
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:
