@@ -55,7 +55,7 @@ class Timer:
         return self
 
     async def sleep(self, delay: float) -> None:
-        if self._asked is None:
+        if self._asked is None or self._go is None:
             await asyncio.sleep(delay)
             return
         self._asked.put_nowait(delay)
@@ -64,6 +64,8 @@ class Timer:
 
     async def asked(self, timeout: float = 10.0) -> float:
         """The delay of the next wait the component started."""
+        if self._asked is None:
+            raise RuntimeError("asked() on a timer that was not enabled")
         try:
             return await asyncio.wait_for(self._asked.get(), timeout)
         except asyncio.TimeoutError:
@@ -71,4 +73,6 @@ class Timer:
 
     def fire(self) -> None:
         """End the wait under way (as if its delay had passed)."""
+        if self._go is None:
+            raise RuntimeError("fire() on a timer that was not enabled")
         self._go.set()
