@@ -6,10 +6,11 @@ import asyncio
 import logging
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker import migrate
 
+from .metrics import CONTENT_TYPE
 from .state import services
 
 log = logging.getLogger("jobfeed.api")
@@ -39,4 +40,4 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     svc = services(request)
     text = svc.metrics.render(await svc.queue.stats(), svc.feed, svc.batcher)
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(text, media_type=CONTENT_TYPE)

@@ -33,11 +33,13 @@ async def submit(request: Request) -> Response:
     svc = services(request)
     auth.require_api_token(request, svc.settings.api_token)
     kind, target, payload = _check_submission(await read_json(request, svc.body_limit))
-    try:
-        job_id, created, text = await svc.batcher.submit(kind, target, payload)
-    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
-        # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
-        raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
+    with svc.metrics.submitting() as timed:
+        try:
+            job_id, created, text = await svc.batcher.submit(kind, target, payload)
+        except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
+            # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
+            raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
+        timed["kind"] = kind
     return json_text(with_flag(text, "deduplicated", not created), 201 if created else 200,
                      headers={"Location": f"/api/jobs/{job_id}"})
 

@@ -44,6 +44,9 @@ select jobfeed.cancel($1)::text;
 select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text
   from jobfeed.claim($1, $2, $3, $4);
 
+-- name: job_timings
+select id, kind, wait, age from jobfeed.job_timings($1);
+
 -- name: next_due
 select jobfeed.next_due($1), now();
 

@@ -39,6 +39,7 @@ CALLS = {
     "fail_transient": "select jobfeed.fail_transient(gen_random_uuid(), 1, 'x')",
     "fail_permanent": "select jobfeed.fail_permanent(gen_random_uuid(), 1, 'x')",
     "release": "select jobfeed.release(gen_random_uuid(), 1, 'x')",
+    "job_timings": "select * from jobfeed.job_timings(array[gen_random_uuid()])",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
     # internal helpers: nobody outside the queue's functions
@@ -61,7 +62,7 @@ ALLOWED = {
                     "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
-                       "fail_permanent", "release"},
+                       "fail_permanent", "release", "job_timings"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
 }
 

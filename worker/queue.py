@@ -169,6 +169,10 @@ class Queue:
         return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]))
                 for r in rows]
 
+    async def job_timings(self, ids: Sequence[uuid.UUID]) -> list[tuple[uuid.UUID, str, float | None, float]]:
+        """(id, kind, seconds waited once due, age in seconds) of claimed jobs, for metrics."""
+        return [(r["id"], r["kind"], r["wait"], r["age"]) for r in await self._fetch("job_timings", list(ids))]
+
     async def next_due(self, kinds: Sequence[str]) -> float | None:
         """Seconds until the next job of these kinds is claimable (<= 0: now)."""
         rows = await self._fetch("next_due", list(kinds))

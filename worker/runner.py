@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import Sequence
 
+from . import metrics
 from .db import Listener
 from .queue import Job, Queue
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient
@@ -121,6 +122,8 @@ class Runner:
         self._deadline: float | None = None
         self._completions = _Completions(queue, self._wake.set)
         self._recording = 0  # handlers done, failures and releases being written
+        self._ages = metrics.Ages()
+        self._side: set[asyncio.Task] = set()  # reads for metrics, never waited for
 
     # -------------------------------------------------------------- control
     def stop(self) -> None:
@@ -165,6 +168,8 @@ class Runner:
             await self._shutdown()
             heartbeat.cancel()
             completions.cancel()
+            for task in list(self._side):
+                task.cancel()
             if budget_timer:
                 budget_timer.cancel()
             await listener.stop()
@@ -187,10 +192,14 @@ class Runner:
                 continue
             for job in claimed:
                 self._start(job)
+            if claimed:
+                self._side_task(self._observe_claims([j.id for j in claimed]))
             if self._deadline is not None or self.max_jobs is not None:
-                if not claimed and not self._running:
-                    return  # a budget run ends when nothing is due and nothing runs
-                if self._may_claim() == 0 and not self._running:
+                # A budget run ends when nothing is due (or it may claim no more) and
+                # nothing runs, nor waits to be written: a claim refused only because
+                # outcomes are unwritten (limit 0) is not the end.
+                busy = self._running or self._recording or self._completions.unwritten
+                if not busy and ((limit > 0 and not claimed) or self._may_claim() == 0):
                     return
             if claimed and len(claimed) == limit:
                 continue  # there may be more waiting
@@ -203,6 +212,18 @@ class Runner:
                 except Exception:
                     pass
             await self._sleep(timeout)
+
+    def _side_task(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _observe_claims(self, ids: list[uuid.UUID]) -> None:
+        try:
+            self._ages.claimed(await self.queue.job_timings(ids))
+        except Exception as exc:
+            self._ages.unknown(ids)
+            log.debug("reading claim timings failed (%s)", exc)
 
     async def _sleep(self, timeout: float) -> None:
         try:
@@ -232,6 +253,8 @@ class Runner:
         entry = _Running(Context(self.queue, job, _lease(spec)))
         self._running[key] = entry
         self.claimed_count += 1
+        metrics.CLAIMS.labels(job.kind).inc()
+        metrics.RUNNING.labels(job.kind).inc()
         # One task per job runs the handler, then queues or writes its outcome.
         entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}")
         self._tasks.add(entry.task)
@@ -239,6 +262,7 @@ class Runner:
 
     async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
         job = entry.ctx.job
+        started = time.monotonic()
         try:
             try:
                 result = await spec.handler(job, entry.ctx)
@@ -262,7 +286,9 @@ class Runner:
                 outcome = ("error", Transient(type(exc).__name__, str(exc)[:2000]))
             else:
                 self._completions.add(job.id, job.generation, result)  # written in a batch
+                self._observe_end(job, ("done", None), time.monotonic() - started)
                 return
+            self._observe_end(job, outcome, time.monotonic() - started)
             entry.recording = True
             self._running.pop(key, None)
             self._recording += 1
@@ -276,7 +302,24 @@ class Runner:
             log.exception("job %s: recording the outcome failed; the lease will expire and it runs again", job.id)
         finally:
             self._running.pop(key, None)
+            metrics.RUNNING.labels(job.kind).dec()
             self._wake.set()
+
+    def _observe_end(self, job: Job, outcome: tuple[str, JobError | None], seconds: float) -> None:
+        what, error = outcome
+        code = error.code if error is not None else ""
+        if what == "done":
+            label = metrics.COMPLETED
+        elif what in ("lost", "abandoned"):
+            label = metrics.LOST if what == "lost" else metrics.ABANDONED
+        elif isinstance(error, Permanent):
+            label = metrics.FAILED
+        elif isinstance(error, Release):
+            label = metrics.RELEASED
+        else:
+            label = metrics.FAILED if job.attempt >= job.max_attempts else metrics.RETRIED
+        metrics.attempt_ended(job.kind, label, code, seconds)
+        self._ages.ended(job.id, job.kind, label)
 
     async def _record(self, job: Job, what: str, value) -> None:
         q, ident = self.queue, (job.id, job.generation)

@@ -46,6 +46,23 @@ def parse_positive_int(text: str, name: str) -> int:
     return value
 
 
+def parse_port(text: str, name: str) -> int:
+    port = parse_positive_int(text, name)
+    if port > 65535:
+        raise SettingError(f"{name}: {port} is not a port number")
+    return port
+
+
+LOG_FORMATS = ("text", "json")
+
+
+def parse_choice(text: str, name: str, choices: tuple[str, ...]) -> str:
+    value = str(text).strip().lower()
+    if value not in choices:
+        raise SettingError(f"{name}: {text!r} is not one of {', '.join(choices)}")
+    return value
+
+
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "jobfeed"
@@ -66,6 +83,9 @@ class Settings:
     tasks: tuple[str, ...] = ()
     max_payload: int = MAX_PAYLOAD_BYTES
     cors_origins: tuple[str, ...] = ()
+    metrics_token: str | None = None
+    metrics_port: int | None = None  # workers and sweepers serve /metrics here when set
+    log_format: str = "text"          # or "json": one object per line (worker/logs.py)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
@@ -78,10 +98,7 @@ class Settings:
         if env.get("JOBFEED_HOST"):
             values["host"] = env["JOBFEED_HOST"]
         if env.get("JOBFEED_PORT"):
-            port = parse_positive_int(env["JOBFEED_PORT"], "JOBFEED_PORT")
-            if port > 65535:
-                raise SettingError(f"JOBFEED_PORT: {port} is not a port number")
-            values["port"] = port
+            values["port"] = parse_port(env["JOBFEED_PORT"], "JOBFEED_PORT")
         for key, field in (("JOBFEED_ADMIN_TOKEN", "admin_token"), ("JOBFEED_API_TOKEN", "api_token")):
             if env.get(key):
                 values[field] = env[key]
@@ -99,5 +116,11 @@ class Settings:
             values["max_payload"] = parse_positive_int(env["JOBFEED_MAX_PAYLOAD"], "JOBFEED_MAX_PAYLOAD")
         if env.get("JOBFEED_CORS_ORIGINS"):
             values["cors_origins"] = tuple(o.strip() for o in env["JOBFEED_CORS_ORIGINS"].split(",") if o.strip())
+        if env.get("JOBFEED_METRICS_TOKEN"):
+            values["metrics_token"] = env["JOBFEED_METRICS_TOKEN"]
+        if env.get("JOBFEED_METRICS_PORT"):
+            values["metrics_port"] = parse_port(env["JOBFEED_METRICS_PORT"], "JOBFEED_METRICS_PORT")
+        if env.get("JOBFEED_LOG_FORMAT"):
+            values["log_format"] = parse_choice(env["JOBFEED_LOG_FORMAT"], "JOBFEED_LOG_FORMAT", LOG_FORMATS)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -100,3 +100,15 @@ returns timestamptz language sql stable security definer set search_path = jobfe
           from unnest(p_kinds) k
     ) s
 $$;
+
+-- How long each just-claimed job waited once due, and how old it is (seconds,
+-- by the database's clock): for the workers' wait and end-to-end histograms.
+-- Read after a claim, off its path; a job no longer here is left out.
+create or replace function jobfeed.job_timings(p_ids uuid[])
+returns table (id uuid, kind text, wait double precision, age double precision)
+language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select j.id, j.kind, extract(epoch from j.claimed_at - j.run_after)::float8,
+           extract(epoch from now() - j.created_at)::float8
+      from jobfeed.jobs j
+     where j.id = any (p_ids)
+$$;

@@ -33,7 +33,8 @@ grant execute on function
     jobfeed.complete(uuid, int, jsonb, timestamptz),
     jobfeed.fail_transient(uuid, int, text, text, interval, timestamptz),
     jobfeed.fail_permanent(uuid, int, text, text, timestamptz),
-    jobfeed.release(uuid, int, text, interval, text, timestamptz)
+    jobfeed.release(uuid, int, text, interval, text, timestamptz),
+    jobfeed.job_timings(uuid[])
 to jobfeed_worker;
 
 grant execute on function
