@@ -117,10 +117,15 @@ async def register_kinds(queue, settings: Settings, *, overwrite: bool) -> list[
     only add kinds nobody registered yet."""
     specs = registry.specs(settings)
     for spec in specs:
-        await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
-                                  backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
-                                  overwrite=overwrite)
+        await register_kind(queue, spec, overwrite=overwrite)
     return specs
+
+
+async def register_kind(queue, spec: TaskSpec, *, overwrite: bool) -> None:
+    """Record one resolved kind's settings (see register_kinds)."""
+    await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
+                              backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
+                              overwrite=overwrite)
 
 
 class Context:
