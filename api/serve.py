@@ -9,6 +9,7 @@ import contextlib
 import uvicorn
 from starlette.applications import Starlette
 
+from jobfeed.worker import logs
 from jobfeed.worker.settings import Settings
 
 
@@ -20,7 +21,8 @@ def serve_processes(settings: Settings, workers: int) -> None:
     """uvicorn's own loop and signal handling; each worker process builds the
     app from the environment."""
     uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=workers, log_level="info", timeout_graceful_shutdown=5)
+                workers=workers, log_level="info", timeout_graceful_shutdown=5,
+                log_config=logs.uvicorn_log_config(settings.log_format))
 
 
 class SharedLoopServer:
@@ -34,7 +36,9 @@ class SharedLoopServer:
             def capture_signals(self):
                 return contextlib.nullcontext()
 
+        # log_config=None: uvicorn's records go to the root logger `jobfeed up` set up
         self.server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                                            log_config=None,
                                             timeout_graceful_shutdown=5, lifespan="on"))
 
     async def serve(self) -> None:

@@ -116,7 +116,7 @@ async def test_a_standalone_worker_serves_its_metrics_port(dsn, queue, demo_kind
     port = free_port()
     env = worker_env(dsn, JOBFEED_METRICS_PORT=str(port))
     proc = await Process(JOBFEED + ["worker", "--kinds", "demo", "--poll", "200ms"], env).start(
-        ready=r"metrics on http://")
+        ready=r"metrics on http://", timeout=60)
     try:
         job_id, _ = await queue.submit("demo", "standalone", {"steps": 1, "step_ms": 1})
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:

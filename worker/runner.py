@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Sequence
 
-from . import metrics
+from . import logs, metrics
 from .db import Listener
 from .queue import Job, Queue
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient
@@ -256,7 +256,11 @@ class Runner:
         metrics.CLAIMS.labels(job.kind).inc()
         metrics.RUNNING.labels(job.kind).inc()
         # One task per job runs the handler, then queues or writes its outcome.
-        entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}")
+        # Everything logged while it runs (the handler's own lines too) names the job.
+        context = logs.job_context(job_id=str(job.id), kind=job.kind, attempt=job.attempt,
+                                   generation=job.generation, worker=self.worker_id)
+        entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}",
+                                         context=context)
         self._tasks.add(entry.task)
         entry.task.add_done_callback(self._tasks.discard)
 
