@@ -5,7 +5,9 @@ rule (a token when set, else loopback only)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import sys
 
@@ -15,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import JOBFEED, worker_env
 from jobfeed.worker import metrics
-from servers import Process
+from servers import ROOT, Process
 from waiting import eventually
 
 
@@ -155,3 +157,33 @@ def test_a_bad_metrics_port_is_refused_at_start():
     done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", "sweeper", "--once"], env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "JOBFEED_METRICS_PORT" in done.stderr
+
+
+def exposed_series(text: str) -> set[str]:
+    """Every series name the exposition can have, from its TYPE lines (a labelled
+    metric with no samples yet still has one): histograms' _bucket, _sum and
+    _count, counters' _total."""
+    names = set()
+    suffixes = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("_total",), "gauge": ("",),
+                "summary": ("_sum", "_count", "")}
+    for family in text_string_to_metric_families(text):
+        names.update(family.name + s for s in suffixes.get(family.type, ("",)))
+    return names
+
+
+async def test_the_grafana_dashboard_queries_only_metrics_that_exist(dsn):
+    from servers import asgi_client, make_settings
+
+    from jobfeed.api.app import create_app
+
+    dashboard = json.loads((ROOT / "examples" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 12
+    queried = {name for e in exprs for name in re.findall(r"\b(jobfeed_[a-z_]+)\b", e)}
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        exposed = exposed_series((await client.get("/metrics")).text)
+    assert queried - exposed == set()
+    # and the contract's names are among them
+    assert {"jobfeed_job_run_seconds_bucket", "jobfeed_job_wait_seconds_bucket", "jobfeed_submit_seconds_bucket",
+            "jobfeed_job_end_to_end_seconds_bucket", "jobfeed_sse_lag_seconds_bucket", "jobfeed_jobs",
+            "jobfeed_job_outcomes_total"} <= queried
