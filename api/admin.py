@@ -71,6 +71,11 @@ async def stats(request: Request) -> Response:
     return JSONResponse(await services(request).queue.stats())
 
 
+async def workers(request: Request) -> Response:
+    _admin(request)
+    return JSONResponse({"workers": await services(request).queue.list_workers()})
+
+
 async def events(request: Request) -> Response:
     _admin(request)
     return await streams.admin_stream(request)

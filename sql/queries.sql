@@ -47,6 +47,15 @@ select id, kind, target, payload::text, attempts, max_attempts, generation, leas
 -- name: job_timings
 select id, kind, wait, age from jobfeed.job_timings($1);
 
+-- name: worker_beat
+select jobfeed.worker_beat($1, $2, $3, $4, $5, $6);
+
+-- name: worker_stopped
+select jobfeed.worker_stopped($1);
+
+-- name: list_workers
+select jobfeed.list_workers()::text;
+
 -- name: next_due
 select jobfeed.next_due($1), now();
 

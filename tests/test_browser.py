@@ -13,6 +13,7 @@ CI=true, where they fail."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -365,3 +366,37 @@ async def test_errors_from_the_server_are_shown(api, new_page):
     await expect(page.locator("#job")).to_be_hidden()
     await page.set_viewport_size(DESKTOP)
     await shot(page, "job-not-found")
+
+
+async def test_dashboard_workers_panel_matches_the_database(worker, new_page, http, pool):
+    """A live worker running one long job and a planted worker silent for more
+    than two leases: the panel shows each as the database has it, live or lost."""
+    await pool.execute("select jobfeed.worker_beat('gone-host:1:old', 'gone-host', array['demo'], 2, 1, "
+                       "'1 second', now() - interval '10 seconds')")
+    created = await http.post("/api/jobs", json={"kind": "demo", "target": "long-1",
+                                                 "payload": {"steps": 300, "step_ms": 100}})
+    assert created.status_code == 201
+
+    async def running():
+        listed = json.loads(await pool.fetchval("select jobfeed.list_workers()::text"))
+        return listed if any(w["running"] == 1 and not w["lost"] for w in listed) else None
+    workers = await eventually(running, what="the worker to report its running job")
+    assert len(workers) == 2 and sum(w["lost"] for w in workers) == 1
+
+    page = await new_page(DESKTOP)
+    await page.goto("/admin")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#connection")).to_contain_text("Live")
+    await expect(page.locator("#workers tbody tr")).to_have_count(len(workers))
+    for w in workers:
+        row = page.locator(f'#workers tr[data-worker="{w["id"]}"]')
+        await expect(row.locator('[data-field="running"]')).to_have_text(str(w["running"]))
+        await expect(row.locator('[data-field="concurrency"]')).to_have_text(str(w["concurrency"]))
+        await expect(row.locator('[data-field="status"]')).to_have_text("lost" if w["lost"] else "live")
+        await expect(row).to_contain_text(", ".join(w["kinds"]))
+    await expect(page.locator("#workers-summary")).to_have_text(
+        "1 live, 1 lost; 1 running of 4 slots.")
+    running_in_db = await pool.fetchval("select count(*) from jobfeed.jobs where state = 'running'")
+    await expect(page.locator('#counts td[data-state="running"]')).to_have_text(str(running_in_db))
+    await shot(page, "dashboard")

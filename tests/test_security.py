@@ -40,6 +40,9 @@ CALLS = {
     "fail_permanent": "select jobfeed.fail_permanent(gen_random_uuid(), 1, 'x')",
     "release": "select jobfeed.release(gen_random_uuid(), 1, 'x')",
     "job_timings": "select * from jobfeed.job_timings(array[gen_random_uuid()])",
+    "worker_beat": "select jobfeed.worker_beat('w', 'h', array['k'], 1, 0, '1 minute')",
+    "worker_stopped": "select jobfeed.worker_stopped('w')",
+    "list_workers": "select jobfeed.list_workers()",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
     # internal helpers: nobody outside the queue's functions
@@ -59,14 +62,14 @@ CALLS = {
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
+                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel", "list_workers"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
-                       "fail_permanent", "release", "job_timings"},
+                       "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions")
+TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "workers")
 
 
 def as_user(url: str, user: str) -> str:

@@ -193,6 +193,18 @@ class Queue:
         """(id, kind, seconds waited once due, age in seconds) of claimed jobs, for metrics."""
         return [(r["id"], r["kind"], r["wait"], r["age"]) for r in await self._fetch("job_timings", list(ids))]
 
+    async def worker_beat(self, worker_id: str, host: str, kinds: Sequence[str], concurrency: int,
+                          running: int, lease: float) -> None:
+        await self._fetch("worker_beat", worker_id, host, list(kinds), concurrency, running, _seconds(lease))
+
+    async def worker_stopped(self, worker_id: str) -> None:
+        await self._fetch("worker_stopped", worker_id)
+
+    async def list_workers(self) -> list[dict]:
+        """Workers seen in the last hour: id, host, kinds, concurrency, running,
+        started_at, last_seen, lost (silent for two leases)."""
+        return json.loads(await self._fetchval("list_workers"))
+
     async def next_due(self, kinds: Sequence[str]) -> float | None:
         """Seconds until the next job of these kinds is claimable (<= 0: now)."""
         rows = await self._fetch("next_due", list(kinds))

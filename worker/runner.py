@@ -158,6 +158,7 @@ class Runner:
                             name="jobfeed-worker-listen")
         await listener.start()
         heartbeat = asyncio.create_task(self._heartbeat(), name="jobfeed-heartbeat")
+        presence = asyncio.create_task(self._presence(), name="jobfeed-presence")
         completions = asyncio.create_task(self._completions.run(), name="jobfeed-completions")
         budget_timer = (asyncio.create_task(self._budget_timer(), name="jobfeed-budget")
                         if self._deadline is not None else None)
@@ -168,6 +169,11 @@ class Runner:
             await self._shutdown()
             heartbeat.cancel()
             completions.cancel()
+            presence.cancel()
+            try:  # leave the workers panel at once rather than be shown lost
+                await self.queue.worker_stopped(self.worker_id)
+            except Exception as exc:
+                log.warning("worker %s: could not sign off (%s)", self.worker_id, exc)
             for task in list(self._side):
                 task.cancel()
             if budget_timer:
@@ -357,6 +363,19 @@ class Runner:
                 if key[0] in lost:
                     entry.ctx.lost.set()
                     entry.stop("lost")
+
+    async def _presence(self) -> None:
+        """This worker's row in jobfeed.workers, renewed every third of its
+        shortest lease: missing for two leases, it is shown lost."""
+        lease = min(_lease(s) for s in self.specs.values())
+        host = socket.gethostname()
+        while True:
+            try:
+                await self.queue.worker_beat(self.worker_id, host, self.kinds, self.concurrency,
+                                             len(self._running), lease)
+            except Exception as exc:
+                log.warning("worker %s: presence beat failed (%s)", self.worker_id, exc)
+            await asyncio.sleep(max(lease / 3, 0.05))
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:

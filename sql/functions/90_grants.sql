@@ -34,8 +34,12 @@ grant execute on function
     jobfeed.fail_transient(uuid, int, text, text, interval, timestamptz),
     jobfeed.fail_permanent(uuid, int, text, text, timestamptz),
     jobfeed.release(uuid, int, text, interval, text, timestamptz),
-    jobfeed.job_timings(uuid[])
+    jobfeed.job_timings(uuid[]),
+    jobfeed.worker_beat(text, text, text[], int, int, interval, timestamptz),
+    jobfeed.worker_stopped(text)
 to jobfeed_worker;
+
+grant execute on function jobfeed.list_workers(timestamptz) to jobfeed_api;
 
 grant execute on function
     jobfeed.sweep_expired(timestamptz),
