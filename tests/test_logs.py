@@ -99,7 +99,7 @@ async def test_a_whole_run_logs_json_and_never_a_secret(dsn, queue):
         outputs += [api.output, worker.output]
 
     up = await Process(JOBFEED + ["up", "--grace", "1s", "--port", str(up_port)], env).start(
-        ready=r"jobfeed is up")
+        ready=r"  database: ")
     try:
         banner = "\n".join(up.output)
         assert "token: (JOBFEED_ADMIN_TOKEN)" in banner and "postgres:***@" in banner

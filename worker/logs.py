@@ -12,21 +12,16 @@ import re
 import sys
 from typing import Any
 
-FORMATS = ("text", "json")
+from .redact import redact
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # Set in the task that runs a handler, so everything logged inside it names the job.
 current_job: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("jobfeed_job", default=None)
 
-# user:password@ in URLs, and query strings (they carry API keys), never reach a log line.
-_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"<>]*@")
-_QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?'\"<>]*)\?[^\s'\"<>)\]]*")
+# user:password@ in URLs, and query strings (they carry API keys), never reach a
+# log line: redact() is the one the stored errors use too.
 _PASSWORD = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s@:]*):[^/\s@]*@")
-
-
-def redact(text: str) -> str:
-    """The text with URL credentials and query strings replaced by ***."""
-    return _QUERY.sub(r"\1?***", _CREDENTIALS.sub(r"\1***@", text))
 
 
 def without_password(url: str) -> str:
