@@ -15,6 +15,7 @@ from .queue import QueueError
 from .settings import SettingError, Settings, parse_duration, parse_positive_int
 from .startup import UsageError, run
 from .submission import InvalidSubmission
+from .top import cmd_top
 from .up import cmd_up
 
 
@@ -77,11 +78,12 @@ def parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
+    sub.add_parser("top", help="a live view of the queue and its workers in the terminal (q quits)")
     return p
 
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
-            "submit": cmd_submit, "show": cmd_show}
+            "submit": cmd_submit, "show": cmd_show, "top": cmd_top}
 
 
 def main(argv: list[str] | None = None) -> int:
