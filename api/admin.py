@@ -85,6 +85,11 @@ async def workers(request: Request) -> Response:
     return JSONResponse({"workers": await services(request).queue.list_workers()})
 
 
+async def charts(request: Request) -> Response:
+    await _admin(request)
+    return JSONResponse(await services(request).queue.charts())
+
+
 async def events(request: Request) -> Response:
     await _admin(request)
     return await streams.admin_stream(request)

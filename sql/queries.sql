@@ -57,6 +57,12 @@ select jobfeed.worker_stopped($1);
 -- name: list_workers
 select jobfeed.list_workers()::text;
 
+-- name: sample_depth
+select jobfeed.sample_depth();
+
+-- name: charts
+select jobfeed.charts()::text;
+
 -- name: next_due
 select jobfeed.next_due($1), now();
 

@@ -18,6 +18,7 @@ ADMIN_ROUTES = [
     ("GET", "/api/admin/jobs"), ("GET", f"/api/admin/jobs/{SOME_ID}"),
     ("POST", f"/api/admin/jobs/{SOME_ID}/retry"), ("POST", f"/api/admin/jobs/{SOME_ID}/cancel"),
     ("GET", "/api/admin/stats"), ("GET", "/api/admin/events"), ("GET", "/api/admin/workers"),
+    ("GET", "/api/admin/charts"),
 ]
 
 

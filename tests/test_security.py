@@ -45,6 +45,8 @@ CALLS = {
     "worker_beat": "select jobfeed.worker_beat('w', 'h', array['k'], 1, 0, '1 minute')",
     "worker_stopped": "select jobfeed.worker_stopped('w')",
     "list_workers": "select jobfeed.list_workers()",
+    "charts": "select jobfeed.charts()",
+    "sample_depth": "select jobfeed.sample_depth()",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
     # internal helpers: nobody outside the queue's functions
@@ -70,15 +72,15 @@ CALLS = {
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel", "list_workers",
+                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel", "list_workers", "charts",
                     "open_admin_session", "admin_session_valid", "close_admin_session"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "claim_v2", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped"},
-    "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
+    "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions", "stats_snapshot", "workers")
+TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions", "stats_snapshot", "workers", "depth_samples")
 
 
 def as_user(url: str, user: str) -> str:

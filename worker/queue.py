@@ -248,6 +248,15 @@ class Queue:
         started_at, last_seen, lost (silent for two leases)."""
         return json.loads(await self._fetchval("list_workers"))
 
+    async def sample_depth(self) -> int:
+        """Record queue depth by kind now (the sweeper, each round)."""
+        return await self._fetchval("sample_depth")
+
+    async def charts(self) -> dict:
+        """The dashboard's charts over the last hour: depth samples, wait p50/p95
+        by kind, failures by kind and code."""
+        return json.loads(await self._fetchval("charts"))
+
     async def next_due(self, kinds: Sequence[str]) -> float | None:
         """Seconds until the next job of these kinds is claimable (<= 0: now)."""
         rows = await self._fetch("next_due", list(kinds))

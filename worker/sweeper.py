@@ -34,6 +34,7 @@ class Sweeper:
             deleted += n
             if n < self.batch:
                 break
+        await self.queue.sample_depth()  # the dashboard's depth chart
         metrics.SWEPT.labels("expired").inc(expired)
         metrics.SWEPT.labels("deleted").inc(deleted)
         if expired or deleted:

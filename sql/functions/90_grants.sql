@@ -44,7 +44,9 @@ grant execute on function
     jobfeed.worker_stopped(text)
 to jobfeed_worker;
 
-grant execute on function jobfeed.list_workers(timestamptz) to jobfeed_api;
+grant execute on function jobfeed.list_workers(timestamptz), jobfeed.charts(timestamptz) to jobfeed_api;
+
+grant execute on function jobfeed.sample_depth(timestamptz) to jobfeed_sweeper;
 
 grant execute on function
     jobfeed.sweep_expired(timestamptz),

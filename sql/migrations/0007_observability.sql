@@ -13,3 +13,13 @@ create table jobfeed.workers (
     started_at  timestamptz not null default now(),
     last_seen   timestamptz not null default now()
 );
+
+-- Queue depth by kind, sampled by the sweeper each round (jobfeed.sample_depth)
+-- and kept two hours: the dashboard's depth chart over the last hour.
+create table jobfeed.depth_samples (
+    at      timestamptz not null,
+    kind    text not null,
+    queued  int not null,
+    running int not null,
+    primary key (at, kind)
+);
