@@ -46,7 +46,10 @@ select id, kind, target, payload::text, attempts, max_attempts, generation, leas
   from jobfeed.claim_v2($1, $2, $3, $4);
 
 -- name: job_timings
-select id, kind, wait, age from jobfeed.job_timings($1);
+select id, kind, wait, age, traceparent from jobfeed.job_timings($1);
+
+-- name: set_traceparent
+select jobfeed.set_traceparent($1, $2);
 
 -- name: worker_beat
 select jobfeed.worker_beat($1, $2, $3, $4, $5, $6);

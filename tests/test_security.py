@@ -46,6 +46,7 @@ CALLS = {
     "worker_stopped": "select jobfeed.worker_stopped('w')",
     "list_workers": "select jobfeed.list_workers()",
     "charts": "select jobfeed.charts()",
+    "set_traceparent": "select jobfeed.set_traceparent(gen_random_uuid(), 'x')",
     "sample_depth": "select jobfeed.sample_depth()",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
@@ -72,11 +73,12 @@ CALLS = {
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel", "list_workers", "charts",
+                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel", "list_workers", "charts", "set_traceparent",
                     "open_admin_session", "admin_session_valid", "close_admin_session"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "claim_v2", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
-                       "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped"},
+                       "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped",
+                       "set_traceparent"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
 }
 

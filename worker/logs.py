@@ -12,6 +12,7 @@ import re
 import sys
 from typing import Any
 
+from . import tracing
 from .redact import redact
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -59,6 +60,9 @@ class JsonFormatter(logging.Formatter):
             "message": redact(record.getMessage()),
         }
         entry.update(current_job.get() or {})
+        trace_id = tracing.trace_id()
+        if trace_id:
+            entry["trace_id"] = trace_id
         if record.exc_info:
             entry["exception"] = redact(self.formatException(record.exc_info))
         return json.dumps(entry, default=str)

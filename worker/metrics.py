@@ -79,7 +79,7 @@ class Ages:
     def claimed(self, rows) -> None:
         """rows: (id, kind, wait seconds, age seconds) read after a claim."""
         now = time.monotonic()
-        for job_id, kind, wait, age in rows:
+        for job_id, kind, wait, age, *_ in rows:
             if wait is not None:
                 WAIT.labels(kind).observe(max(wait, 0.0))
             born = now - (age or 0.0)

@@ -232,9 +232,13 @@ class Queue:
                     r[9])
                 for r in rows]
 
-    async def job_timings(self, ids: Sequence[uuid.UUID]) -> list[tuple[uuid.UUID, str, float | None, float]]:
-        """(id, kind, seconds waited once due, age in seconds) of claimed jobs, for metrics."""
-        return [(r["id"], r["kind"], r["wait"], r["age"]) for r in await self._fetch("job_timings", list(ids))]
+    async def job_timings(self, ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
+        """(id, kind, wait, age, traceparent) of claimed jobs: seconds waited once
+        due and seconds since submitted (metrics), the submitter's trace context."""
+        return await self._fetch("job_timings", list(ids))
+
+    async def set_traceparent(self, job_id: uuid.UUID, traceparent: str) -> None:
+        await self._fetch("set_traceparent", job_id, traceparent)
 
     async def worker_beat(self, worker_id: str, host: str, kinds: Sequence[str], concurrency: int,
                           running: int, lease: float) -> None:

@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Sequence
 
-from . import db, logs, metrics, redact
+from . import db, logs, metrics, redact, tracing
 from .db import Listener
 from .queue import Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec
@@ -384,16 +384,22 @@ class Runner:
             claimed: list[Job] = []
             try:
                 if limit > 0:
-                    claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
+                    with tracing.span("jobfeed claim", attributes={"jobfeed.limit": limit,
+                                                                   "jobfeed.worker": self.worker_id}):
+                        claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
+                        tracing.annotate({"jobfeed.claimed": len(claimed)})
                 error_delay = 0.1
             except Exception as exc:  # database down or restarting: keep trying
                 log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id, exc, error_delay)
                 await self._sleep(error_delay)
                 error_delay = min(error_delay * 2, 5.0)
                 continue
+            parents: dict[uuid.UUID, str] = {}
+            if claimed and tracing.ENABLED:  # the runs' spans need their submitters' contexts first
+                parents = await self._observe_claims([j.id for j in claimed])
             for job in claimed:
-                self._start(job)
-            if claimed:
+                self._start(job, parents.get(job.id))
+            if claimed and not tracing.ENABLED:
                 self._side_task(self._observe_claims([j.id for j in claimed]))
             if self._deadline is not None or self.max_jobs is not None:
                 # A budget run ends when nothing is due (or it may claim no more) and
@@ -420,12 +426,16 @@ class Runner:
         self._side.add(task)
         task.add_done_callback(self._side.discard)
 
-    async def _observe_claims(self, ids: list[uuid.UUID]) -> None:
+    async def _observe_claims(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Wait and age of the claimed jobs (metrics); -> their traceparents."""
         try:
-            self._ages.claimed(await self.queue.job_timings(ids))
+            rows = await self.queue.job_timings(ids)
         except Exception as exc:
             self._ages.unknown(ids)
             log.debug("reading claim timings failed (%s)", exc)
+            return {}
+        self._ages.claimed(rows)
+        return {r["id"]: r["traceparent"] for r in rows if r["traceparent"]}
 
     def _kinds_in_turn(self) -> list[str]:
         """The kinds, each claim starting from the next: claim shares free slots
@@ -455,7 +465,7 @@ class Runner:
         self._cancel_all("budget")
 
     # -------------------------------------------------------------- one job
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, traceparent: str | None = None) -> None:
         spec = self.specs[job.kind]
         key = (job.id, job.generation)
         # The lease the claim granted, which may differ from ours (the kind's
@@ -471,12 +481,23 @@ class Runner:
         # Everything logged while it runs (the handler's own lines too) names the job.
         context = logs.job_context(job_id=str(job.id), kind=job.kind, attempt=job.attempt,
                                    generation=job.generation, worker=self.worker_id)
-        entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}",
+        entry.task = asyncio.create_task(self._run_job(key, entry, spec, traceparent),
+                                         name=f"job-{job.id}-{job.generation}",
                                          context=context)
         self._tasks.add(entry.task)
         entry.task.add_done_callback(self._tasks.discard)
 
-    async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
+    async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec,
+                       traceparent: str | None) -> None:
+        if not tracing.ENABLED:
+            return await self._run_attempt(key, entry, spec)
+        job = entry.ctx.job
+        attributes = {"jobfeed.job_id": str(job.id), "jobfeed.kind": job.kind, "jobfeed.attempt": job.attempt,
+                      "jobfeed.generation": job.generation, "jobfeed.worker": self.worker_id}
+        with tracing.span(f"jobfeed run {job.kind}", parent=traceparent, attributes=attributes):
+            await self._run_attempt(key, entry, spec)
+
+    async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
         job = entry.ctx.job
         started = time.monotonic()
         try:
@@ -504,9 +525,10 @@ class Runner:
                 self._observe_end(job, ("done", None), time.monotonic() - started)
                 entry.recording = True  # from here on, a stop() must not cancel it
                 await self._flush_progress(entry)
-                self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
+                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
+                    self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
                 return
-            self._observe_end(job, outcome, time.monotonic() - started)
+            label = self._observe_end(job, outcome, time.monotonic() - started)
             entry.recording = True
             if outcome[0] == "error":
                 await self._flush_progress(entry)
@@ -516,7 +538,9 @@ class Runner:
             self._wake.set()
             try:
                 what, value = outcome
-                await self._record(job, what, value, entry.ctx.lease)
+                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": label,
+                                                                 "jobfeed.code": value.code if value else ""}):
+                    await self._record(job, what, value, entry.ctx.lease)
             finally:
                 self._recording -= 1
                 self._wake.set()
@@ -528,7 +552,7 @@ class Runner:
             metrics.RUNNING.labels(job.kind).dec()
             self._wake.set()
 
-    def _observe_end(self, job: Job, outcome: tuple[str, JobError | None], seconds: float) -> None:
+    def _observe_end(self, job: Job, outcome: tuple[str, JobError | None], seconds: float) -> str:
         what, error = outcome
         code = error.code if error is not None else ""
         if what == "done":
@@ -543,6 +567,8 @@ class Runner:
             label = metrics.FAILED if job.attempt >= job.max_attempts else metrics.RETRIED
         metrics.attempt_ended(job.kind, label, code, seconds)
         self._ages.ended(job.id, job.kind, label)
+        tracing.annotate({"jobfeed.outcome": label, "jobfeed.code": code})
+        return label
 
     async def _flush_progress(self, entry: _Running) -> None:
         """The last progress report before the outcome lands first."""

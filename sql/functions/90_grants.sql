@@ -46,6 +46,8 @@ to jobfeed_worker;
 
 grant execute on function jobfeed.list_workers(timestamptz), jobfeed.charts(timestamptz) to jobfeed_api;
 
+grant execute on function jobfeed.set_traceparent(uuid, text) to jobfeed_api, jobfeed_worker;
+
 grant execute on function jobfeed.sample_depth(timestamptz) to jobfeed_sweeper;
 
 grant execute on function

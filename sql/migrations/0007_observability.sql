@@ -23,3 +23,7 @@ create table jobfeed.depth_samples (
     running int not null,
     primary key (at, kind)
 );
+
+-- The submitter's trace context (W3C traceparent), when it traced the submit:
+-- each run of the job is a span in that trace (jobfeed[otel]).
+alter table jobfeed.jobs add column traceparent text;
