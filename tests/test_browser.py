@@ -431,3 +431,14 @@ async def test_dashboard_panels_match_the_database(worker, new_page, http, pool)
     points = await page.locator('#depth-chart polyline[data-kind="demo"]').get_attribute("points")
     assert len(points.split()) == len(depth)
     await shot(page, "dashboard")
+
+    # The failed job's detail: its attempts on a time line, as the database logged them.
+    outcomes = [r["outcome"] for r in await pool.fetch(
+        "select outcome from jobfeed.attempts where job_id = $1::uuid order by generation", finished[2])]
+    assert outcomes == ["permanent"]
+    await page.locator(f'#jobs tr[data-job-id="{finished[2]}"] button').click()
+    bars = page.locator('#timeline rect[data-part="attempt"]')
+    await expect(bars).to_have_count(len(outcomes))
+    assert [await bars.nth(i).get_attribute("data-outcome") for i in range(len(outcomes))] == outcomes
+    await expect(page.locator('#timeline rect[data-part="queued"]')).to_have_count(1)
+    await page.locator("#timeline").screenshot(path=SHOTS / "dashboard-timeline.png")
