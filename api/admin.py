@@ -80,6 +80,16 @@ async def stats(request: Request) -> Response:
     return JSONResponse(await services(request).queue.stats(max_age=DASHBOARD_STATS_AGE))
 
 
+async def workers(request: Request) -> Response:
+    await _admin(request)
+    return JSONResponse({"workers": await services(request).queue.list_workers()})
+
+
+async def charts(request: Request) -> Response:
+    await _admin(request)
+    return JSONResponse(await services(request).queue.charts())
+
+
 async def events(request: Request) -> Response:
     await _admin(request)
     return await streams.admin_stream(request)

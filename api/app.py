@@ -46,6 +46,8 @@ def routes() -> list[BaseRoute]:
         Route("/api/admin/jobs/{job_id}/retry", admin.retry, methods=["POST"]),
         Route("/api/admin/jobs/{job_id}/cancel", admin.cancel, methods=["POST"]),
         Route("/api/admin/stats", admin.stats, methods=["GET"]),
+        Route("/api/admin/workers", admin.workers, methods=["GET"]),
+        Route("/api/admin/charts", admin.charts, methods=["GET"]),
         Route("/api/admin/events", admin.events, methods=["GET"]),
         Route("/api/admin/session", admin.sign_in, methods=["POST"]),
         Route("/api/admin/session", admin.sign_out, methods=["DELETE"]),

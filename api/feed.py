@@ -12,6 +12,7 @@ while disconnected costs latency, never a change."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import re
@@ -52,11 +53,14 @@ class View(NamedTuple):
     version: int
     terminal: bool
     text: str
+    changed_at: float | None = None  # updated_at as epoch seconds: the SSE lag metric
 
     @classmethod
     def parse(cls, text: str) -> "View":
         data = json.loads(text)
-        return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text)
+        updated = data.get("updated_at")
+        changed_at = dt.datetime.fromisoformat(updated).timestamp() if isinstance(updated, str) else None
+        return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text, changed_at)
 
 
 class JobSubscription:

@@ -6,6 +6,7 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from jobfeed.worker import tracing
 from jobfeed.worker.submission import InvalidSubmission, check_submission
 
 from . import auth, streams
@@ -32,12 +33,24 @@ def _check_submission(body) -> tuple[str, str, dict]:
 async def submit(request: Request) -> Response:
     svc = services(request)
     auth.require_api_token(request, svc.settings.api_token)
+    with tracing.span("POST /api/jobs", parent=request.headers.get("traceparent"), server=True):
+        return await _submit(request, svc)
+
+
+async def _submit(request: Request, svc) -> Response:
     kind, target, payload = _check_submission(await read_json(request, svc.body_limit))
-    try:
-        job_id, created, text = await svc.batcher.submit(kind, target, payload)
-    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
-        # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
-        raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
+    tracing.annotate({"jobfeed.kind": kind})
+    traceparent = tracing.current_traceparent()  # this request's span: every run of the job joins its trace
+    with svc.metrics.submitting() as timed:
+        try:
+            with tracing.span("jobfeed submit", attributes={"jobfeed.kind": kind}):
+                job_id, created, text = await svc.batcher.submit(kind, target, payload)
+                if traceparent and created:
+                    await svc.queue.set_traceparent(job_id, traceparent)
+        except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
+            # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
+            raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
+        timed["kind"] = kind
     return json_text(with_flag(text, "deduplicated", not created), 201 if created else 200,
                      headers={"Location": f"{request.scope.get('root_path', '')}/api/jobs/{job_id}"})
 

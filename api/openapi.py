@@ -102,6 +102,25 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "summary": "Counts by kind and state, oldest due job age, throughput per minute",
         "security": _ADMIN,
         "responses": {"200": _json(_ref("Stats"), "the numbers"), **_UNAUTHORIZED}},
+    ("GET", "/api/admin/workers"): {
+        "summary": "Workers seen in the last hour; lost once silent for two leases",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {"workers": {"type": "array", "items": {
+            "type": "object", "properties": {
+                "id": {"type": "string"}, "host": {"type": "string"},
+                "kinds": {"type": "array", "items": {"type": "string"}},
+                "concurrency": {"type": "integer"}, "running": {"type": "integer"},
+                "started_at": {"type": "string", "format": "date-time"},
+                "last_seen": {"type": "string", "format": "date-time"}, "lost": {"type": "boolean"}}}}}},
+            "the workers"), **_UNAUTHORIZED}},
+    ("GET", "/api/admin/charts"): {
+        "summary": "The last hour: depth by kind (sampled by the sweeper), wait p50/p95 by kind, failures by code",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {
+            "now": {"type": "string", "format": "date-time"},
+            "depth": {"type": "array", "items": {"type": "object"}},
+            "wait": {"type": "array", "items": {"type": "object"}},
+            "failures": {"type": "array", "items": {"type": "object"}}}}, "the charts' data"), **_UNAUTHORIZED}},
     ("GET", "/api/admin/events"): {
         "summary": "Server-sent events of every change, with true views (for the dashboard)",
         "description": "event: ready once subscribed; event: job with an admin view per change; "

@@ -45,6 +45,27 @@ select id, kind, target, payload::text, attempts, max_attempts, generation, leas
        extract(epoch from lease)::float8
   from jobfeed.claim_v2($1, $2, $3, $4);
 
+-- name: job_timings
+select id, kind, wait, age, traceparent from jobfeed.job_timings($1);
+
+-- name: set_traceparent
+select jobfeed.set_traceparent($1, $2);
+
+-- name: worker_beat
+select jobfeed.worker_beat($1, $2, $3, $4, $5, $6);
+
+-- name: worker_stopped
+select jobfeed.worker_stopped($1);
+
+-- name: list_workers
+select jobfeed.list_workers()::text;
+
+-- name: sample_depth
+select jobfeed.sample_depth();
+
+-- name: charts
+select jobfeed.charts()::text;
+
 -- name: next_due
 select jobfeed.next_due($1), now();
 

@@ -41,6 +41,13 @@ CALLS = {
     "fail_transient": "select jobfeed.fail_transient(gen_random_uuid(), 1, 'x')",
     "fail_permanent": "select jobfeed.fail_permanent(gen_random_uuid(), 1, 'x')",
     "release": "select jobfeed.release(gen_random_uuid(), 1, 'x')",
+    "job_timings": "select * from jobfeed.job_timings(array[gen_random_uuid()])",
+    "worker_beat": "select jobfeed.worker_beat('w', 'h', array['k'], 1, 0, '1 minute')",
+    "worker_stopped": "select jobfeed.worker_stopped('w')",
+    "list_workers": "select jobfeed.list_workers()",
+    "charts": "select jobfeed.charts()",
+    "set_traceparent": "select jobfeed.set_traceparent(gen_random_uuid(), 'x')",
+    "sample_depth": "select jobfeed.sample_depth()",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
     # internal helpers: nobody outside the queue's functions
@@ -66,15 +73,16 @@ CALLS = {
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel",
+                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel", "list_workers", "charts", "set_traceparent",
                     "open_admin_session", "admin_session_valid", "close_admin_session"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "claim_v2", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
-                       "fail_permanent", "release"},
-    "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
+                       "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped",
+                       "set_traceparent"},
+    "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions", "stats_snapshot")
+TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions", "stats_snapshot", "workers", "depth_samples")
 
 
 def as_user(url: str, user: str) -> str:

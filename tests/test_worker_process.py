@@ -152,7 +152,7 @@ async def test_budget_mode_handles_at_most_max_jobs_then_exits(dsn, queue, pool)
     out = run_to_exit(proc, 15)
     assert proc.returncode == 0, out
     states = [await pool.fetchval("select state::text from jobfeed.jobs where id = $1", i) for i in ids]
-    assert sorted(states) == ["completed"] * 3 + ["queued"] * 2
+    assert sorted(states) == ["completed"] * 3 + ["queued"] * 2, out
 
 
 async def test_budget_mode_exits_when_nothing_is_due(dsn):

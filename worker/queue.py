@@ -232,6 +232,35 @@ class Queue:
                     r[9])
                 for r in rows]
 
+    async def job_timings(self, ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
+        """(id, kind, wait, age, traceparent) of claimed jobs: seconds waited once
+        due and seconds since submitted (metrics), the submitter's trace context."""
+        return await self._fetch("job_timings", list(ids))
+
+    async def set_traceparent(self, job_id: uuid.UUID, traceparent: str) -> None:
+        await self._fetch("set_traceparent", job_id, traceparent)
+
+    async def worker_beat(self, worker_id: str, host: str, kinds: Sequence[str], concurrency: int,
+                          running: int, lease: float) -> None:
+        await self._fetch("worker_beat", worker_id, host, list(kinds), concurrency, running, _seconds(lease))
+
+    async def worker_stopped(self, worker_id: str) -> None:
+        await self._fetch("worker_stopped", worker_id)
+
+    async def list_workers(self) -> list[dict]:
+        """Workers seen in the last hour: id, host, kinds, concurrency, running,
+        started_at, last_seen, lost (silent for two leases)."""
+        return json.loads(await self._fetchval("list_workers"))
+
+    async def sample_depth(self) -> int:
+        """Record queue depth by kind now (the sweeper, each round)."""
+        return await self._fetchval("sample_depth")
+
+    async def charts(self) -> dict:
+        """The dashboard's charts over the last hour: depth samples, wait p50/p95
+        by kind, failures by kind and code."""
+        return json.loads(await self._fetchval("charts"))
+
     async def next_due(self, kinds: Sequence[str]) -> float | None:
         """Seconds until the next job of these kinds is claimable (<= 0: now)."""
         rows = await self._fetch("next_due", list(kinds))

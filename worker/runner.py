@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Sequence
 
-from . import db, redact
+from . import db, logs, metrics, redact, tracing
 from .db import Listener
 from .queue import Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec
@@ -324,6 +324,8 @@ class Runner:
         self._seats = _Seats(dsn, self.kinds, name="jobfeed-worker-seats")
         self._recording = 0  # handlers done, failures and releases being written
         self.signals = RunnerSignals()
+        self._ages = metrics.Ages()
+        self._side: set[asyncio.Task] = set()  # reads for metrics, never waited for
 
     # -------------------------------------------------------------- control
     def stop(self) -> None:
@@ -358,6 +360,7 @@ class Runner:
                             name="jobfeed-worker-listen")
         await listener.start()
         heartbeat = asyncio.create_task(self._heartbeat(), name="jobfeed-heartbeat")
+        presence = asyncio.create_task(self._presence(), name="jobfeed-presence")
         seats = asyncio.create_task(self._seats.run(), name="jobfeed-seats")
         completions = asyncio.create_task(self._completions.run(), name="jobfeed-completions")
         budget_timer = (asyncio.create_task(self._budget_timer(), name="jobfeed-budget")
@@ -370,6 +373,13 @@ class Runner:
             heartbeat.cancel()
             completions.cancel()
             seats.cancel()
+            presence.cancel()
+            try:  # leave the workers panel at once rather than be shown lost
+                await self.queue.worker_stopped(self.worker_id)
+            except Exception as exc:
+                log.warning("worker %s: could not sign off (%s)", self.worker_id, exc)
+            for task in list(self._side):
+                task.cancel()
             if budget_timer:
                 budget_timer.cancel()
             await listener.stop()
@@ -383,19 +393,29 @@ class Runner:
             claimed: list[Job] = []
             try:
                 if limit > 0:
-                    claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
+                    with tracing.span("jobfeed claim", attributes={"jobfeed.limit": limit,
+                                                                   "jobfeed.worker": self.worker_id}):
+                        claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
+                        tracing.annotate({"jobfeed.claimed": len(claimed)})
                 error_delay = 0.1
             except Exception as exc:  # database down or restarting: keep trying
                 log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id, exc, error_delay)
                 await self._sleep(error_delay)
                 error_delay = min(error_delay * 2, 5.0)
                 continue
+            parents: dict[uuid.UUID, str] = {}
+            if claimed and tracing.ENABLED:  # the runs' spans need their submitters' contexts first
+                parents = await self._observe_claims([j.id for j in claimed])
             for job in claimed:
-                self._start(job)
+                self._start(job, parents.get(job.id))
+            if claimed and not tracing.ENABLED:
+                self._side_task(self._observe_claims([j.id for j in claimed]))
             if self._deadline is not None or self.max_jobs is not None:
-                if not claimed and not self._running:
-                    return  # a budget run ends when nothing is due and nothing runs
-                if self._may_claim() == 0 and not self._running:
+                # A budget run ends when nothing is due (or it may claim no more) and
+                # nothing runs, nor waits to be written: a claim refused only because
+                # outcomes are unwritten (limit 0) is not the end.
+                busy = self._running or self._recording or self._completions.unwritten
+                if not busy and ((limit > 0 and not claimed) or self._may_claim() == 0):
                     return
             if claimed and len(claimed) == limit:
                 continue  # there may be more waiting
@@ -409,6 +429,22 @@ class Runner:
                     pass
             self._seats.seated(self._may_claim() > 0)
             await self._sleep(timeout)
+
+    def _side_task(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _observe_claims(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Wait and age of the claimed jobs (metrics); -> their traceparents."""
+        try:
+            rows = await self.queue.job_timings(ids)
+        except Exception as exc:
+            self._ages.unknown(ids)
+            log.debug("reading claim timings failed (%s)", exc)
+            return {}
+        self._ages.claimed(rows)
+        return {r["id"]: r["traceparent"] for r in rows if r["traceparent"]}
 
     def _kinds_in_turn(self) -> list[str]:
         """The kinds, each claim starting from the next: claim shares free slots
@@ -438,7 +474,7 @@ class Runner:
         self._cancel_all("budget")
 
     # -------------------------------------------------------------- one job
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, traceparent: str | None = None) -> None:
         spec = self.specs[job.kind]
         key = (job.id, job.generation)
         # The lease the claim granted, which may differ from ours (the kind's
@@ -448,13 +484,31 @@ class Runner:
         self._running[key] = entry
         self._beat.set()
         self.claimed_count += 1
+        metrics.CLAIMS.labels(job.kind).inc()
+        metrics.RUNNING.labels(job.kind).inc()
         # One task per job runs the handler, then queues or writes its outcome.
-        entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}")
+        # Everything logged while it runs (the handler's own lines too) names the job.
+        context = logs.job_context(job_id=str(job.id), kind=job.kind, attempt=job.attempt,
+                                   generation=job.generation, worker=self.worker_id)
+        entry.task = asyncio.create_task(self._run_job(key, entry, spec, traceparent),
+                                         name=f"job-{job.id}-{job.generation}",
+                                         context=context)
         self._tasks.add(entry.task)
         entry.task.add_done_callback(self._tasks.discard)
 
-    async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
+    async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec,
+                       traceparent: str | None) -> None:
+        if not tracing.ENABLED:
+            return await self._run_attempt(key, entry, spec)
         job = entry.ctx.job
+        attributes = {"jobfeed.job_id": str(job.id), "jobfeed.kind": job.kind, "jobfeed.attempt": job.attempt,
+                      "jobfeed.generation": job.generation, "jobfeed.worker": self.worker_id}
+        with tracing.span(f"jobfeed run {job.kind}", parent=traceparent, attributes=attributes):
+            await self._run_attempt(key, entry, spec)
+
+    async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
+        job = entry.ctx.job
+        started = time.monotonic()
         try:
             try:
                 result = await spec.handler(job, entry.ctx)
@@ -477,10 +531,13 @@ class Runner:
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", redact.unexpected(exc))
             else:
+                self._observe_end(job, ("done", None), time.monotonic() - started)
                 entry.recording = True  # from here on, a stop() must not cancel it
                 await self._flush_progress(entry)
-                self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
+                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
+                    self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
                 return
+            label = self._observe_end(job, outcome, time.monotonic() - started)
             entry.recording = True
             if outcome[0] == "error":
                 await self._flush_progress(entry)
@@ -490,7 +547,9 @@ class Runner:
             self._wake.set()
             try:
                 what, value = outcome
-                await self._record(job, what, value, entry.ctx.lease)
+                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": label,
+                                                                 "jobfeed.code": value.code if value else ""}):
+                    await self._record(job, what, value, entry.ctx.lease)
             finally:
                 self._recording -= 1
                 self._wake.set()
@@ -499,7 +558,26 @@ class Runner:
         finally:
             entry.ctx.close()
             self._running.pop(key, None)
+            metrics.RUNNING.labels(job.kind).dec()
             self._wake.set()
+
+    def _observe_end(self, job: Job, outcome: tuple[str, JobError | None], seconds: float) -> str:
+        what, error = outcome
+        code = error.code if error is not None else ""
+        if what == "done":
+            label = metrics.COMPLETED
+        elif what in ("lost", "abandoned"):
+            label = metrics.LOST if what == "lost" else metrics.ABANDONED
+        elif isinstance(error, Permanent):
+            label = metrics.FAILED
+        elif isinstance(error, Release):
+            label = metrics.RELEASED
+        else:
+            label = metrics.FAILED if job.attempt >= job.max_attempts else metrics.RETRIED
+        metrics.attempt_ended(job.kind, label, code, seconds)
+        self._ages.ended(job.id, job.kind, label)
+        tracing.annotate({"jobfeed.outcome": label, "jobfeed.code": code})
+        return label
 
     async def _flush_progress(self, entry: _Running) -> None:
         """The last progress report before the outcome lands first."""
@@ -588,6 +666,19 @@ class Runner:
             beat.cancel()
             sleep.cancel()
         return beat.done() and not beat.cancelled()
+
+    async def _presence(self) -> None:
+        """This worker's row in jobfeed.workers, renewed every third of its
+        shortest lease: missing for two leases, it is shown lost."""
+        lease = min(_lease(s) for s in self.specs.values())
+        host = socket.gethostname()
+        while True:
+            try:
+                await self.queue.worker_beat(self.worker_id, host, self.kinds, self.concurrency,
+                                             len(self._running), lease)
+            except Exception as exc:
+                log.warning("worker %s: presence beat failed (%s)", self.worker_id, exc)
+            await asyncio.sleep(max(lease / 3, 0.05))
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:

@@ -146,3 +146,24 @@ returns timestamptz language sql stable security definer set search_path = jobfe
           from unnest(p_kinds) k
     ) s
 $$;
+
+-- How long each just-claimed job waited once due, and how old it is (seconds,
+-- by the database's clock): for the workers' wait and end-to-end histograms;
+-- and the submitter's traceparent, for the run's span. Read after a claim
+-- (off its path unless tracing); a job no longer here is left out.
+create or replace function jobfeed.job_timings(p_ids uuid[])
+returns table (id uuid, kind text, wait double precision, age double precision, traceparent text)
+language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select j.id, j.kind, extract(epoch from j.claimed_at - j.run_after)::float8,
+           extract(epoch from now() - j.created_at)::float8, j.traceparent
+      from jobfeed.jobs j
+     where j.id = any (p_ids)
+$$;
+
+-- The submitter's trace context, stored right after the submit (only when the
+-- submit was traced). Malformed values are not stored.
+create or replace function jobfeed.set_traceparent(p_id uuid, p_traceparent text)
+returns void language sql security definer set search_path = jobfeed, pg_temp as $$
+    update jobfeed.jobs j set traceparent = p_traceparent
+     where j.id = p_id and p_traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+$$;

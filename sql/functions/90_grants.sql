@@ -38,8 +38,17 @@ grant execute on function
     jobfeed.complete(uuid, int, jsonb, timestamptz),
     jobfeed.fail_transient(uuid, int, text, text, interval, timestamptz),
     jobfeed.fail_permanent(uuid, int, text, text, timestamptz),
-    jobfeed.release(uuid, int, text, interval, text, timestamptz)
+    jobfeed.release(uuid, int, text, interval, text, timestamptz),
+    jobfeed.job_timings(uuid[]),
+    jobfeed.worker_beat(text, text, text[], int, int, interval, timestamptz),
+    jobfeed.worker_stopped(text)
 to jobfeed_worker;
+
+grant execute on function jobfeed.list_workers(timestamptz), jobfeed.charts(timestamptz) to jobfeed_api;
+
+grant execute on function jobfeed.set_traceparent(uuid, text) to jobfeed_api, jobfeed_worker;
+
+grant execute on function jobfeed.sample_depth(timestamptz) to jobfeed_sweeper;
 
 grant execute on function
     jobfeed.sweep_expired(timestamptz),
