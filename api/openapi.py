@@ -41,7 +41,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
             "400": _err("malformed JSON (invalid_json)"),
             "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
             "413": _err("payload or body too large (payload_too_large)"),
-            "422": _err("invalid_request, unknown_kind, invalid_target or invalid_payload"),
+            "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload, invalid_run_at, "
+                        "invalid_delay, invalid_priority or invalid_concurrency_key"),
         }},
     ("GET", "/api/jobs/{job_id}"): {
         "summary": "A job's public view",
@@ -141,6 +142,8 @@ _PUBLIC = {
     "result": {"nullable": True}, "error": {**_ERROR_OBJ, "nullable": True},
     "created_at": _TIME, "updated_at": _TIME, "finished_at": {**_TIME, "nullable": True},
     "version": {"type": "integer"},
+    "scheduled_for": {**_TIME, "nullable": True,
+                      "description": "the run_at/delay asked for, until the first start; null when due now"},
 }
 
 SCHEMAS = {
@@ -149,7 +152,15 @@ SCHEMAS = {
                    "properties": {"kind": {"type": "string"},
                                   "target": {"type": "string", "minLength": 1,
                                              "description": f"1 to {MAX_TARGET_BYTES} bytes"},
-                                  "payload": {"type": "object", "default": {}}}},
+                                  "payload": {"type": "object", "default": {}},
+                                  "run_at": {**_TIME, "description": "RFC 3339 with an offset; not with delay"},
+                                  "delay": {"type": "string", "example": "90s",
+                                            "description": "a duration (500ms, 90s, 5m, 1h, 7d); not with run_at"},
+                                  "priority": {"type": "integer", "description": "higher is claimed first; "
+                                               "default: the kind's"},
+                                  "concurrency_key": {"type": "string", "minLength": 1,
+                                                      "description": "the kind's max_running_per_key applies "
+                                                                     "per key"}}},
     "JobView": {"type": "object", "properties": _PUBLIC},
     "SubmitResult": {"type": "object", "properties": {**_PUBLIC, "deduplicated": {"type": "boolean"}}},
     "AdminJobView": {"type": "object", "properties": {
@@ -159,6 +170,7 @@ SCHEMAS = {
         "run_after": _TIME, "lease_until": {**_TIME, "nullable": True},
         "worker_id": {"type": "string", "nullable": True}, "started_at": {**_TIME, "nullable": True},
         "last_error": {**_ERROR_OBJ, "nullable": True}, "payload": {"type": "object"},
+        "priority": {"type": "integer"}, "concurrency_key": {"type": "string", "nullable": True},
         "attempts_log": {"type": "array", "items": {"type": "object"}}}},
     "JobsPage": {"type": "object", "properties": {
         "jobs": {"type": "array", "items": _ref("AdminJobView")},
@@ -166,7 +178,11 @@ SCHEMAS = {
     "Kind": {"type": "object", "properties": {
         "kind": {"type": "string"}, "description": {"type": "string"}, "max_attempts": {"type": "integer"},
         "lease_seconds": {"type": "number"}, "backoff_seconds": {"type": "array", "items": {"type": "number"}},
-        "jitter": {"type": "number"}}},
+        "jitter": {"type": "number"}, "priority": {"type": "integer"}, "paused": {"type": "boolean"},
+        "max_running": {"type": "integer", "nullable": True},
+        "max_running_per_key": {"type": "integer", "nullable": True},
+        "rate": {"type": "object", "nullable": True, "properties": {
+            "count": {"type": "integer"}, "period_seconds": {"type": "number"}}}}},
     "Stats": {"type": "object", "properties": {
         "now": _TIME,
         "counts": {"type": "object", "additionalProperties": {"type": "object",

@@ -2,19 +2,19 @@
 -- sql/functions/, so the rules stay in the database.
 
 -- name: register_kind
-select jobfeed.register_kind($1, $2, $3, $4, $5, $6, $7);
+select jobfeed.register_kind_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
 
 -- name: list_kinds
 select k::text from jobfeed.list_kinds() k;
 
 -- name: submit
-select id, created, view::text from jobfeed.submit($1, $2, $3::jsonb, $4, $5);
+select id, created, view::text from jobfeed.submit_v2($1, $2, $3::jsonb, $4, $5, null, $6, $7);
 
 -- name: submit_many
-select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
+select id, created from jobfeed.submit_many_v2($1, $2, $3::jsonb[], $4, $5, null, $6, $7);
 
 -- name: submit_many_views
-select id, created, view::text from jobfeed.submit_many_views($1, $2, $3::jsonb[], $4);
+select id, created, view::text from jobfeed.submit_many_views_v2($1, $2, $3::jsonb[], $4, $5, $6, $7);
 
 -- name: get_job
 select jobfeed.get_job($1)::text;

@@ -20,6 +20,10 @@ CALLS = {
     "submit": "select * from jobfeed.submit('k', gen_random_uuid()::text)",
     "submit_many": "select * from jobfeed.submit_many('k', array[gen_random_uuid()::text])",
     "submit_many_views": "select * from jobfeed.submit_many_views('k', array[gen_random_uuid()::text], null)",
+    "register_kind_v2": "select jobfeed.register_kind_v2('k')",
+    "submit_v2": "select * from jobfeed.submit_v2('k', gen_random_uuid()::text)",
+    "submit_many_v2": "select * from jobfeed.submit_many_v2('k', array[gen_random_uuid()::text])",
+    "submit_many_views_v2": "select * from jobfeed.submit_many_views_v2('k', array[gen_random_uuid()::text], null)",
     "get_job": "select jobfeed.get_job(gen_random_uuid())",
     "get_jobs": "select * from jobfeed.get_jobs(array[gen_random_uuid()])",
     "admin_get_job": "select jobfeed.admin_get_job(gen_random_uuid())",
@@ -58,8 +62,9 @@ CALLS = {
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
-    "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
+                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel",
+                    "register_kind_v2", "submit_v2", "submit_many_v2", "submit_many_views_v2"},
+    "jobfeed_worker": {"register_kind", "register_kind_v2", "list_kinds", "claim", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},

@@ -74,6 +74,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--payload", help="JSON object")
     s.add_argument("--follow", action="store_true", help="show progress until the job finishes")
     s.add_argument("--json", action="store_true", help="print the public view as one JSON line")
+    when = s.add_mutually_exclusive_group()
+    when.add_argument("--at", help="run at this RFC 3339 time, e.g. 2026-12-01T03:00:00Z")
+    when.add_argument("--delay", help="run after this long, e.g. 90s, 5m")
+    s.add_argument("--priority", type=int, help="higher runs first (default: the kind's)")
+    s.add_argument("--key", help="concurrency key (the kind's max_running_per_key applies per key)")
 
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")

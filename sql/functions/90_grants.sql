@@ -5,6 +5,8 @@ revoke execute on all functions in schema jobfeed from public;
 
 grant execute on function
     jobfeed.register_kind(text, int, interval, interval[], double precision, text, boolean),
+    jobfeed.register_kind_v2(text, int, interval, interval[], double precision, text, boolean,
+                             int, int, int, int, interval),
     jobfeed.list_kinds()
 to jobfeed_api, jobfeed_worker;
 
@@ -12,6 +14,9 @@ grant execute on function
     jobfeed.submit(text, text, jsonb, timestamptz, int, timestamptz),
     jobfeed.submit_many(text, text[], jsonb[], timestamptz, int, timestamptz),
     jobfeed.submit_many_views(text, text[], jsonb[], int),
+    jobfeed.submit_v2(text, text, jsonb, timestamptz, int, timestamptz, int, text),
+    jobfeed.submit_many_v2(text, text[], jsonb[], timestamptz, int, timestamptz, int, text),
+    jobfeed.submit_many_views_v2(text, text[], jsonb[], int, timestamptz, int, text),
     jobfeed.get_job(uuid),
     jobfeed.get_jobs(uuid[]),
     jobfeed.admin_get_job(uuid),
