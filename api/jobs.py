@@ -41,7 +41,7 @@ async def submit(request: Request) -> Response:
         # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
         raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
     return json_text(with_flag(text, "deduplicated", not created), 201 if created else 200,
-                     headers={"Location": f"/api/jobs/{job_id}"})
+                     headers={"Location": f"{request.scope.get('root_path', '')}/api/jobs/{job_id}"})
 
 
 async def get_job(request: Request) -> Response:

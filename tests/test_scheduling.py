@@ -11,13 +11,13 @@ import pytest
 
 from jobfeed.api.app import create_app
 from queue_sql import claim
-from servers import FAST, asgi_client, make_settings
+from servers import asgi_client, make_settings
 from test_cli import jobfeed
 
 
 @pytest.fixture
 async def client(dsn):
-    async with asgi_client(create_app(make_settings(dsn), FAST)) as c:
+    async with asgi_client(create_app(make_settings(dsn))) as c:
         yield c
 
 

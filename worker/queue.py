@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import asyncpg
 
 from .limits import MAX_PAYLOAD_BYTES
+from .settings import Settings
 from .sql import query
 
 # SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
@@ -66,8 +67,23 @@ class Queue:
     (and its NOTIFY goes out) exactly when your data commits, and not at all if
     it rolls back. A refused call (QueueError) aborts that transaction."""
 
-    def __init__(self, pool: asyncpg.Pool | asyncpg.Connection):
+    def __init__(self, pool: asyncpg.Pool | asyncpg.Connection, *, settings: Settings | None = None):
         self.pool = pool  # anything with fetch/fetchval: a Pool or a Connection
+        self._settings = settings  # for kinds' defaults (JOBFEED_LEASE, ...); read from the environment if None
+        self._known: set[str] = set()  # kinds this object has registered or seen registered
+
+    async def _add_kind(self, kind: str) -> None:
+        """Producers first: a kind this process knows (its @task module is
+        imported) is added to the database before its first submission here, so a
+        producer can submit before any worker has started. Never overwrites the
+        settings a worker wrote. One statement per kind and Queue object."""
+        if kind in self._known:
+            return
+        from .tasks import register_kind, registry  # tasks imports this module
+        spec = registry.get(kind)
+        if spec is None:
+            return  # not ours to describe: the database decides (unknown_kind)
+        await register_kind(self, spec.resolved(self._settings or Settings.from_env()), overwrite=False)
 
     async def _fetch(self, name: str, *args) -> list[asyncpg.Record]:
         try:
@@ -93,6 +109,7 @@ class Queue:
                           [_seconds(b) for b in backoff], jitter, description, overwrite,
                           priority, max_running, max_running_per_key,
                           rate[0] if rate else None, _seconds(rate[1]) if rate else None)
+        self._known.add(kind)
 
     async def list_kinds(self) -> list[dict]:
         return [json.loads(r[0]) for r in await self._fetch("list_kinds")]
@@ -115,6 +132,7 @@ class Queue:
                           max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool, str]:
         """submit(), also answering the job's public view as JSON text."""
         text = json.dumps(payload if payload is not None else {})
+        await self._add_kind(kind)
         rows = await self._fetch("submit", kind, target, text, run_after, max_payload, priority, concurrency_key)
         return rows[0]["id"], rows[0]["created"], rows[0]["view"]
 
@@ -126,6 +144,7 @@ class Queue:
         (job id, created) per item, in order, deduplicated as submit() is."""
         if not items:
             return []
+        await self._add_kind(kind)
         rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload,
                                  priority, concurrency_key)
         return [(r["id"], r["created"]) for r in rows]
@@ -137,6 +156,7 @@ class Queue:
         """submit_many(), also answering each job's public view as JSON text."""
         if not items:
             return []
+        await self._add_kind(kind)
         rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload,
                                  run_after, priority, concurrency_key)
         return [(r["id"], r["created"], r["view"]) for r in rows]

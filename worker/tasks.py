@@ -146,11 +146,16 @@ async def register_kinds(queue, settings: Settings, *, overwrite: bool) -> list[
     only add kinds nobody registered yet."""
     specs = registry.specs(settings)
     for spec in specs:
-        await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
-                                  backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
-                                  overwrite=overwrite, priority=spec.priority, max_running=spec.max_running,
-                                  max_running_per_key=spec.max_running_per_key, rate=spec.rate)
+        await register_kind(queue, spec, overwrite=overwrite)
     return specs
+
+
+async def register_kind(queue, spec: TaskSpec, *, overwrite: bool) -> None:
+    """Record one resolved kind's settings (see register_kinds)."""
+    await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
+                              backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
+                              overwrite=overwrite, priority=spec.priority, max_running=spec.max_running,
+                              max_running_per_key=spec.max_running_per_key, rate=spec.rate)
 
 
 class Context:
