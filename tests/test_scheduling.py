@@ -95,3 +95,56 @@ async def test_cli_at_delay_priority_key(dsn, pool):
     bad = jobfeed(dsn, "submit", "demo", "t-bad", "--at", "noon")
     assert bad.returncode == 2 and "invalid_run_at" in bad.stderr
     assert await pool.fetchval("select count(*) from jobfeed.jobs where target = 't-bad'") == 0
+
+
+# ---------------------------------------------------------------- priorities
+
+async def test_higher_priority_first_then_earlier_run_after(pool, queue):
+    await queue.register_kind("p", max_attempts=3, lease=60, backoff=(1,), priority=2)
+    t0 = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+    sec = dt.timedelta(seconds=1)
+    plan = [("low", -1, t0), ("default-late", None, t0 + 2 * sec), ("default-early", None, t0 + sec),
+            ("high-late", 9, t0 + 3 * sec), ("high-early", 9, t0 + 2 * sec), ("high-future", 99, t0 + 3600 * sec)]
+    for target, priority, at in plan:
+        await queue.submit("p", target, run_after=at, priority=priority)
+    order = []
+    while rows := await claim(pool, 1, t0 + 10 * sec, kinds=["p"]):
+        order.append(rows[0]["target"])
+    assert order == ["high-early", "high-late", "default-early", "default-late", "low"]
+    # the kind's default (2) was applied where the submission named none
+    assert await pool.fetchval("select priority from jobfeed.jobs where target = 'default-late'") == 2
+
+
+async def test_claim_uses_an_index_at_a_depth_of_1m(pool, k):
+    """pgqueuer-style plan regression: with a million queued jobs of mixed
+    priorities and times, the claim's selection is an index scan that stops at
+    the limit, never a scan of the table or a sort of the due jobs. The plans
+    are the function's own statements, shown by auto_explain."""
+    await pool.execute("""
+        insert into jobfeed.jobs (id, kind, target, priority, run_after, created_at, updated_at)
+        select ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'k', lpad(g::text, 7, '0'),
+               3 - g / 142858, timestamptz '2030-01-01' + g * interval '50 ms', now(), now()
+          from generate_series(1, 1000000) g""")
+    # (keys rising with g, so each index grows at one edge: a fast plant)
+    await pool.execute("analyze jobfeed.jobs")
+    plans: list[str] = []
+    async with pool.acquire() as conn:
+        def collect(_conn, msg):
+            plans.append(msg.message)
+        conn.add_log_listener(collect)
+        for setting in ("load 'auto_explain'", "set auto_explain.log_min_duration = 0",
+                        "set auto_explain.log_nested_statements = on", "set client_min_messages = log"):
+            await conn.execute(setting)
+        now = dt.datetime(2030, 1, 1, 12, tzinfo=dt.timezone.utc)
+        for n in range(7):  # past the 5 custom plans a cached statement gets before a generic one
+            rows = await conn.fetch("select * from jobfeed.claim(array['k'], 10, 'w', null, $1)", now)
+            assert len(rows) == 10
+        await conn.execute("reset client_min_messages")
+        conn.remove_log_listener(collect)
+    picks = [p for p in plans if "q.run_after <= v_now" in p or "q.priority desc" in p]
+    assert len(picks) >= 7, plans[:3]
+    for plan in picks:
+        assert "jobs_queued_priority" in plan, plan
+        assert "Seq Scan" not in plan and "Sort" not in plan.split("Query Text")[-1].split("\n", 1)[-1], plan
+    # and it claimed the highest priority (3) only
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'running' and priority <> 3") == 0

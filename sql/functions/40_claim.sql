@@ -17,6 +17,7 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_kind text;
     v_lease interval;
+    v_paused boolean;
     v_left int := p_limit;
     v_got int;
     v_expired boolean;
@@ -34,8 +35,11 @@ begin
     end if;
     foreach v_kind in array p_kinds loop
         exit when v_left < 1;
-        select coalesce(p_lease, k.lease) into v_lease from jobfeed.kinds k where k.kind = v_kind;
+        select coalesce(p_lease, k.lease), k.paused into v_lease, v_paused from jobfeed.kinds k where k.kind = v_kind;
         v_lease := coalesce(v_lease, p_lease, interval '5 minutes');
+        -- A paused kind: nothing of it is claimed, not even an expired lease
+        -- (its running jobs finish; the admin routes alone write the flag).
+        continue when v_paused;
 
         -- Expired leases first: those jobs have waited longest. Their last
         -- attempt is logged (the row still says who ran it), then they are
@@ -73,7 +77,8 @@ begin
                  where j.id = any (v_reclaimed || array(
                            select q.id from jobfeed.jobs q
                             where q.kind = v_kind and q.state = 'queued' and q.run_after <= v_now
-                            order by q.run_after
+                            -- jobs_queued_priority: the scan stops at the limit
+                            order by q.priority desc, q.run_after
                             limit v_left - cardinality(v_reclaimed)
                             for update skip locked))
                 returning j.*
