@@ -25,6 +25,7 @@ def _ref(name: str) -> dict:
 
 
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+_KIND = {"name": "kind", "in": "path", "required": True, "schema": {"type": "string"}}
 _ADMIN: list[dict] = [{"bearer": []}, {"session": []}]
 _UNAUTHORIZED = {"401": _err("no valid admin token or session")}
 _SSE = {"description": "a stream of server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
@@ -89,6 +90,28 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "security": _ADMIN, "parameters": [_JOB_ID],
         "responses": {"200": _json(_ref("AdminJobView"), "the job, canceled"), **_UNAUTHORIZED,
                       "404": _err("no such job"), "409": _err("already finished (invalid_state)")}},
+    ("POST", "/api/admin/kinds/{kind}/pause"): {
+        "summary": "Pause a kind: submissions are still taken, nothing of it is claimed, running jobs finish",
+        "security": _ADMIN, "parameters": [_KIND],
+        "responses": {"200": _json(_ref("Kind"), "the kind, paused"), **_UNAUTHORIZED,
+                      "404": _err("no such kind (not_found)")}},
+    ("POST", "/api/admin/kinds/{kind}/resume"): {
+        "summary": "Resume a paused kind",
+        "security": _ADMIN, "parameters": [_KIND],
+        "responses": {"200": _json(_ref("Kind"), "the kind, claimed again"), **_UNAUTHORIZED,
+                      "404": _err("no such kind (not_found)")}},
+    ("POST", "/api/admin/jobs/retry"): {
+        "summary": "Re-run every failed or canceled job matching the filter (in bounded batches)",
+        "security": _ADMIN,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkFilter")}}},
+        "responses": {"200": _json(_ref("BulkCount"), "how many jobs were queued again"), **_UNAUTHORIZED,
+                      "422": _err("an empty filter (filter_required) or a bad one (invalid_request)")}},
+    ("POST", "/api/admin/jobs/cancel"): {
+        "summary": "Cancel every unfinished job matching the filter (in bounded batches)",
+        "security": _ADMIN,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkFilter")}}},
+        "responses": {"200": _json(_ref("BulkCount"), "how many jobs were canceled"), **_UNAUTHORIZED,
+                      "422": _err("an empty filter (filter_required) or a bad one (invalid_request)")}},
     ("GET", "/api/admin/stats"): {
         "summary": "Counts by kind and state, oldest due job age, throughput per minute",
         "security": _ADMIN,
@@ -183,6 +206,13 @@ SCHEMAS = {
         "max_running_per_key": {"type": "integer", "nullable": True},
         "rate": {"type": "object", "nullable": True, "properties": {
             "count": {"type": "integer"}, "period_seconds": {"type": "number"}}}}},
+    "BulkFilter": {"type": "object", "additionalProperties": False, "minProperties": 1,
+                   "description": "at least one field; all given must match",
+                   "properties": {"state": {"type": "string", "enum": list(STATES)}, "kind": {"type": "string"},
+                                  "error_code": {"type": "string", "description": "the job's last error code"},
+                                  "ids": {"type": "array", "maxItems": 10000,
+                                          "items": {"type": "string", "format": "uuid"}}}},
+    "BulkCount": {"type": "object", "properties": {"count": {"type": "integer"}}},
     "Stats": {"type": "object", "properties": {
         "now": _TIME,
         "counts": {"type": "object", "additionalProperties": {"type": "object",

@@ -40,6 +40,15 @@ select jobfeed.retry($1)::text;
 -- name: cancel
 select jobfeed.cancel($1)::text;
 
+-- name: set_kind_paused
+select jobfeed.set_kind_paused($1, $2)::text;
+
+-- name: bulk_retry
+select changed, picked, last_id from jobfeed.bulk_retry($1::jobfeed.job_state, $2, $3, $4, $5, $6);
+
+-- name: bulk_cancel
+select changed, picked, last_id from jobfeed.bulk_cancel($1::jobfeed.job_state, $2, $3, $4, $5, $6);
+
 -- name: claim
 select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text
   from jobfeed.claim($1, $2, $3, $4);

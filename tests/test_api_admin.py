@@ -18,6 +18,8 @@ ADMIN_ROUTES = [
     ("GET", "/api/admin/jobs"), ("GET", f"/api/admin/jobs/{SOME_ID}"),
     ("POST", f"/api/admin/jobs/{SOME_ID}/retry"), ("POST", f"/api/admin/jobs/{SOME_ID}/cancel"),
     ("GET", "/api/admin/stats"), ("GET", "/api/admin/events"),
+    ("POST", "/api/admin/kinds/demo/pause"), ("POST", "/api/admin/kinds/demo/resume"),
+    ("POST", "/api/admin/jobs/retry"), ("POST", "/api/admin/jobs/cancel"),
 ]
 
 

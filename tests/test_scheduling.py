@@ -136,7 +136,7 @@ async def test_claim_uses_an_index_at_a_depth_of_1m(pool, k):
                         "set auto_explain.log_nested_statements = on", "set client_min_messages = log"):
             await conn.execute(setting)
         now = dt.datetime(2030, 1, 1, 12, tzinfo=dt.timezone.utc)
-        for n in range(7):  # past the 5 custom plans a cached statement gets before a generic one
+        for _ in range(7):  # past the 5 custom plans a cached statement gets before a generic one
             rows = await conn.fetch("select * from jobfeed.claim(array['k'], 10, 'w', null, $1)", now)
             assert len(rows) == 10
         await conn.execute("reset client_min_messages")

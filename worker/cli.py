@@ -10,6 +10,7 @@ import os
 import sys
 
 from . import migrate as migrations
+from .flow_commands import cmd_pause, cmd_resume
 from .job_commands import cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
@@ -80,6 +81,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--priority", type=int, help="higher runs first (default: the kind's)")
     s.add_argument("--key", help="concurrency key (the kind's max_running_per_key applies per key)")
 
+    for name, what in (("pause", "stop claiming jobs of a kind (submissions are still taken)"),
+                       ("resume", "claim jobs of a paused kind again")):
+        sub.add_parser(name, help=what).add_argument("kind")
+
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
@@ -87,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
-            "submit": cmd_submit, "show": cmd_show}
+            "submit": cmd_submit, "show": cmd_show, "pause": cmd_pause, "resume": cmd_resume}
 
 
 def main(argv: list[str] | None = None) -> int:

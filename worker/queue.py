@@ -195,6 +195,27 @@ class Queue:
     async def cancel(self, job_id: uuid.UUID) -> dict:
         return json.loads(await self._fetchval("cancel", job_id))
 
+    async def set_kind_paused(self, kind: str, paused: bool) -> dict:
+        """Pause or resume a kind (QueueError not_found); answers the kind's view."""
+        return json.loads(await self._fetchval("set_kind_paused", kind, paused))
+
+    async def bulk(self, action: str, *, state: str | None = None, kind: str | None = None,
+                   error_code: str | None = None, ids: Sequence[uuid.UUID] | None = None,
+                   batch: int = 500) -> int:
+        """Retry or cancel ("retry" | "cancel") every job matching the filter, in
+        batches of `batch` jobs, one transaction each; answers how many changed.
+        QueueError filter_required when the filter is empty. Safe to repeat."""
+        if action not in ("retry", "cancel"):
+            raise ValueError(f"unknown bulk action {action!r}")
+        ids = None if ids is None else list(ids)
+        total, after = 0, None
+        while True:
+            rows = await self._fetch(f"bulk_{action}", state, kind, error_code, ids, after, batch)
+            changed, picked, after = rows[0]
+            total += changed
+            if picked < batch:
+                return total
+
     # -- worker side: every write is fenced by (id, generation); False = lease lost
     async def claim(self, kinds: Sequence[str], limit: int, worker_id: str,
                     lease: float | None = None) -> list[Job]:

@@ -95,13 +95,17 @@ end $$;
 
 -- When the next job of these kinds becomes claimable (a queued job's run_after or
 -- a running job's lease end); null when there is none. Workers sleep until then.
+-- Paused kinds are left out: nothing of them is claimable until resumed
+-- (which notifies jobfeed_due).
 create or replace function jobfeed.next_due(p_kinds text[])
 returns timestamptz language sql stable security definer set search_path = jobfeed, pg_temp as $$
     select min(t) from (
         select (select min(j.run_after) from jobfeed.jobs j where j.kind = k and j.state = 'queued') as t
           from unnest(p_kinds) k
+         where not exists (select from jobfeed.kinds p where p.kind = k and p.paused)
         union all
         select (select min(j.lease_until) from jobfeed.jobs j where j.kind = k and j.state = 'running')
           from unnest(p_kinds) k
+         where not exists (select from jobfeed.kinds p where p.kind = k and p.paused)
     ) s
 $$;

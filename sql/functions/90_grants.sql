@@ -24,7 +24,10 @@ grant execute on function
     jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),
     jobfeed.stats(int, timestamptz),
     jobfeed.retry(uuid, timestamptz),
-    jobfeed.cancel(uuid, timestamptz)
+    jobfeed.cancel(uuid, timestamptz),
+    jobfeed.set_kind_paused(text, boolean),
+    jobfeed.bulk_retry(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz),
+    jobfeed.bulk_cancel(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz)
 to jobfeed_api;
 
 grant execute on function
