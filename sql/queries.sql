@@ -85,3 +85,12 @@ select jobfeed.sweep_expired();
 
 -- name: delete_finished
 select jobfeed.delete_finished($1, $2);
+
+-- name: open_admin_session
+select jobfeed.open_admin_session(make_interval(secs => $1));
+
+-- name: admin_session_valid
+select jobfeed.admin_session_valid($1);
+
+-- name: close_admin_session
+select jobfeed.close_admin_session($1);

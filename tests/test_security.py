@@ -62,11 +62,15 @@ CALLS = {
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
+    "open_admin_session": "select jobfeed.open_admin_session('1 minute')",
+    "admin_session_valid": "select jobfeed.admin_session_valid(gen_random_uuid())",
+    "close_admin_session": "select jobfeed.close_admin_session(gen_random_uuid())",
 }
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
                     "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel",
+                    "open_admin_session", "admin_session_valid", "close_admin_session",
                     "register_kind_v2", "submit_v2", "submit_many_v2", "submit_many_views_v2",
                     "set_kind_paused", "bulk_retry", "bulk_cancel"},
     "jobfeed_worker": {"register_kind", "register_kind_v2", "list_kinds", "claim", "next_due", "extend_many", "extend",
@@ -75,7 +79,7 @@ ALLOWED = {
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions")
+TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions")
 
 
 def as_user(url: str, user: str) -> str:

@@ -18,9 +18,10 @@ import time
 import uuid
 from typing import Sequence
 
+from . import redact
 from .db import Listener
 from .queue import Job, Queue
-from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient
+from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -256,10 +257,10 @@ class Runner:
             except Abandon:
                 outcome = ("abandoned", None)
             except JobError as exc:
-                outcome = ("error", exc)
+                outcome = ("error", redact.redacted(exc))
             except Exception as exc:  # a bug or an unclassified error: worth retrying
                 log.exception("job %s (%s) raised", job.id, job.kind)
-                outcome = ("error", Transient(type(exc).__name__, str(exc)[:2000]))
+                outcome = ("error", redact.unexpected(exc))
             else:
                 self._completions.add(job.id, job.generation, result)  # written in a batch
                 return

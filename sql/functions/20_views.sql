@@ -1,6 +1,8 @@
 -- JSON views of a job, built once here so every reader (API, feed, CLI, psql)
 -- agrees on what is public. Masking lives in public_status and in 'error'
--- being shown only for failed jobs.
+-- being shown only for failed jobs. An 'internal_error' (an exception no
+-- handler raised on purpose) shows its code only: its message, kept for
+-- admins in last_error and the attempts log, may describe our internals.
 
 create or replace function jobfeed.public_view(j jobfeed.jobs)
 returns jsonb language sql stable as $$
@@ -12,7 +14,9 @@ returns jsonb language sql stable as $$
         'progress', j.progress,
         'result', case when j.state = 'completed' then j.result end,
         'error', case when j.state = 'failed' then
-                     jsonb_build_object('code', j.last_error_code, 'message', j.last_error_message) end,
+                     jsonb_build_object('code', j.last_error_code, 'message',
+                                        case when j.last_error_code = 'internal_error' then 'internal error'
+                                             else j.last_error_message end) end,
         'created_at', j.created_at,
         'updated_at', j.updated_at,
         'finished_at', j.finished_at,

@@ -25,6 +25,9 @@ grant execute on function
     jobfeed.stats(int, timestamptz),
     jobfeed.retry(uuid, timestamptz),
     jobfeed.cancel(uuid, timestamptz),
+    jobfeed.open_admin_session(interval, timestamptz),
+    jobfeed.admin_session_valid(uuid, timestamptz),
+    jobfeed.close_admin_session(uuid),
     jobfeed.set_kind_paused(text, boolean),
     jobfeed.bulk_retry(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz),
     jobfeed.bulk_cancel(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz)
