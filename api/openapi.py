@@ -232,6 +232,7 @@ SCHEMAS = {
     "BulkCount": {"type": "object", "properties": {"count": {"type": "integer"}}},
     "Stats": {"type": "object", "properties": {
         "now": _TIME,
+        "as_of": _TIME,
         "counts": {"type": "object", "additionalProperties": {"type": "object",
                                                               "additionalProperties": {"type": "integer"}}},
         "oldest_due_seconds": {"type": "number", "nullable": True},

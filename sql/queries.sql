@@ -32,7 +32,7 @@ select v::text from jobfeed.admin_get_jobs($1) v;
 select v::text from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, $3, $4) v;
 
 -- name: stats
-select jobfeed.stats($1)::text;
+select jobfeed.stats_v2($1, $2)::text;
 
 -- name: retry
 select jobfeed.retry($1)::text;
@@ -50,14 +50,15 @@ select changed, picked, last_id from jobfeed.bulk_retry($1::jobfeed.job_state, $
 select changed, picked, last_id from jobfeed.bulk_cancel($1::jobfeed.job_state, $2, $3, $4, $5, $6);
 
 -- name: claim
-select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text
-  from jobfeed.claim($1, $2, $3, $4);
+select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text,
+       extract(epoch from lease)::float8
+  from jobfeed.claim_v2($1, $2, $3, $4);
 
 -- name: next_due
 select jobfeed.next_due($1), now();
 
 -- name: extend_many
-select jobfeed.extend_many($1, $2);
+select jobfeed.extend_many($1, $2, $3);
 
 -- name: progress
 select jobfeed.progress($1, $2, $3, $4, $5);

@@ -29,7 +29,7 @@ begin
                                     'another unfinished job already holds this kind and target');
     end;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
-    perform pg_notify('jobfeed_due', v_kind);
+    perform jobfeed.notify_due(v_kind, 1);
     return jobfeed.admin_get_job(p_id);
 end $$;
 
@@ -76,7 +76,7 @@ begin
         perform jobfeed.raise_error('JF404', 'not_found', format('no kind %L', p_kind));
     end if;
     if not p_paused then
-        perform pg_notify('jobfeed_due', p_kind);  -- sleeping workers look again
+        perform pg_notify('jobfeed_due', p_kind);  -- the kind alone: every sleeping worker looks again
     end if;
     return (select v from jobfeed.list_kinds() v where v->>'kind' = p_kind);
 end $$;
@@ -141,7 +141,7 @@ begin
     end loop;
     if cardinality(v_done) > 0 then
         perform jobfeed.notify_changed(v_done, v_vers);
-        perform pg_notify('jobfeed_due', k) from (select distinct unnest(v_kinds) k) d;
+        perform jobfeed.notify_due(d.k, d.n) from (select k, count(*)::int as n from unnest(v_kinds) k group by k) d;
     end if;
     return query select cardinality(v_done), cardinality(v_ids), v_ids[cardinality(v_ids)];
 end $$;

@@ -23,6 +23,7 @@ grant execute on function
     jobfeed.admin_get_jobs(uuid[]),
     jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),
     jobfeed.stats(int, timestamptz),
+    jobfeed.stats_v2(int, interval, timestamptz),
     jobfeed.retry(uuid, timestamptz),
     jobfeed.cancel(uuid, timestamptz),
     jobfeed.open_admin_session(interval, timestamptz),
@@ -35,6 +36,7 @@ to jobfeed_api;
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
+    jobfeed.claim_v2(text[], int, text, interval, timestamptz),
     jobfeed.next_due(text[]),
     jobfeed.extend_many(uuid[], int[], interval, timestamptz),
     jobfeed.extend(uuid, int, interval, timestamptz),
