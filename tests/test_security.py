@@ -28,6 +28,8 @@ CALLS = {
     "bulk_retry": "select * from jobfeed.bulk_retry(null, 'nothing', null, null)",
     "bulk_cancel": "select * from jobfeed.bulk_cancel(null, 'nothing', null, null)",
     "bulk_problem": "select jobfeed.bulk_problem(null, 'k', null, null)",
+    "limits_lock": "select jobfeed.limits_lock('k')",
+    "claim_limited": "select * from jobfeed.claim_limited('k', 1, 'w', '1 minute', now(), false, 1, null, null, null)",
     "get_job": "select jobfeed.get_job(gen_random_uuid())",
     "get_jobs": "select * from jobfeed.get_jobs(array[gen_random_uuid()])",
     "admin_get_job": "select jobfeed.admin_get_job(gen_random_uuid())",

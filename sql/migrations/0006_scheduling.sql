@@ -20,3 +20,17 @@ alter table jobfeed.jobs
 -- run_after. jobs_queued_due stays: it answers "when is the next job due"
 -- (next_due) in one probe, which this order cannot.
 create index jobs_queued_priority on jobfeed.jobs (kind, priority desc, run_after) where state = 'queued';
+
+-- Per-key caps count the running jobs of one key: one probe here.
+create index jobs_running_key on jobfeed.jobs (kind, concurrency_key)
+    where state = 'running' and concurrency_key is not null;
+
+-- Starts of rate-limited kinds (only those): claims add to the row of their
+-- instant, and drop rows older than the kind's period.
+create table jobfeed.kind_starts (
+    kind  text not null,
+    at    timestamptz not null,
+    n     int not null,
+    primary key (kind, at)
+);
+revoke all on jobfeed.kind_starts from public;
