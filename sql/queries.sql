@@ -95,3 +95,12 @@ select jobfeed.admin_session_valid($1);
 
 -- name: close_admin_session
 select jobfeed.close_admin_session($1);
+
+-- name: register_schedule
+select jobfeed.register_schedule($1, $2, $3, $4);
+
+-- name: enqueue_slot
+select jobfeed.enqueue_slot($1, $2, $3);
+
+-- name: list_schedules
+select v::text from jobfeed.list_schedules() v;

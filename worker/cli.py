@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import migrate as migrations
-from .flow_commands import cmd_pause, cmd_resume
+from .flow_commands import cmd_pause, cmd_resume, cmd_schedules
 from .job_commands import cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
@@ -85,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
                        ("resume", "claim jobs of a paused kind again")):
         sub.add_parser(name, help=what).add_argument("kind")
 
+    sc = sub.add_parser("schedules", help="periodic kinds with their last and next run")
+    sc.add_argument("--json", action="store_true", help="one JSON object per schedule")
+
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
@@ -92,7 +95,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
-            "submit": cmd_submit, "show": cmd_show, "pause": cmd_pause, "resume": cmd_resume}
+            "submit": cmd_submit, "show": cmd_show, "pause": cmd_pause, "resume": cmd_resume,
+            "schedules": cmd_schedules}
 
 
 def main(argv: list[str] | None = None) -> int:

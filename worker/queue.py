@@ -258,6 +258,17 @@ class Queue:
             if picked < batch:
                 return total
 
+    # -- periodic jobs (worker/schedules.py)
+    async def register_schedule(self, kind: str, schedule: str | None, timezone: str, every: float | None) -> None:
+        await self._fetch("register_schedule", kind, schedule, timezone, _seconds(every))
+
+    async def enqueue_slot(self, kind: str, slot: dt.datetime, now: dt.datetime | None = None) -> uuid.UUID | None:
+        """The slot's new job, or None when the slot was taken already."""
+        return await self._fetchval("enqueue_slot", kind, slot, now)
+
+    async def list_schedules(self) -> list[dict]:
+        return [json.loads(r[0]) for r in await self._fetch("list_schedules")]
+
     # -- worker side: every write is fenced by (id, generation); False = lease lost
     async def claim(self, kinds: Sequence[str], limit: int, worker_id: str,
                     lease: float | None = None) -> list[Job]:

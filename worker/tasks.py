@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 import httpx
 
 from .queue import Job  # noqa: F401  (handlers import it from here)
+from .schedules import Periodic, periodic
 from .settings import SettingError, Settings, parse_duration
 
 
@@ -82,6 +83,7 @@ class TaskSpec:
     max_running: int | None = None           # running jobs of the kind, across workers
     max_running_per_key: int | None = None   # running jobs per concurrency_key
     rate: tuple[int, float] | None = None    # (starts, per seconds), across workers
+    periodic: Periodic | None = None         # schedule= or every=: one job per slot
 
     def resolved(self, settings: Settings) -> "TaskSpec":
         """Fill what the kind leaves open from the settings (JOBFEED_LEASE, ...)."""
@@ -99,7 +101,8 @@ class Registry:
     def task(self, kind: str, *, max_attempts: int | None = None, lease: float | None = None,
              backoff: Sequence[float] | None = None, jitter: float = 0.1, description: str = "",
              validate: Callable[[dict], None] | None = None, priority: int = 0,
-             max_running: int | None = None, max_running_per_key: int | None = None, rate: str | None = None):
+             max_running: int | None = None, max_running_per_key: int | None = None, rate: str | None = None,
+             schedule: str | None = None, timezone: str | None = None, every: str | float | None = None):
         """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
         `validate(payload)` raising ValueError makes a submission a 422. priority is
         the submissions' default; max_running, max_running_per_key and rate
@@ -110,11 +113,17 @@ class Registry:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"@task({kind!r}): {name} must be a whole number of at least 1")
         parsed_rate = parse_rate(rate, f"@task({kind!r}) rate") if rate is not None else None
+        if isinstance(every, str):
+            try:
+                every = parse_duration(every, f"@task({kind!r}) every")
+            except SettingError as exc:
+                raise ValueError(str(exc)) from None
+        when = periodic(kind, schedule, timezone, every)
 
         def register(handler: Handler) -> Handler:
             self._specs[kind] = TaskSpec(kind, handler, max_attempts, lease,
                                          tuple(backoff) if backoff else None, jitter, description, validate,
-                                         priority, max_running, max_running_per_key, parsed_rate)
+                                         priority, max_running, max_running_per_key, parsed_rate, when)
             return handler
         return register
 

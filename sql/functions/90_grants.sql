@@ -30,6 +30,7 @@ grant execute on function
     jobfeed.admin_session_valid(uuid, timestamptz),
     jobfeed.close_admin_session(uuid),
     jobfeed.set_kind_paused(text, boolean),
+    jobfeed.list_schedules(),
     jobfeed.bulk_retry(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz),
     jobfeed.bulk_cancel(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz)
 to jobfeed_api;
@@ -46,7 +47,10 @@ grant execute on function
     jobfeed.complete(uuid, int, jsonb, timestamptz),
     jobfeed.fail_transient(uuid, int, text, text, interval, timestamptz),
     jobfeed.fail_permanent(uuid, int, text, text, timestamptz),
-    jobfeed.release(uuid, int, text, interval, text, timestamptz)
+    jobfeed.release(uuid, int, text, interval, text, timestamptz),
+    jobfeed.register_schedule(text, text, text, interval, timestamptz),
+    jobfeed.enqueue_slot(text, timestamptz, timestamptz),
+    jobfeed.list_schedules()
 to jobfeed_worker;
 
 grant execute on function

@@ -34,3 +34,24 @@ create table jobfeed.kind_starts (
     primary key (kind, at)
 );
 revoke all on jobfeed.kind_starts from public;
+
+-- Periodic kinds as their workers declare them (for `jobfeed schedules`).
+-- since: the first registration; slots before it are never enqueued.
+create table jobfeed.schedules (
+    kind          text primary key,
+    schedule      text,
+    timezone      text not null default 'UTC',
+    every         interval,
+    since         timestamptz not null default now(),
+    updated_at    timestamptz not null default now()
+);
+-- One row per slot ever enqueued: its primary key is what makes one job per
+-- slot, however many schedulers run.
+create table jobfeed.schedule_slots (
+    kind        text not null,
+    slot        timestamptz not null,
+    job_id      uuid,
+    created_at  timestamptz not null default now(),
+    primary key (kind, slot)
+);
+revoke all on jobfeed.schedules, jobfeed.schedule_slots from public;
