@@ -3,11 +3,13 @@ dashboard feed) and the session cookie a browser uses for them."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from jobfeed.worker.schedules import Periodic
 from jobfeed.worker.states import STATES
 
 from . import auth, streams
@@ -189,3 +191,14 @@ async def bulk_retry(request: Request) -> Response:
 
 async def bulk_cancel(request: Request) -> Response:
     return await _bulk(request, "cancel")
+
+
+async def schedules(request: Request) -> Response:
+    """Periodic kinds with their last slot (and its job) and their next slot."""
+    await _admin(request)
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = await services(request).queue.list_schedules()
+    for row in rows:
+        p = Periodic(row["kind"], row["schedule"], row["timezone"], row["every_seconds"])
+        row["next_slot"] = p.next(now).isoformat().replace("+00:00", "Z")
+    return JSONResponse({"schedules": rows})

@@ -49,6 +49,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/admin/jobs/{job_id}/cancel", admin.cancel, methods=["POST"]),
         Route("/api/admin/kinds/{kind}/pause", admin.pause_kind, methods=["POST"]),
         Route("/api/admin/kinds/{kind}/resume", admin.resume_kind, methods=["POST"]),
+        Route("/api/admin/schedules", admin.schedules, methods=["GET"]),
         Route("/api/admin/stats", admin.stats, methods=["GET"]),
         Route("/api/admin/events", admin.events, methods=["GET"]),
         Route("/api/admin/session", admin.sign_in, methods=["POST"]),

@@ -25,6 +25,7 @@ def _ref(name: str) -> dict:
 
 
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+_TIME = {"type": "string", "format": "date-time"}
 _KIND = {"name": "kind", "in": "path", "required": True, "schema": {"type": "string"}}
 _ADMIN: list[dict] = [{"bearer": []}, {"session": []}]
 _UNAUTHORIZED = {"401": _err("no valid admin token or session")}
@@ -122,6 +123,17 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkFilter")}}},
         "responses": {"200": _json(_ref("BulkCount"), "how many jobs were canceled"), **_UNAUTHORIZED, **_CSRF, **_BODY_ERRORS,
                       "422": _err("an empty filter (filter_required) or a bad one (invalid_request)")}},
+    ("GET", "/api/admin/schedules"): {
+        "summary": "Periodic kinds with their last and next run",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {"schedules": {"type": "array", "items": {
+            "type": "object", "properties": {
+                "kind": {"type": "string"}, "schedule": {"type": "string", "nullable": True},
+                "timezone": {"type": "string"}, "every_seconds": {"type": "number", "nullable": True},
+                "since": _TIME, "last_slot": {**_TIME, "nullable": True},
+                "last_job": {"type": "string", "format": "uuid", "nullable": True},
+                "last_status": {"type": "string", "nullable": True}, "next_slot": _TIME}}}}},
+            "the schedules"), **_UNAUTHORIZED}},
     ("GET", "/api/admin/stats"): {
         "summary": "Counts by kind and state, oldest due job age, throughput per minute",
         "security": _ADMIN,
@@ -171,7 +183,6 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "responses": {"200": {"description": "a file"}, "404": _err("no such file")}},
 }
 
-_TIME = {"type": "string", "format": "date-time"}
 _ERROR_OBJ = {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}
 _PUBLIC = {
     "id": {"type": "string", "format": "uuid"}, "kind": {"type": "string"}, "target": {"type": "string"},
