@@ -19,6 +19,8 @@ ADMIN_ROUTES = [
     ("POST", f"/api/admin/jobs/{SOME_ID}/retry"), ("POST", f"/api/admin/jobs/{SOME_ID}/cancel"),
     ("GET", "/api/admin/stats"), ("GET", "/api/admin/events"), ("GET", "/api/admin/workers"),
     ("GET", "/api/admin/charts"),
+    ("POST", "/api/admin/kinds/demo/pause"), ("POST", "/api/admin/kinds/demo/resume"),
+    ("POST", "/api/admin/jobs/retry"), ("POST", "/api/admin/jobs/cancel"),
 ]
 
 

@@ -442,3 +442,45 @@ async def test_dashboard_panels_match_the_database(worker, new_page, http, pool)
     assert [await bars.nth(i).get_attribute("data-outcome") for i in range(len(outcomes))] == outcomes
     await expect(page.locator('#timeline rect[data-part="queued"]')).to_have_count(1)
     await page.locator("#timeline").screenshot(path=SHOTS / "dashboard-timeline.png")
+
+
+async def test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk(api, new_page, http, pool):
+    """Flow control on the dashboard: pause and resume a kind, the periodic
+    schedules with their next run, and a bulk cancel that says how many jobs
+    it will cancel before it is confirmed."""
+    for n in range(3):
+        assert (await http.post("/api/jobs", json={"kind": "demo", "target": f"bulk-{n}"})).status_code == 201
+    await pool.execute("select jobfeed.register_kind('nightly')")
+    await pool.execute("select jobfeed.register_schedule('nightly', '0 3 * * *', 'Europe/Paris', null)")
+
+    page = await new_page(DESKTOP)
+    await page.goto("/admin")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+
+    demo = page.locator('#kinds tr[data-kind="demo"]')
+    await demo.get_by_role("button", name="Pause demo").click()
+    await expect(demo.locator(".badge")).to_have_text("paused")
+    kinds = {k["kind"]: k for k in (await http.get("/api/kinds")).json()["kinds"]}
+    assert kinds["demo"]["paused"] is True
+    await demo.get_by_role("button", name="Resume demo").click()
+    await expect(demo.get_by_role("button", name="Pause demo")).to_be_visible()
+    assert {k["kind"]: k for k in (await http.get("/api/kinds")).json()["kinds"]}["demo"]["paused"] is False
+
+    schedule = page.locator("#schedules tbody tr")
+    await expect(schedule).to_have_count(1)
+    await expect(schedule.first).to_contain_text("0 3 * * * (Europe/Paris)")
+    await expect(schedule.first).to_contain_text("never")
+    await shot(page, "admin-flow")
+
+    await page.select_option("#filter-kind", "demo")
+    await page.select_option("#filter-state", "queued")
+    await page.click("#bulk-cancel")
+    await expect(page.locator("#bulk-question")).to_have_text("Cancel 3 jobs (demo, queued)?")
+    await page.click("#bulk-no")  # nothing happens
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 0
+    await page.click("#bulk-cancel")
+    await page.click("#bulk-yes")
+    await expect(page.locator("#bulk-message")).to_have_text("Canceled 3 jobs.")
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 3
+    await expect(page.locator("#jobs tbody tr")).to_have_count(0)

@@ -9,6 +9,7 @@ import os
 import sys
 
 from . import logs, migrate as migrations
+from .flow_commands import cmd_pause, cmd_resume, cmd_schedules
 from .job_commands import cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
@@ -74,6 +75,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--payload", help="JSON object")
     s.add_argument("--follow", action="store_true", help="show progress until the job finishes")
     s.add_argument("--json", action="store_true", help="print the public view as one JSON line")
+    when = s.add_mutually_exclusive_group()
+    when.add_argument("--at", help="run at this RFC 3339 time, e.g. 2026-12-01T03:00:00Z")
+    when.add_argument("--delay", help="run after this long, e.g. 90s, 5m")
+    s.add_argument("--priority", type=int, help="higher runs first (default: the kind's)")
+    s.add_argument("--key", help="concurrency key (the kind's max_running_per_key applies per key)")
+
+    for name, what in (("pause", "stop claiming jobs of a kind (submissions are still taken)"),
+                       ("resume", "claim jobs of a paused kind again")):
+        sub.add_parser(name, help=what).add_argument("kind")
+
+    sc = sub.add_parser("schedules", help="periodic kinds with their last and next run")
+    sc.add_argument("--json", action="store_true", help="one JSON object per schedule")
 
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
@@ -83,7 +96,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
-            "submit": cmd_submit, "show": cmd_show, "top": cmd_top}
+            "submit": cmd_submit, "show": cmd_show, "top": cmd_top, "pause": cmd_pause, "resume": cmd_resume,
+            "schedules": cmd_schedules}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Sequence
 
-from . import db, logs, metrics, redact, tracing
+from . import db, logs, metrics, redact, schedules, tracing
 from .db import Listener
 from .queue import Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec
@@ -365,6 +365,10 @@ class Runner:
         completions = asyncio.create_task(self._completions.run(), name="jobfeed-completions")
         budget_timer = (asyncio.create_task(self._budget_timer(), name="jobfeed-budget")
                         if self._deadline is not None else None)
+        # Periodic kinds: every worker runs their scheduler; the database keeps one job per slot.
+        periodics = [s.periodic for s in self.specs.values() if s.periodic is not None]
+        scheduler = (asyncio.create_task(schedules.run(self.queue, periodics, self._stop), name="jobfeed-schedules")
+                     if periodics and self._deadline is None else None)
         log.info("worker %s: kinds %s, concurrency %d", self.worker_id, ",".join(self.kinds), self.concurrency)
         try:
             await self._loop()
@@ -382,6 +386,8 @@ class Runner:
                 task.cancel()
             if budget_timer:
                 budget_timer.cancel()
+            if scheduler:
+                scheduler.cancel()
             await listener.stop()
             log.info("worker %s: stopped after %d claims", self.worker_id, self.claimed_count)
 
