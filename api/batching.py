@@ -24,8 +24,10 @@ import uuid
 import asyncpg
 
 from jobfeed.worker.queue import Queue, QueueError
+from jobfeed.worker.submission import Schedule
 
-Answer = tuple[uuid.UUID, bool, str]  # (job id, created, public view as JSON text)
+Answer = tuple[uuid.UUID, bool, str]
+NOW = Schedule()  # due now, the kind's priority, no concurrency key  # (job id, created, public view as JSON text)
 
 
 @dataclasses.dataclass
@@ -33,6 +35,7 @@ class _Item:
     kind: str
     target: str
     payload: dict
+    schedule: Schedule
     answer: asyncio.Future
 
 
@@ -49,8 +52,8 @@ class SubmitBatcher:
         self.batches = 0  # statements written (for /metrics)
         self.items = 0
 
-    async def submit(self, kind: str, target: str, payload: dict) -> Answer:
-        item = _Item(kind, target, payload, asyncio.get_running_loop().create_future())
+    async def submit(self, kind: str, target: str, payload: dict, schedule: Schedule = NOW) -> Answer:
+        item = _Item(kind, target, payload, schedule, asyncio.get_running_loop().create_future())
         self._pending.append(item)
         self._schedule()
         return await item.answer
@@ -71,16 +74,17 @@ class SubmitBatcher:
 
     async def _flush(self, batch: list[_Item]) -> None:
         try:
-            by_kind: dict[str, list[_Item]] = {}
+            # one statement per kind and schedule (most submissions have none)
+            by_kind: dict[tuple[str, Schedule], list[_Item]] = {}
             for item in batch:
-                by_kind.setdefault(item.kind, []).append(item)
-            for kind, items in by_kind.items():
-                await self._write(kind, items)
+                by_kind.setdefault((item.kind, item.schedule), []).append(item)
+            for (kind, schedule), items in by_kind.items():
+                await self._write(kind, schedule, items)
         finally:
             self._flushing -= 1
             self._schedule()
 
-    async def _write(self, kind: str, items: list[_Item]) -> None:
+    async def _write(self, kind: str, schedule: Schedule, items: list[_Item]) -> None:
         self.batches += 1
         self.items += len(items)
         if len(items) == 1:
@@ -88,7 +92,8 @@ class SubmitBatcher:
             return
         try:
             answers = await self.queue.submit_many_json(
-                kind, [(i.target, i.payload) for i in items], max_payload=self.max_payload)
+                kind, [(i.target, i.payload) for i in items], max_payload=self.max_payload,
+                **schedule.kwargs())
         except QueueError as exc:
             if exc.code == "unknown_kind":  # true of every item alike
                 for item in items:
@@ -115,7 +120,8 @@ class SubmitBatcher:
     async def _alone(self, item: _Item) -> None:
         try:
             answer = await self.queue.submit_json(item.kind, item.target, item.payload,
-                                                  max_payload=self.max_payload)
+                                                  max_payload=self.max_payload,
+                                                  **item.schedule.kwargs())
         except Exception as exc:
             _settle(item.answer, exc=exc)
         else:

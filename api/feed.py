@@ -12,10 +12,12 @@ while disconnected costs latency, never a change."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import re
 import time
+
 import anyio
 import asyncpg
 from sse_starlette import ServerSentEvent
@@ -23,6 +25,7 @@ from sse_starlette import ServerSentEvent
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.states import TERMINAL
+from jobfeed.worker.testsignal import Signal, Timer
 
 from .parse import digits
 
@@ -49,19 +52,22 @@ class View:
     One View is offered to every watcher of its job, so its SSE frame is encoded
     once, by the first stream that sends it, and the others send the same bytes."""
 
-    __slots__ = ("job_id", "version", "terminal", "text", "_frame")
+    __slots__ = ("job_id", "version", "terminal", "text", "changed_at", "_frame")
 
-    def __init__(self, job_id: str, version: int, terminal: bool, text: str):
+    def __init__(self, job_id: str, version: int, terminal: bool, text: str, changed_at: float | None = None):
         self.job_id = job_id
         self.version = version
         self.terminal = terminal
         self.text = text
+        self.changed_at = changed_at  # updated_at as epoch seconds: the SSE lag metric
         self._frame: bytes | None = None
 
     @classmethod
     def parse(cls, text: str) -> "View":
         data = json.loads(text)
-        return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text)
+        updated = data.get("updated_at")
+        changed_at = dt.datetime.fromisoformat(updated).timestamp() if isinstance(updated, str) else None
+        return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text, changed_at)
 
     def frame(self, sep: str) -> bytes:
         """The `job` event carrying this view, as bytes on the wire (no retry field)."""
@@ -168,6 +174,18 @@ class AdminSubscription:
             self._feed._release(self._client)
 
 
+class FeedSignals:
+    """Test hooks (worker/testsignal.py), inert unless a test enables them."""
+
+    __slots__ = ("connected", "reread", "reread_failed", "retry")
+
+    def __init__(self) -> None:
+        self.connected = Signal()      # the listener (re)connected and the resync is asked for
+        self.reread = Signal()         # a re-read was offered to the streams (True: a resync)
+        self.reread_failed = Signal()  # a re-read failed (the exception); it will be retried...
+        self.retry = Timer()           # ...after this wait
+
+
 class Feed:
     def __init__(self, dsn: str | asyncpg.Pool, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
                  name: str = "jobfeed-api-feed"):
@@ -192,6 +210,7 @@ class Feed:
         self._bad_logged = 0.0
         self.rereads = 0
         self.reconnects = 0
+        self.signals = FeedSignals()
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -328,6 +347,7 @@ class Feed:
         for admin in self._admins:
             admin.resync()
         self._wake.set()
+        self.signals.connected.signal(self.reconnects)
 
     async def _run(self) -> None:
         while True:
@@ -340,12 +360,14 @@ class Feed:
             admin_ids, self._admin_dirty = self._admin_dirty, set()
             try:
                 await self._reread(ids, admin_ids)
+                self.signals.reread.signal(resync)
             except Exception as exc:  # the database may be restarting: try again
                 log.warning("feed: re-reading %d jobs failed (%s); retrying", len(ids) + len(admin_ids), exc)
                 self._resync = self._resync or resync
                 self._dirty |= ids
                 self._admin_dirty |= admin_ids
-                await asyncio.sleep(0.5)
+                self.signals.reread_failed.signal(exc)
+                await self.signals.retry.sleep(0.5)
                 self._wake.set()
 
     async def _reread(self, ids: set[str], admin_ids: set[str]) -> None:

@@ -108,8 +108,9 @@ async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> Asy
                 if retry is not None:  # the first event also says how soon to reconnect
                     yield ServerSentEvent(view.text, event="job", id=str(view.version), retry=retry, sep=SEP)
                     retry = None
-                else:  # the same bytes for every watcher of this view
+                else:  # a change, not the snapshot read at subscribing: the same bytes for every watcher
                     yield view.frame(SEP)
+                    svc.metrics.delivered("job", view.changed_at)
                 if view.terminal:
                     return  # nothing follows a final status
         finally:
