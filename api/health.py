@@ -63,5 +63,6 @@ def _metrics_access(request: Request) -> None:
 async def metrics(request: Request) -> Response:
     _metrics_access(request)
     svc = services(request)
-    text = svc.metrics.render(await svc.queue.stats(), svc.feed, svc.batcher)
+    # list_kinds reads the small kinds table (for the paused gauge), never the jobs
+    text = svc.metrics.render(await svc.queue.stats(), await svc.queue.list_kinds(), svc.feed, svc.batcher)
     return Response(text, media_type=CONTENT_TYPE)

@@ -29,6 +29,7 @@ class _Live(Collector):
 
     def __init__(self) -> None:
         self.stats: dict = {}
+        self.kinds: list[dict] = []
         self.feed = None
         self.batcher = None
 
@@ -38,6 +39,11 @@ class _Live(Collector):
             for state, n in sorted(states.items()):
                 jobs.add_metric([kind, state], n)
         yield jobs
+        paused = GaugeMetricFamily("jobfeed_kind_paused", "1 while a kind is paused (nothing of it is claimed).",
+                                   labels=["kind"])
+        for k in self.kinds:
+            paused.add_metric([k["kind"]], 1 if k.get("paused") else 0)
+        yield paused
         yield GaugeMetricFamily("jobfeed_oldest_due_seconds", "Age of the oldest queued job that is due.",
                                 value=self.stats.get("oldest_due_seconds") or 0)
         feed, batcher = self.feed, self.batcher
@@ -122,8 +128,8 @@ class Metrics:
             await app(scope, receive, sending)
         return counted
 
-    def render(self, stats: dict, feed, batcher) -> bytes:
-        self._live.stats, self._live.feed, self._live.batcher = stats, feed, batcher
+    def render(self, stats: dict, kinds: list[dict], feed, batcher) -> bytes:
+        self._live.stats, self._live.kinds, self._live.feed, self._live.batcher = stats, kinds, feed, batcher
         return process_metrics.render(self.registry, process_metrics.PROCESS)
 
 

@@ -187,3 +187,14 @@ async def test_the_grafana_dashboard_queries_only_metrics_that_exist(dsn):
     assert {"jobfeed_job_run_seconds_bucket", "jobfeed_job_wait_seconds_bucket", "jobfeed_submit_seconds_bucket",
             "jobfeed_job_end_to_end_seconds_bucket", "jobfeed_sse_lag_seconds_bucket", "jobfeed_jobs",
             "jobfeed_job_outcomes_total"} <= queried
+
+
+async def test_paused_kinds_show_in_the_metrics(dsn, queue, demo_kind):
+    from servers import asgi_client, make_settings
+
+    from jobfeed.api.app import create_app
+
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        assert value(samples((await client.get("/metrics")).text), "jobfeed_kind_paused", kind="demo") == 0
+        await queue.set_kind_paused("demo", True)
+        assert value(samples((await client.get("/metrics")).text), "jobfeed_kind_paused", kind="demo") == 1
