@@ -36,6 +36,8 @@ def routes() -> list[BaseRoute]:
         Route("/api/jobs", jobs.submit, methods=["POST"]),
         Route("/api/jobs/{job_id}", jobs.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/events", jobs.job_events, methods=["GET"]),
+        Route("/api/requests/{request_id}", jobs.leave_request, methods=["DELETE"]),
+        Route("/api/requests/{request_id}/leave", jobs.leave_request, methods=["POST"]),
         Route("/api/kinds", jobs.list_kinds, methods=["GET"]),
         Route("/api/admin/jobs", admin.list_jobs, methods=["GET"]),
         Route("/api/admin/jobs/{job_id}", admin.get_job, methods=["GET"]),

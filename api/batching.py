@@ -5,7 +5,8 @@ function call and a WAL flush of its own, and PostgreSQL's CPU per request is
 what limits how many a process answers. Submissions that arrive while earlier
 ones are being written wait in `pending`; the next flush writes them all with
 one `submit_many_views` per kind (one statement, one commit) and answers each
-request from its row. A request that finds nothing in flight is written at the
+request from its row. Each submission is also a request (who waits for the
+job): its row is written by the same statement. A request that finds nothing in flight is written at the
 next turn of the event loop, so a lone request waits no longer than before.
 
 Nothing about a submission changes: the answer is sent only after its commit,
@@ -25,7 +26,8 @@ import asyncpg
 
 from jobfeed.worker.queue import Queue, QueueError
 
-Answer = tuple[uuid.UUID, bool, str]  # (job id, created, public view as JSON text)
+# (job id, created, public view as JSON text, request id)
+Answer = tuple[uuid.UUID, bool, str, uuid.UUID]
 
 
 @dataclasses.dataclass
@@ -34,6 +36,8 @@ class _Item:
     target: str
     payload: dict
     answer: asyncio.Future
+    requester: str | None = None
+    notify_url: str | None = None
 
 
 class SubmitBatcher:
@@ -49,8 +53,9 @@ class SubmitBatcher:
         self.batches = 0  # statements written (for /metrics)
         self.items = 0
 
-    async def submit(self, kind: str, target: str, payload: dict) -> Answer:
-        item = _Item(kind, target, payload, asyncio.get_running_loop().create_future())
+    async def submit(self, kind: str, target: str, payload: dict, *, requester: str | None = None,
+                     notify_url: str | None = None) -> Answer:
+        item = _Item(kind, target, payload, asyncio.get_running_loop().create_future(), requester, notify_url)
         self._pending.append(item)
         self._schedule()
         return await item.answer
@@ -87,8 +92,9 @@ class SubmitBatcher:
             await self._alone(items[0])
             return
         try:
-            answers = await self.queue.submit_many_json(
-                kind, [(i.target, i.payload) for i in items], max_payload=self.max_payload)
+            answers = await self.queue.submit_many_requests_json(
+                kind, [(i.target, i.payload) for i in items], requesters=[i.requester for i in items],
+                notify_urls=[i.notify_url for i in items], max_payload=self.max_payload)
         except QueueError as exc:
             if exc.code == "unknown_kind":  # true of every item alike
                 for item in items:
@@ -114,8 +120,9 @@ class SubmitBatcher:
 
     async def _alone(self, item: _Item) -> None:
         try:
-            answer = await self.queue.submit_json(item.kind, item.target, item.payload,
-                                                  max_payload=self.max_payload)
+            answer = await self.queue.submit_request_json(
+                item.kind, item.target, item.payload, max_payload=self.max_payload,
+                requester=item.requester, notify_url=item.notify_url)
         except Exception as exc:
             _settle(item.answer, exc=exc)
         else:

@@ -12,7 +12,7 @@ from . import auth, streams
 from .body import read_json
 from .errors import ApiError, json_text
 from .state import services
-from .views import parse_job_id, with_flag
+from .views import parse_job_id, parse_request_id, with_field, with_flag
 
 _FIELDS = {"kind", "target", "payload"}
 
@@ -34,11 +34,12 @@ async def submit(request: Request) -> Response:
     auth.require_api_token(request, svc.settings.api_token)
     kind, target, payload = _check_submission(await read_json(request, svc.body_limit))
     try:
-        job_id, created, text = await svc.batcher.submit(kind, target, payload)
+        job_id, created, text, request_id = await svc.batcher.submit(kind, target, payload)
     except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
         # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
         raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
-    return json_text(with_flag(text, "deduplicated", not created), 201 if created else 200,
+    text = with_field(with_flag(text, "deduplicated", not created), "request_id", str(request_id))
+    return json_text(text, 201 if created else 200,
                      headers={"Location": f"/api/jobs/{job_id}"})
 
 
@@ -48,6 +49,13 @@ async def get_job(request: Request) -> Response:
     if text is None:
         raise ApiError(404, "not_found", "no such job")
     return json_text(text)
+
+
+async def leave_request(request: Request) -> Response:
+    """DELETE /api/requests/{id} and POST .../leave (a closing page's sendBeacon)."""
+    request_id = parse_request_id(request.path_params["request_id"])
+    text = await services(request).queue.leave_json(request_id)  # QueueError not_found -> 404
+    return json_text('{"job": ' + text + "}")
 
 
 async def job_events(request: Request) -> Response:

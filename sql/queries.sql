@@ -16,6 +16,18 @@ select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
 -- name: submit_many_views
 select id, created, view::text from jobfeed.submit_many_views($1, $2, $3::jsonb[], $4);
 
+-- name: submit_request
+select id, created, view::text, request_id from jobfeed.submit_request($1, $2, $3::jsonb, $4, $5, $6, $7);
+
+-- name: submit_many_requests
+select id, created, view::text, request_id from jobfeed.submit_many_requests($1, $2, $3::jsonb[], $4, $5, $6);
+
+-- name: leave
+select jobfeed.leave($1)::text;
+
+-- name: set_kind_request_policy
+select jobfeed.set_kind_request_policy($1, $2);
+
 -- name: get_job
 select jobfeed.get_job($1)::text;
 

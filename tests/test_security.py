@@ -20,6 +20,10 @@ CALLS = {
     "submit": "select * from jobfeed.submit('k', gen_random_uuid()::text)",
     "submit_many": "select * from jobfeed.submit_many('k', array[gen_random_uuid()::text])",
     "submit_many_views": "select * from jobfeed.submit_many_views('k', array[gen_random_uuid()::text], null)",
+    "submit_request": "select * from jobfeed.submit_request('k', gen_random_uuid()::text)",
+    "submit_many_requests": "select * from jobfeed.submit_many_requests('k', array[gen_random_uuid()::text], null)",
+    "leave": "select jobfeed.leave(gen_random_uuid())",
+    "set_kind_request_policy": "select jobfeed.set_kind_request_policy('k', 'keep')",
     "get_job": "select jobfeed.get_job(gen_random_uuid())",
     "get_jobs": "select * from jobfeed.get_jobs(array[gen_random_uuid()])",
     "admin_get_job": "select jobfeed.admin_get_job(gen_random_uuid())",
@@ -54,18 +58,20 @@ CALLS = {
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
+    "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
 }
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel"},
+                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel",
+                    "submit_request", "submit_many_requests", "leave"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
-                       "fail_permanent", "release"},
+                       "fail_permanent", "release", "set_kind_request_policy"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions")
+TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions")
 
 
 def as_user(url: str, user: str) -> str:

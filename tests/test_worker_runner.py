@@ -49,7 +49,7 @@ async def test_lost_lease_cancels_the_handler_and_drops_its_outcome(queue, pool,
         return {"never": True}
 
     await run(spec("slow", slow, lease=0.3))
-    job_id, _ = await queue.submit("slow", "x")
+    job_id = (await queue.submit("slow", "x")).id
     await asyncio.wait_for(entered.wait(), 5)
     await queue.cancel(job_id)  # the heartbeat (every lease/3) finds the lease lost
     await asyncio.wait_for(cancelled.wait(), 5)

@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import migrate as migrations
-from .job_commands import cmd_show, cmd_submit
+from .job_commands import cmd_leave, cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
 from .settings import SettingError, Settings, parse_duration, parse_positive_int
@@ -75,6 +75,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--follow", action="store_true", help="show progress until the job finishes")
     s.add_argument("--json", action="store_true", help="print the public view as one JSON line")
 
+    lv = sub.add_parser("leave", help="a request leaves its job (the job is canceled when it was the last)")
+    lv.add_argument("request_id")
+    lv.add_argument("--json", action="store_true", help="print the job's public view as one JSON line")
+
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
@@ -82,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
-            "submit": cmd_submit, "show": cmd_show}
+            "submit": cmd_submit, "show": cmd_show, "leave": cmd_leave}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,6 +59,18 @@ class Job:
     checkpoint: Any       # what an earlier attempt saved with ctx.checkpoint, or None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Submission:
+    """What a submission got: the job's id, whether this call made it (False: an
+    unfinished job already held the target, and the caller shares it), whether
+    it is a completed job reused, and the request's id (None unless one was
+    recorded: Queue.submit records one only when asked)."""
+    id: uuid.UUID
+    created: bool
+    reused: bool = False
+    request_id: uuid.UUID | None = None
+
+
 class Queue:
     """The queue's functions, called on a pool, or on one connection: then each
     call runs on it, inside its transaction if one is open. Submitting in the
@@ -94,12 +106,32 @@ class Queue:
 
     # -- submitting and reading
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
-                     run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool]:
-        """-> (job id, created). created is False when an unfinished job already
-        held (kind, target): the caller shares that job."""
+                     run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                     requester: str | None = None, notify_url: str | None = None,
+                     request: bool = False) -> Submission:
+        """Submit, deduplicated by (kind, target). With requester=, notify_url=
+        or request=True a request is recorded too (see leave()); without, the
+        call is as cheap as a bare submission."""
+        if request or requester is not None or notify_url is not None:
+            job_id, created, _, request_id = await self.submit_request_json(
+                kind, target, payload, run_after=run_after, max_payload=max_payload,
+                requester=requester, notify_url=notify_url)
+            return Submission(job_id, created, False, request_id)
         job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
                                                     max_payload=max_payload)
-        return job_id, created
+        return Submission(job_id, created)
+
+    async def submit_request_json(self, kind: str, target: str, payload: dict | None = None, *,
+                                  run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                                  requester: str | None = None,
+                                  notify_url: str | None = None) -> tuple[uuid.UUID, bool, str, uuid.UUID]:
+        """submit() recording a request: (job id, created, public view as JSON
+        text, request id)."""
+        text = json.dumps(payload if payload is not None else {})
+        rows = await self._fetch("submit_request", kind, target, text, run_after, max_payload,
+                                 requester, notify_url)
+        r = rows[0]
+        return r["id"], r["created"], r["view"], r["request_id"]
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
                           run_after: dt.datetime | None = None,
@@ -126,6 +158,31 @@ class Queue:
             return []
         rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload)
         return [(r["id"], r["created"], r["view"]) for r in rows]
+
+    async def submit_many_requests_json(
+            self, kind: str, items: Sequence[tuple[str, dict | None]], *, requesters: Sequence[str | None],
+            notify_urls: Sequence[str | None],
+            max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool, str, uuid.UUID]]:
+        """submit_many_json() recording one request per item (the API's group commit)."""
+        if not items:
+            return []
+        rows = await self._fetch("submit_many_requests", kind, *_batch(items), max_payload,
+                                 list(requesters), list(notify_urls))
+        return [(r["id"], r["created"], r["view"], r["request_id"]) for r in rows]
+
+    async def leave_json(self, request_id: uuid.UUID) -> str:
+        """The request leaves (idempotent); answers its job's public view as JSON
+        text. QueueError not_found for an unknown request."""
+        return await self._fetchval("leave", request_id)
+
+    async def leave(self, request_id: uuid.UUID) -> dict:
+        """The request leaves. When it was the last active request of an
+        unfinished job, the kind's on_abandon decides: cancel (the default) or
+        keep. Answers the job's public view."""
+        return json.loads(await self.leave_json(request_id))
+
+    async def set_kind_request_policy(self, kind: str, *, on_abandon: str = "cancel") -> None:
+        await self._fetch("set_kind_request_policy", kind, on_abandon)
 
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""

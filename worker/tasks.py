@@ -64,6 +64,7 @@ class TaskSpec:
     jitter: float = 0.1
     description: str = ""
     validate: Callable[[dict], None] | None = None  # raises ValueError for a payload it refuses
+    on_abandon: str = "cancel"  # when its last requester leaves: "cancel" or "keep"
 
     def resolved(self, settings: Settings) -> "TaskSpec":
         """Fill what the kind leaves open from the settings (JOBFEED_LEASE, ...)."""
@@ -80,12 +81,18 @@ class Registry:
 
     def task(self, kind: str, *, max_attempts: int | None = None, lease: float | None = None,
              backoff: Sequence[float] | None = None, jitter: float = 0.1, description: str = "",
-             validate: Callable[[dict], None] | None = None):
+             validate: Callable[[dict], None] | None = None, on_abandon: str = "cancel"):
         """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
-        `validate(payload)` raising ValueError makes a submission a 422."""
+        `validate(payload)` raising ValueError makes a submission a 422.
+        `on_abandon`: what happens to an unfinished job when its last requester
+        leaves: "cancel" (the default) or "keep" (it runs to the end)."""
+        if on_abandon not in ("cancel", "keep"):
+            raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
+
         def register(handler: Handler) -> Handler:
             self._specs[kind] = TaskSpec(kind, handler, max_attempts, lease,
-                                         tuple(backoff) if backoff else None, jitter, description, validate)
+                                         tuple(backoff) if backoff else None, jitter, description, validate,
+                                         on_abandon)
             return handler
         return register
 
@@ -120,6 +127,8 @@ async def register_kinds(queue, settings: Settings, *, overwrite: bool) -> list[
         await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
                                   backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
                                   overwrite=overwrite)
+        if overwrite:  # workers run the kind: they say what abandoning it does
+            await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon)
     return specs
 
 

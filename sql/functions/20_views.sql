@@ -16,7 +16,9 @@ returns jsonb language sql stable as $$
         'created_at', j.created_at,
         'updated_at', j.updated_at,
         'finished_at', j.finished_at,
-        'version', j.version)
+        'version', j.version,
+        -- active requests: a request stops being one when its job is final
+        'requesters', case when j.state in ('queued', 'running') then j.requesters else 0 end)
 $$;
 
 -- The true view, without the attempts log (lists, the admin feed).

@@ -21,7 +21,8 @@ begin
     begin
         update jobfeed.jobs j
            set state = 'queued', attempts = 0, run_after = v_now, lease_until = null, finished_at = null,
-               result = null, updated_at = v_now, version = j.version + 1
+               result = null, updated_at = v_now, version = j.version + 1,
+               requesters = 0  -- its requests ended when it was final
          where j.id = p_id
         returning j.version, j.kind into v_ver, v_kind;
     exception when unique_violation then

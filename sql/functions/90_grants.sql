@@ -19,8 +19,13 @@ grant execute on function
     jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),
     jobfeed.stats(int, timestamptz),
     jobfeed.retry(uuid, timestamptz),
-    jobfeed.cancel(uuid, timestamptz)
+    jobfeed.cancel(uuid, timestamptz),
+    jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, timestamptz),
+    jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], timestamptz),
+    jobfeed.leave(uuid, timestamptz)
 to jobfeed_api;
+
+grant execute on function jobfeed.set_kind_request_policy(text, text) to jobfeed_worker;
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),

@@ -1,0 +1,189 @@
+-- Requests: who waits for a job (sql/migrations/0005_requests.sql).
+--
+-- jobs.requesters counts a job's active requests. Joining and leaving both
+-- update it under the job's row lock, so a leave that finds none left and
+-- cancels the job (its kind's on_abandon) is serialized with every join: a
+-- join that comes second finds the job final and starts a new one. A request
+-- stops being active when its job is final; the public view then shows 0.
+
+-- "The requesters of these jobs changed": the same "id:version" hint as
+-- notify_changed, the version marked with an 'r' since it did not move (the
+-- feed re-reads the job; SSE sends it under the same id).
+create or replace function jobfeed.notify_requesters(p_ids uuid[], p_versions bigint[])
+returns void language sql as $$
+    select pg_notify('jobfeed_changed', string_agg(c.item, ','))
+      from (select t.k / 150 as chunk, t.id::text || ':' || t.v::text || 'r' as item
+              from unnest(p_ids, p_versions) with ordinality t(id, v, k)) c
+     group by c.chunk
+$$;
+
+-- A worker records what its kind does when abandoned (workers run the kind).
+create or replace function jobfeed.set_kind_request_policy(p_kind text, p_on_abandon text default 'cancel')
+returns void language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+begin
+    if p_on_abandon is null or p_on_abandon not in ('cancel', 'keep') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_abandon must be "cancel" or "keep"');
+    end if;
+    update jobfeed.kinds k set on_abandon = p_on_abandon, updated_at = now()
+     where k.kind = p_kind and k.on_abandon is distinct from p_on_abandon;
+end $$;
+
+-- submit() that also records a request: answers the job, whether it was made,
+-- its public view (requesters counted) and the request's id.
+create or replace function jobfeed.submit_request(
+    p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
+    p_max_payload int default 65536, p_requester text default null, p_notify_url text default null,
+    p_now timestamptz default null)
+returns table (id uuid, created boolean, view jsonb, request_id uuid)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_id uuid;
+    v_created boolean;
+    v_job jobfeed.jobs;
+    v_request uuid;
+begin
+    loop
+        select s.id, s.created into v_id, v_created
+          from jobfeed.submit(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now) s;
+        -- The row lock a leave also takes: if the last requester left and the
+        -- job was canceled meanwhile, it is no longer unfinished: submit again.
+        update jobfeed.jobs j set requesters = j.requesters + 1
+         where j.id = v_id and j.state in ('queued', 'running')
+        returning j.* into v_job;
+        exit when found;
+    end loop;
+    insert into jobfeed.requests (job_id, requester, notify_url, created_at)
+    values (v_id, p_requester, p_notify_url, v_now)
+    returning requests.id into v_request;
+    if not v_created then
+        perform jobfeed.notify_requesters(array[v_id], array[v_job.version]);
+    end if;
+    return query select v_id, v_created, jobfeed.public_view(v_job), v_request;
+end $$;
+
+-- submit_many_views() that records one request per item (the API's group
+-- commit: every HTTP submission is a request). p_requesters and p_notify_urls
+-- are per item (null: none).
+create or replace function jobfeed.submit_many_requests(
+    p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536,
+    p_requesters text[] default null, p_notify_urls text[] default null, p_now timestamptz default null)
+returns table (n int, id uuid, created boolean, view jsonb, request_id uuid)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_count int := cardinality(p_targets);
+    v_ids uuid[] := array_fill(null::uuid, array[coalesce(cardinality(p_targets), 0)]);
+    v_created boolean[] := array_fill(false, array[coalesce(cardinality(p_targets), 0)]);
+    v_pending int[];
+    v_round record;
+    v_job record;
+    v_lost int[];
+    v_joined uuid[] := '{}';
+    v_joined_versions bigint[] := '{}';
+    v_requests uuid[];
+    v_prefix text;
+    v_seed text;
+begin
+    if p_targets is null then
+        perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
+    end if;
+    v_pending := array(select k from generate_series(1, v_count) k);
+    while cardinality(v_pending) > 0 loop
+        for v_round in
+            select p.k, s.id, s.created
+              from jobfeed.submit_many(p_kind, array(select p_targets[k] from unnest(v_pending) k),
+                                       array(select p_payloads[k] from unnest(v_pending) k),
+                                       null, p_max_payload, p_now) s
+              join unnest(v_pending) with ordinality p(k, n) on p.n = s.n
+        loop
+            v_ids[v_round.k] := v_round.id;
+            v_created[v_round.k] := v_round.created;
+        end loop;
+        -- Count the requests under each job's row lock, in id order (two
+        -- batches sharing jobs never wait on each other in a circle).
+        v_lost := '{}';
+        for v_job in
+            select t.id, count(*)::int as c, array_agg(t.k) as items, bool_or(v_created[t.k]) as made
+              from unnest(v_ids) with ordinality t(id, k)
+             where t.k = any (v_pending)
+             group by t.id order by t.id
+        loop
+            update jobfeed.jobs j set requesters = j.requesters + v_job.c
+             where j.id = v_job.id and j.state in ('queued', 'running');
+            if not found then  -- abandoned and canceled since submit_many saw it: again
+                v_lost := v_lost || v_job.items;
+            elsif not v_job.made then
+                v_joined := v_joined || v_job.id;
+                v_joined_versions := v_joined_versions || (select j.version from jobfeed.jobs j where j.id = v_job.id);
+            end if;
+        end loop;
+        v_pending := v_lost;
+    end loop;
+
+    v_prefix := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
+    v_seed := gen_random_uuid()::text;
+    v_requests := array(select jobfeed.uuid_v7_in_batch(v_prefix, v_seed, k) from generate_series(1, v_count) k
+                         order by k);
+    insert into jobfeed.requests (id, job_id, requester, notify_url, created_at)
+    select v_requests[k], v_ids[k], p_requesters[k], p_notify_urls[k], v_now
+      from generate_series(1, v_count) k order by k;
+    if cardinality(v_joined) > 0 then
+        perform jobfeed.notify_requesters(v_joined, v_joined_versions);
+    end if;
+    return query
+        select k::int, v_ids[k], v_created[k],
+               (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_ids[k]), v_requests[k]
+          from generate_series(1, v_count) k order by k;
+end $$;
+
+-- A request leaves: answers its job's public view. Idempotent. When the last
+-- active request of an unfinished job leaves, the kind's on_abandon decides:
+-- 'cancel' cancels it (a running worker loses its lease), 'keep' lets it run.
+create or replace function jobfeed.leave(p_request uuid, p_now timestamptz default null)
+returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_job_id uuid;
+    v_left boolean;
+    v_job jobfeed.jobs;
+    v_policy text;
+    v_was_running boolean;
+begin
+    update jobfeed.requests r set left_at = v_now
+     where r.id = p_request and r.left_at is null
+    returning r.job_id into v_job_id;
+    v_left := found;
+    if not v_left then
+        select r.job_id into v_job_id from jobfeed.requests r where r.id = p_request;
+        if not found then
+            perform jobfeed.raise_error('JF404', 'not_found', 'no such request');
+        end if;
+        return (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_job_id);
+    end if;
+    update jobfeed.jobs j set requesters = greatest(j.requesters - 1, 0)
+     where j.id = v_job_id and j.state in ('queued', 'running')
+    returning j.* into v_job;
+    if not found then  -- final already: nothing to count
+        return (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_job_id);
+    end if;
+    select k.on_abandon into v_policy from jobfeed.kinds k where k.kind = v_job.kind;
+    if v_job.requesters = 0 and coalesce(v_policy, 'cancel') = 'cancel' then
+        v_was_running := v_job.state = 'running';
+        update jobfeed.jobs j
+           set state = 'canceled', lease_until = null, finished_at = v_now, updated_at = v_now,
+               version = j.version + 1
+         where j.id = v_job.id
+        returning j.* into v_job;
+        if v_was_running then
+            perform jobfeed.finish_attempts(array[v_job.id], array[v_job.generation], 'canceled', 'abandoned',
+                                            'every requester left', v_now);
+        end if;
+        perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
+    else
+        perform jobfeed.notify_requesters(array[v_job.id], array[v_job.version]);
+    end if;
+    return jobfeed.public_view(v_job);
+end $$;

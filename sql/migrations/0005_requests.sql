@@ -1,0 +1,26 @@
+-- Requests: who waits for a job. One row per submission that asked for one
+-- (every HTTP submission; Python's when it names a requester or asks). A
+-- request is active until it leaves (left_at) or its job is final.
+
+create table jobfeed.requests (
+    id          uuid primary key default jobfeed.uuid_v7(),
+    job_id      uuid not null,
+    requester   text,          -- identity from a trusted proxy or the host's hook; null = anonymous
+    notify_url  text,
+    created_at  timestamptz not null default now(),
+    left_at     timestamptz
+);
+-- A job's requests (counting its active ones, deleting them with the job). No
+-- foreign key, as for attempts: rows are written only by the queue's functions.
+create index requests_job on jobfeed.requests (job_id);
+
+-- The job's active requests, counted under its row lock (see
+-- sql/functions/35_requests.sql). Jobs made without a request keep 0 and are
+-- never abandoned.
+alter table jobfeed.jobs add column requesters int not null default 0;
+
+-- What happens when the last active request of an unfinished job leaves.
+alter table jobfeed.kinds
+    add column on_abandon text not null default 'cancel' check (on_abandon in ('cancel', 'keep'));
+
+revoke all on jobfeed.requests from public;

@@ -1,0 +1,247 @@
+"""Requests: who waits for a job. Joining, leaving, abandoning (cancel or keep),
+the requesters count, and a race of joins and leaves that never cancels a job
+someone still waits for."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+
+import pytest
+
+from jobfeed.worker import db
+from jobfeed.worker.queue import Queue, QueueError, Submission
+
+from queue_sql import register
+
+
+@pytest.fixture
+async def k(pool):
+    await register(pool, "k")
+    await register(pool, "kept")
+    await pool.execute("select jobfeed.set_kind_request_policy('kept', 'keep')")
+
+
+async def active(pool, job_id) -> int:
+    return await pool.fetchval("select count(*) from jobfeed.requests where job_id = $1 and left_at is null", job_id)
+
+
+async def test_python_submit_records_a_request_only_when_asked(pool, queue, k):
+    plain = await queue.submit("k", "plain")
+    assert plain == Submission(plain.id, True, False, None)
+    assert await pool.fetchval("select count(*) from jobfeed.requests") == 0
+    assert (await queue.get_job(plain.id))["requesters"] == 0
+
+    first = await queue.submit("k", "t", request=True)
+    second = await queue.submit("k", "t", requester="bob")
+    third = await queue.submit("k", "t", notify_url="http://127.0.0.1/hook")
+    assert first.created and not second.created and not third.created
+    assert first.id == second.id == third.id
+    assert len({first.request_id, second.request_id, third.request_id}) == 3
+    assert (await queue.get_job(first.id))["requesters"] == 3
+    row = await pool.fetchrow("select * from jobfeed.requests where id = $1", second.request_id)
+    assert (row["job_id"], row["requester"], row["left_at"]) == (first.id, "bob", None)
+
+
+async def test_the_last_leave_cancels_and_leaving_is_idempotent(pool, queue, k):
+    a = await queue.submit("k", "t", request=True)
+    b = await queue.submit("k", "t", request=True)
+    view = await queue.leave(a.request_id)
+    assert (view["status"], view["requesters"]) == ("queued", 1)
+    version = view["version"]
+    again = await queue.leave(a.request_id)  # idempotent: nothing more changes
+    assert (again["status"], again["requesters"], again["version"]) == ("queued", 1, version)
+    view = await queue.leave(b.request_id)
+    assert (view["status"], view["requesters"]) == ("canceled", 0)
+    assert view["version"] == version + 1  # the status changed; requesters alone never bump it
+    assert (await queue.leave(b.request_id))["status"] == "canceled"
+    # the target is free again: the next submission makes a new job
+    c = await queue.submit("k", "t", request=True)
+    assert c.created and c.id != a.id
+
+
+async def test_unknown_request_is_not_found(queue, k):
+    with pytest.raises(QueueError) as e:
+        await queue.leave(uuid.uuid4())
+    assert (e.value.code, e.value.status) == ("not_found", 404)
+
+
+async def test_keep_lets_an_abandoned_job_run(queue, k):
+    s = await queue.submit("kept", "t", request=True)
+    view = await queue.leave(s.request_id)
+    assert (view["status"], view["requesters"]) == ("queued", 0)
+    (job,) = await queue.claim(["kept"], 1, "w")
+    assert await queue.complete(job.id, job.generation, {"ok": 1})
+
+
+async def test_an_abandoned_running_job_loses_its_lease(pool, queue, k):
+    s = await queue.submit("k", "t", request=True)
+    (job,) = await queue.claim(["k"], 1, "w")
+    view = await queue.leave(s.request_id)
+    assert view["status"] == "canceled"
+    assert await queue.extend_many([(job.id, job.generation)]) == {job.id}
+    assert not await queue.complete(job.id, job.generation, {})
+    log = await pool.fetchrow("select outcome, error_code from jobfeed.attempts where job_id = $1", job.id)
+    assert tuple(log) == ("canceled", "abandoned")
+
+
+async def test_a_request_of_a_final_job_is_not_active(queue, k):
+    s = await queue.submit("k", "t", request=True)
+    (job,) = await queue.claim(["k"], 1, "w")
+    assert await queue.complete(job.id, job.generation, {"n": 1})
+    view = await queue.get_job(s.id)
+    assert (view["status"], view["requesters"]) == ("completed", 0)
+    assert (await queue.leave(s.request_id))["status"] == "completed"
+
+
+async def test_jobs_without_requests_are_never_abandoned(pool, queue, k):
+    plain = await queue.submit("k", "t")
+    other = await queue.submit("k", "u", request=True)
+    await queue.leave(other.request_id)
+    assert (await queue.get_job(plain.id))["status"] == "queued"
+    assert (await queue.get_job(other.id))["status"] == "canceled"
+
+
+async def test_batch_requests_count_per_item(pool, queue, k):
+    answers = await queue.submit_many_requests_json(
+        "k", [("a", {}), ("a", {}), ("b", {})], requesters=["x", None, "y"], notify_urls=[None, None, None])
+    (a1, c1, _, r1), (a2, c2, _, r2), (b, c3, _, r3) = answers
+    assert a1 == a2 and (c1, c2, c3) == (True, False, True)
+    assert len({r1, r2, r3}) == 3
+    assert (await queue.get_job(a1))["requesters"] == 2
+    assert await active(pool, a1) == 2
+    again = await queue.submit_many_requests_json("k", [("a", {}), ("b", {})], requesters=[None, None],
+                                                  notify_urls=[None, None])
+    assert [a[0] for a in again] == [a1, b] and not any(a[1] for a in again)
+    assert (await queue.get_job(b))["requesters"] == 2
+
+
+async def test_joins_and_leaves_racing_never_cancel_a_job_someone_waits_for(dsn, pool, k):
+    """Requesters join one target and leave at random, concurrently, while a
+    worker claims: the job is abandoned (canceled) again and again. While a
+    request is active its job is never canceled; afterwards no canceled job has
+    a request that never left, and every unfinished job's count equals its
+    active requests (none is left running with nobody waiting)."""
+    big = await db.create_pool(dsn, min_size=30, max_size=30)
+    rng = random.Random(7)
+    try:
+        q = Queue(big)
+
+        async def requester(n: int) -> None:
+            for _ in range(30):
+                s = await q.submit("k", "hot", request=True)
+                await asyncio.sleep(rng.random() * 0.002)
+                # while this request is active, its job is never canceled
+                assert (await q.get_job(s.id))["status"] != "canceled"
+                await q.leave(s.request_id)
+                await asyncio.sleep(rng.random() * 0.04)  # away: often nobody waits
+
+        async def worker() -> None:
+            for _ in range(40):
+                await q.claim(["k"], 1, "w")
+                await asyncio.sleep(0.002)
+
+        await asyncio.gather(*(requester(n) for n in range(6)), worker())
+        bad = await big.fetch("""
+            select j.id, r.id as request from jobfeed.jobs j join jobfeed.requests r on r.job_id = j.id
+             where j.state = 'canceled' and r.left_at is null""")
+        assert bad == []
+        mismatched = await big.fetch("""
+            select j.id, j.requesters,
+                   (select count(*) from jobfeed.requests r where r.job_id = j.id and r.left_at is null) as live
+              from jobfeed.jobs j where j.state in ('queued', 'running')""")
+        assert all(m["requesters"] == m["live"] for m in mismatched), mismatched
+        # everyone left: every job with requests was abandoned
+        assert await big.fetchval("select count(*) from jobfeed.jobs where state <> 'canceled'") == 0
+        assert await big.fetchval("select count(*) from jobfeed.jobs") > 5  # abandoned again and again
+    finally:
+        await big.close()
+
+
+async def test_requesters_never_bump_the_version(pool, queue, k):
+    a = await queue.submit("k", "t", request=True)
+    v1 = (await queue.get_job(a.id))["version"]
+    b = await queue.submit("k", "t", request=True)
+    await queue.leave(b.request_id)
+    assert (await queue.get_job(a.id))["version"] == v1
+
+
+# ---------------------------------------------------------------- over HTTP
+
+@pytest.fixture
+async def server(dsn):
+    from servers import serve
+    async with serve(dsn) as s:
+        yield s
+
+
+@pytest.fixture
+async def http(server):
+    import httpx
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        yield client
+
+
+async def post_job(http, target: str) -> dict:
+    r = await http.post("/api/jobs", json={"kind": "demo", "target": target})
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+async def test_http_submissions_are_requests_and_leave(http, pool):
+    a = await post_job(http, "v")
+    b = await post_job(http, "v")
+    assert a["id"] == b["id"] and (a["requesters"], b["requesters"]) == (1, 2)
+    assert uuid.UUID(a["request_id"]) != uuid.UUID(b["request_id"])
+
+    r = await http.delete(f"/api/requests/{a['request_id']}")
+    assert r.status_code == 200
+    assert set(r.json()) == {"job"}
+    assert (r.json()["job"]["id"], r.json()["job"]["status"], r.json()["job"]["requesters"]) == (a["id"], "queued", 1)
+    again = await http.delete(f"/api/requests/{a['request_id']}")
+    assert again.status_code == 200 and again.json()["job"]["requesters"] == 1
+
+    # the beacon's route: no body, no Content-Type
+    r = await http.post(f"/api/requests/{b['request_id']}/leave")
+    assert r.status_code == 200 and r.json()["job"]["status"] == "canceled"
+    assert (await http.get(f"/api/jobs/{a['id']}")).json()["status"] == "canceled"
+
+
+@pytest.mark.parametrize("request_id", [str(uuid.UUID(int=5)), "not-a-uuid", "x" * 100])
+async def test_http_unknown_request_is_404_and_changes_nothing(http, pool, request_id):
+    job = await post_job(http, "v")
+    for response in (await http.delete(f"/api/requests/{request_id}"),
+                     await http.post(f"/api/requests/{request_id}/leave")):
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
+    assert (await http.get(f"/api/jobs/{job['id']}")).json()["requesters"] == 1
+
+
+async def test_sse_sends_requesters_changes_under_the_same_id(http):
+    from servers import Watcher
+    from waiting import eventually
+    first = await post_job(http, "w")
+    watcher = Watcher(http, f"/api/jobs/{first['id']}/events")
+    task = asyncio.create_task(watcher.run())
+    try:
+        await asyncio.wait_for(watcher.opened.wait(), 5)
+        second = await post_job(http, "w")
+
+        async def counts():
+            return [e.json()["requesters"] for e in watcher.events if e.event == "job"][-1:] == [2]
+        await eventually(counts, timeout=10, interval=0.02, what="requesters 2 on the stream")
+        await http.delete(f"/api/requests/{second['request_id']}")
+
+        async def back_to_one():
+            return [e.json()["requesters"] for e in watcher.events if e.event == "job"][-1:] == [1]
+        await eventually(back_to_one, timeout=10, interval=0.02, what="requesters 1 on the stream")
+        events = [e for e in watcher.events if e.event == "job"]
+        assert [e.json()["requesters"] for e in events] == [1, 2, 1]
+        assert {e.id for e in events} == {"1"}  # version never moved
+        await http.delete(f"/api/requests/{first['request_id']}")  # the last leaves: canceled, stream ends
+        await asyncio.wait_for(task, 10)
+        final = watcher.views[-1]
+        assert (final["status"], final["requesters"], final["version"]) == ("canceled", 0, 2)
+    finally:
+        task.cancel()
