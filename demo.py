@@ -10,11 +10,19 @@ from .worker.tasks import Abandon, Permanent, Release, Transient, task
 SCRIPTS = ("transient", "permanent", "release", "hang")
 
 
+MAX_STEPS = 1000
+MAX_STEP_MS = 10_000
+MAX_RUN_MS = 10 * 60 * 1000  # one run: steps x step_ms
+
+
 def validate(payload: dict) -> None:
-    for key in ("steps", "step_ms"):
+    """Refuse (ValueError: 422 at submission) what would hold a worker too long."""
+    for key, most in (("steps", MAX_STEPS), ("step_ms", MAX_STEP_MS)):
         value = payload.get(key, 0)
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 100_000:
-            raise ValueError(f"{key} must be a whole number from 0 to 100000")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
+            raise ValueError(f"{key} must be a whole number from 0 to {most}")
+    if payload.get("steps", 5) * payload.get("step_ms", 300) > MAX_RUN_MS:
+        raise ValueError("steps x step_ms must be at most 600000 (a run of 10 minutes)")
     fail = payload.get("fail", [])
     if not isinstance(fail, list) or any(f not in SCRIPTS for f in fail):
         raise ValueError(f"fail must be a list of {', '.join(SCRIPTS)}")

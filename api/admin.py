@@ -76,6 +76,11 @@ async def events(request: Request) -> Response:
     return await streams.admin_stream(request)
 
 
+def _cookie_path(request: Request) -> str:
+    """The session is jobfeed's alone: under a host's prefix, scoped to it."""
+    return request.scope.get("root_path", "") + "/"
+
+
 async def sign_in(request: Request) -> Response:
     """Trade the admin token for an HttpOnly cookie (EventSource cannot send headers)."""
     svc = services(request)
@@ -85,16 +90,16 @@ async def sign_in(request: Request) -> Response:
         raise ApiError(422, "invalid_request", 'the body must be {"token": "..."}')
     if not auth.token_matches(token, svc.settings.admin_token):
         raise ApiError(401, "unauthorized", "wrong admin token")
-    lifetime = svc.config.session_lifetime
+    lifetime = svc.settings.session_lifetime
     response = JSONResponse({"signed_in": True, "expires_in": int(lifetime)})
     # token is the admin token: it just matched
     response.set_cookie(auth.SESSION_COOKIE, auth.session_value(token, lifetime),
-                        max_age=int(lifetime), path="/", httponly=True, samesite="strict",
+                        max_age=int(lifetime), path=_cookie_path(request), httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")
     return response
 
 
 async def sign_out(request: Request) -> Response:
     response = Response(status_code=204)
-    response.delete_cookie(auth.SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    response.delete_cookie(auth.SESSION_COOKIE, path=_cookie_path(request), httponly=True, samesite="strict")
     return response

@@ -1,14 +1,18 @@
 """The API process: create_app() builds the Starlette app from its routes list.
 Its lifespan finds the database, checks its schema version (it never migrates),
-registers the kinds this process knows, and owns the pool and the live feed.
+registers the kinds this process knows, and owns the pool (unless a host app
+lends its own) and the live feed.
 
-    uvicorn api.app:create_app --factory
+    uvicorn jobfeed.api.app:create_app --factory
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from typing import AsyncIterator, Callable, Union
+
+import asyncpg
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -22,11 +26,10 @@ from jobfeed.worker.settings import Settings
 
 from . import admin, health, jobs, openapi, ui
 from .batching import SubmitBatcher
-from .config import ApiConfig
 from .errors import EXCEPTION_HANDLERS
 from .feed import Feed
 from .metrics import Metrics
-from .state import Services
+from .state import Identify, Services
 
 log = logging.getLogger("jobfeed.api")
 
@@ -59,29 +62,44 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-def create_app(settings: Settings | None = None, config: ApiConfig | None = None) -> Starlette:
+PoolSource = Union[asyncpg.Pool, Callable[[], asyncpg.Pool]]
+
+
+def create_app(settings: Settings | None = None, *, pool: PoolSource | None = None,
+               identify: Identify | None = None) -> Starlette:
+    """jobfeed's API and UI as a Starlette app, to serve alone or to mount into a
+    host app under a prefix (the host enters `lifespan(app)` from its own).
+
+    pool: the host's asyncpg pool, or a callable answering it when the lifespan
+    starts (for a pool the host creates in its own lifespan). jobfeed then uses
+    it, holds one of its connections for LISTEN, and never closes it.
+    identify: `identify(request) -> str | None` names who sent a request."""
     settings = settings or Settings.from_env()
-    config = config or ApiConfig.from_env()
-    svc = Services(settings=settings, config=config, metrics=Metrics())
+    svc = Services(settings=settings, metrics=Metrics(), identify=identify)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
-        dsn = await db.resolve_dsn(settings)
-        await migrate.require_schema(dsn)  # `jobfeed migrate` changes the schema, never the API
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        host_pool = pool() if callable(pool) else pool
+        dsn = None if host_pool is not None else await db.resolve_dsn(settings)
+        # `jobfeed migrate` changes the schema, never the API
+        await migrate.require_schema(host_pool if host_pool is not None else dsn)
         tasks.load_tasks(settings.tasks)
-        svc.pool = await db.create_pool(dsn, name="jobfeed-api")
+        svc.pool = host_pool if host_pool is not None else await db.create_pool(dsn or "", name="jobfeed-api")
         try:
-            svc.queue = Queue(svc.pool)
-            svc.batcher = SubmitBatcher(svc.queue, max_payload=settings.max_payload, max_batch=config.submit_batch)
+            svc.queue = Queue(svc.pool, settings=settings)
+            svc.batcher = SubmitBatcher(svc.queue, max_payload=settings.max_payload,
+                                        max_batch=settings.submit_batch)
             await tasks.register_kinds(svc.queue, settings, overwrite=False)
-            svc.feed = Feed(dsn, svc.queue, batch=config.feed_batch, health_interval=config.listener_health)
+            svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
+                            health_interval=settings.listener_health)
             await svc.feed.start()
             try:
                 yield
             finally:
                 await svc.feed.close()
         finally:
-            await svc.pool.close()
+            if host_pool is None:  # a host's pool is the host's to close
+                await svc.pool.close()
 
     middleware = [Middleware(svc.metrics.middleware)]
     if settings.cors_origins:  # none allowed: no layer to pass through on every request
@@ -97,6 +115,17 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     )
     app.state.services = svc
     return app
+
+
+def lifespan(app: Starlette) -> contextlib.AbstractAsyncContextManager[object]:
+    """The lifespan of an app create_app() made, for a host that mounts it:
+    Starlette runs only the outermost app's lifespan, so the host enters this
+    one from its own:
+
+        async with jobfeed.api.lifespan(jobs):
+            yield
+    """
+    return app.router.lifespan_context(app)
 
 
 def end_streams(app: Starlette) -> None:

@@ -20,6 +20,7 @@ import logging
 from typing import NamedTuple
 
 import anyio
+import asyncpg
 
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
@@ -148,7 +149,7 @@ class AdminSubscription:
 
 
 class Feed:
-    def __init__(self, dsn: str, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
+    def __init__(self, dsn: str | asyncpg.Pool, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
                  name: str = "jobfeed-api-feed"):
         self.queue = queue
         self.batch = batch

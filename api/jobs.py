@@ -40,7 +40,7 @@ async def submit(request: Request) -> Response:
         raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
     text = with_field(with_flag(text, "deduplicated", not created), "request_id", str(request_id))
     return json_text(text, 201 if created else 200,
-                     headers={"Location": f"/api/jobs/{job_id}"})
+                     headers={"Location": f"{request.scope.get('root_path', '')}/api/jobs/{job_id}"})
 
 
 async def get_job(request: Request) -> Response:

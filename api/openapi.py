@@ -194,4 +194,6 @@ def document() -> dict:
 
 
 async def openapi_json(request: Request) -> Response:
-    return JSONResponse(document())
+    root = request.scope.get("root_path", "")
+    # mounted under a prefix: the paths above are relative to it
+    return JSONResponse({**document(), "servers": [{"url": root}]} if root else document())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import asyncpg
 from starlette.requests import Request
@@ -11,16 +12,19 @@ from jobfeed.worker.queue import Queue
 from jobfeed.worker.settings import Settings
 
 from .batching import SubmitBatcher
-from .config import ApiConfig
 from .feed import Feed
 from .metrics import Metrics
+
+# The host's hook naming who sent a request (its user id, say), or None for
+# nobody in particular. Called per request on the event loop: keep it cheap.
+Identify = Callable[[Request], "str | None"]
 
 
 @dataclasses.dataclass
 class Services:
     settings: Settings
-    config: ApiConfig
     metrics: Metrics
+    identify: Identify | None = None
     # Made by the app's lifespan, before any request is served.
     pool: asyncpg.Pool = dataclasses.field(init=False)
     queue: Queue = dataclasses.field(init=False)
@@ -32,6 +36,10 @@ class Services:
         # The payload limit is exact (checked in SQL on the stored form); the body
         # may be a little larger for kind, target and the JSON around them.
         return self.settings.max_payload + 16 * 1024
+
+    def requester(self, request: Request) -> str | None:
+        """Who sent this request, by the host's identify hook (None without one)."""
+        return self.identify(request) if self.identify is not None else None
 
 
 def services(request: Request) -> Services:

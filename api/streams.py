@@ -30,7 +30,7 @@ def _ping() -> ServerSentEvent:
 def _response(svc: Services, events, sub) -> EventSourceResponse:
     """`events` is the stream; sub.close() ends it."""
     return EventSourceResponse(
-        events, ping=svc.config.sse_ping, ping_message_factory=_ping, sep=SEP,
+        events, ping=svc.settings.sse_ping, ping_message_factory=_ping, sep=SEP,
         shutdown_event=svc.feed.shutdown, shutdown_grace_period=2.0,
         # runs even when the body never starts (HEAD) or the client leaves
         background=BackgroundTask(sub.close))
@@ -64,7 +64,7 @@ async def job_stream(request: Request, job_id) -> Response:
         sub.skip_to(view.version, view.extra)
     else:
         svc.feed.seed(sub, view)
-    retry_ms = int(svc.config.sse_retry * 1000)
+    retry_ms = int(svc.settings.sse_retry * 1000)
     return _response(svc, _job_events(svc, sub, retry_ms), sub)
 
 
@@ -87,7 +87,7 @@ async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> Asy
 async def admin_stream(request: Request) -> Response:
     svc = services(request)
     sub = svc.feed.subscribe_admin()
-    retry_ms = int(svc.config.sse_retry * 1000)
+    retry_ms = int(svc.settings.sse_retry * 1000)
     return _response(svc, _admin_events(svc, sub, retry_ms), sub)
 
 

@@ -24,7 +24,6 @@ import httpx
 import uvicorn
 
 from jobfeed.api.app import create_app, end_streams
-from jobfeed.api.config import ApiConfig
 from jobfeed.worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,12 +31,12 @@ ADMIN_TOKEN = "admin-token-for-tests"
 
 # Short intervals, and the demo kind's timing as tests/conftest.py's demo_kind
 # registers it (the API registers kinds from these settings at start).
-FAST = ApiConfig(sse_ping=0.2, sse_retry=0.5, feed_batch=0.005, listener_health=1.0)
+FAST = dict(sse_ping=0.2, sse_retry=0.5, feed_batch=0.005, listener_health=1.0)
 
 
 def make_settings(dsn: str, **overrides) -> Settings:
     values = dict(database_url=dsn, admin_token=ADMIN_TOKEN, lease=1.0, backoff=(0.2,), max_attempts=5,
-                  tasks=("jobfeed.demo",))
+                  tasks=("jobfeed.demo",), **FAST)
     values.update(overrides)
     return Settings(**values)
 
@@ -109,7 +108,7 @@ class ThreadServer:
 
 @contextlib.asynccontextmanager
 async def serve(dsn: str, **settings) -> AsyncIterator[ThreadServer]:
-    async with ThreadServer(create_app(make_settings(dsn, **settings), FAST)) as server:
+    async with ThreadServer(create_app(make_settings(dsn, **settings))) as server:
         yield server
 
 

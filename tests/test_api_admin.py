@@ -10,7 +10,7 @@ import pytest
 
 from jobfeed.api import auth
 from jobfeed.api.app import create_app
-from servers import ADMIN_TOKEN, FAST, asgi_client, make_settings
+from servers import ADMIN_TOKEN, asgi_client, make_settings
 
 BEARER = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 SOME_ID = str(uuid.uuid4())
@@ -23,7 +23,7 @@ ADMIN_ROUTES = [
 
 @pytest.fixture
 async def client(dsn):
-    async with asgi_client(create_app(make_settings(dsn), FAST)) as c:
+    async with asgi_client(create_app(make_settings(dsn))) as c:
         yield c
 
 
@@ -46,7 +46,7 @@ async def test_admin_routes_refuse_without_valid_credentials(client):
 
 
 async def test_without_an_admin_token_admin_stays_closed(dsn):
-    async with asgi_client(create_app(make_settings(dsn, admin_token=None), FAST)) as client:
+    async with asgi_client(create_app(make_settings(dsn, admin_token=None))) as client:
         for method, path in ADMIN_ROUTES:
             response = await client.request(method, path, headers={"authorization": "Bearer "})
             assert response.status_code == 401

@@ -4,13 +4,12 @@ and each request still gets exactly the answer it would get alone."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 
 from jobfeed.api.app import create_app
-from jobfeed.api.config import ApiConfig
-from servers import FAST, asgi_client, make_settings
+from jobfeed.worker.settings import Settings
+from servers import asgi_client, make_settings
 from jobfeed.worker.settings import SettingError
 
 
@@ -19,7 +18,7 @@ async def burst(client, bodies: list[dict]):
 
 
 async def test_a_burst_is_written_in_few_statements_and_each_gets_its_own_answer(dsn, pool, demo_kind):
-    app = create_app(make_settings(dsn, max_payload=1024), FAST)
+    app = create_app(make_settings(dsn, max_payload=1024))
     good = [{"kind": "demo", "target": f"new-{i}"} for i in range(40)]
     shared = [{"kind": "demo", "target": "shared", "payload": {"n": i}} for i in range(10)]
     too_large = [{"kind": "demo", "target": f"big-{i}", "payload": {"pad": "x" * 2000}} for i in range(3)]
@@ -54,7 +53,7 @@ async def test_a_burst_is_written_in_few_statements_and_each_gets_its_own_answer
 
 
 async def test_a_burst_for_an_unknown_kind_is_refused_item_by_item(dsn, pool, demo_kind):
-    app = create_app(make_settings(dsn), FAST)
+    app = create_app(make_settings(dsn))
     async with asgi_client(app) as client:
         answers = await burst(client, [{"kind": "nope", "target": f"t{i}"} for i in range(8)]
                               + [{"kind": "demo", "target": "fine"}])
@@ -64,7 +63,7 @@ async def test_a_burst_for_an_unknown_kind_is_refused_item_by_item(dsn, pool, de
 
 
 async def test_batch_of_one_writes_each_submission_alone(dsn, demo_kind):
-    app = create_app(make_settings(dsn), dataclasses.replace(FAST, submit_batch=1))
+    app = create_app(make_settings(dsn, submit_batch=1))
     async with asgi_client(app) as client:
         answers = await burst(client, [{"kind": "demo", "target": f"t{i}"} for i in range(12)])
         batcher = app.state.services.batcher
@@ -75,5 +74,5 @@ async def test_batch_of_one_writes_each_submission_alone(dsn, demo_kind):
 @pytest.mark.parametrize("value", ["0", "-3", "many"])
 def test_submit_batch_setting_must_be_a_positive_whole_number(value):
     with pytest.raises(SettingError):
-        ApiConfig.from_env({"JOBFEED_SUBMIT_BATCH": value})
-    assert ApiConfig.from_env({"JOBFEED_SUBMIT_BATCH": "32"}).submit_batch == 32
+        Settings.from_env({"JOBFEED_SUBMIT_BATCH": value})
+    assert Settings.from_env({"JOBFEED_SUBMIT_BATCH": "32"}).submit_batch == 32

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from jobfeed.api.app import create_app
-from servers import FAST, asgi_client, make_settings
+from servers import asgi_client, make_settings
 
 PUBLIC_FIELDS = {"id", "kind", "target", "status", "progress", "result", "error", "created_at",
                  "updated_at", "finished_at", "version", "requesters"}
@@ -17,7 +17,7 @@ PUBLIC_FIELDS = {"id", "kind", "target", "status", "progress", "result", "error"
 
 @pytest.fixture
 async def client(dsn):
-    async with asgi_client(create_app(make_settings(dsn), FAST)) as c:
+    async with asgi_client(create_app(make_settings(dsn))) as c:
         yield c
 
 
@@ -144,7 +144,7 @@ async def test_target_of_exactly_512_bytes_is_accepted(client):
 
 
 async def test_payload_over_the_limit_is_413(dsn, pool):
-    app = create_app(make_settings(dsn, max_payload=1000), FAST)
+    app = create_app(make_settings(dsn, max_payload=1000))
     async with asgi_client(app) as client:
         # Within the body's allowance, so the database measures the payload itself.
         measured = await client.post("/api/jobs", json={"kind": "demo", "target": "a", "payload": {"n": "x" * 1500}})
@@ -160,7 +160,7 @@ async def test_payload_over_the_limit_is_413(dsn, pool):
 
 
 async def test_api_token_guards_submissions_only(dsn, pool):
-    app = create_app(make_settings(dsn, api_token="submit-secret"), FAST)
+    app = create_app(make_settings(dsn, api_token="submit-secret"))
     async with asgi_client(app) as client:
         body = {"kind": "demo", "target": "a"}
         for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic c3VibWl0LXNlY3JldA=="},

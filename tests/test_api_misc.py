@@ -12,12 +12,12 @@ from starlette.routing import Mount, Route
 from jobfeed.api import openapi, ui
 from jobfeed.api.app import create_app, routes
 from jobfeed.worker import migrate
-from servers import FAST, asgi_client, make_settings
+from servers import asgi_client, make_settings
 
 
 @pytest.fixture
 async def app(dsn):
-    return create_app(make_settings(dsn), FAST)
+    return create_app(make_settings(dsn))
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ async def test_static_files(client):
 
 
 async def test_cors_allows_configured_origins_only(dsn):
-    app = create_app(make_settings(dsn, cors_origins=("https://app.example",)), FAST)
+    app = create_app(make_settings(dsn, cors_origins=("https://app.example",)))
     async with asgi_client(app) as client:
         preflight = await client.options("/api/jobs", headers={
             "origin": "https://app.example", "access-control-request-method": "POST",
@@ -135,7 +135,7 @@ async def test_cors_allows_configured_origins_only(dsn):
 
 
 async def test_without_configured_origins_no_cross_origin_access(dsn, demo_kind):
-    async with asgi_client(create_app(make_settings(dsn), FAST)) as client:
+    async with asgi_client(create_app(make_settings(dsn))) as client:
         preflight = await client.options("/api/jobs", headers={
             "origin": "https://app.example", "access-control-request-method": "POST"})
         assert preflight.status_code == 405 and "access-control-allow-origin" not in preflight.headers

@@ -4,6 +4,7 @@ PostgreSQL server used when DATABASE_URL is not set."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import warnings
 from pathlib import Path
@@ -98,9 +99,12 @@ class Listener:
     """One dedicated connection that LISTENs (a pooled one would be reset with
     UNLISTEN * on release). Reconnects with backoff when the connection dies,
     and calls on_connect after every (re)connect, once LISTEN is in place, so the
-    owner can re-read state it may have missed. NOTIFY is only a hint."""
+    owner can re-read state it may have missed. NOTIFY is only a hint.
 
-    def __init__(self, dsn: str, channels: dict[str, Callback], *,
+    `dsn` may also be a pool someone else owns (a host app's): the connection
+    is then taken from it and held until stop(), and given back unlistened."""
+
+    def __init__(self, dsn: str | asyncpg.Pool, channels: dict[str, Callback], *,
                  on_connect: Callable[[], Awaitable[None]] | None = None,
                  health_interval: float = 10.0, name: str = "jobfeed-listener"):
         self.dsn = dsn
@@ -112,6 +116,7 @@ class Listener:
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task | None = None
         self._lost = asyncio.Event()
+        self._callbacks: dict[str, Callable] = {}
 
     async def start(self) -> None:
         """Connect once (raising if the database is unreachable), then keep the
@@ -126,24 +131,52 @@ class Listener:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        if self._conn is not None and not self._conn.is_closed():
-            await self._conn.close(timeout=2)
+        if self._conn is not None:
+            await self._drop(self._conn, graceful=True)
+
+    async def _open(self) -> asyncpg.Connection:
+        if isinstance(self.dsn, asyncpg.Pool):
+            return await self.dsn.acquire()
+        return await connect(self.dsn, name=self.name)
+
+    async def _drop(self, conn: asyncpg.Connection, *, graceful: bool = False) -> None:
+        if not isinstance(self.dsn, asyncpg.Pool):
+            if not conn.is_closed():
+                await conn.close(timeout=2) if graceful else conn.terminate()
+            return
+        # A lent connection goes back to its pool, unlistened (the owner's pool
+        # may not reset connections). asyncpg detaches a pooled connection that
+        # died (InterfaceError from then on): its pool has taken it back already.
+        with contextlib.suppress(asyncpg.InterfaceError):
+            if graceful:
+                try:
+                    for channel, callback in self._callbacks.items():
+                        await conn.remove_listener(channel, callback)  # the last one UNLISTENs
+                except (asyncpg.PostgresError, OSError):
+                    conn.terminate()
+            else:
+                conn.terminate()
+            await self.dsn.release(conn, timeout=2)
 
     @property
     def backend_pid(self) -> int | None:
-        return self._conn.get_server_pid() if self._conn is not None else None
+        if self._conn is not None:
+            with contextlib.suppress(asyncpg.InterfaceError):  # a lent connection that died
+                return self._conn.get_server_pid()
+        return None
 
     async def _connect(self) -> None:
-        conn = await connect(self.dsn, name=self.name)
+        conn = await self._open()
         try:
             self._lost.clear()
             conn.add_termination_listener(lambda _c: self._lost.set())
             for channel, callback in self.channels.items():
-                await conn.add_listener(channel, lambda _c, _pid, ch, payload, cb=callback: cb(ch, payload))
+                self._callbacks[channel] = lambda _c, _pid, ch, payload, cb=callback: cb(ch, payload)
+                await conn.add_listener(channel, self._callbacks[channel])
             if self.on_connect is not None:
                 await self.on_connect()
         except BaseException:
-            conn.terminate()  # a half-set-up connection is dropped, never kept
+            await self._drop(conn)  # a half-set-up connection is dropped, never kept
             raise
         self._conn = conn
         self.connected.set()
@@ -163,7 +196,8 @@ class Listener:
             self.connected.clear()
             log.warning("%s: connection lost, reconnecting", self.name)
             if self._conn is not None:
-                self._conn.terminate()
+                await self._drop(self._conn)
+                self._conn = None
             while True:
                 try:
                     await self._connect()

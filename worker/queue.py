@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import asyncpg
 
 from .limits import MAX_PAYLOAD_BYTES
+from .settings import Settings
 from .sql import query
 
 # SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
@@ -78,8 +79,23 @@ class Queue:
     (and its NOTIFY goes out) exactly when your data commits, and not at all if
     it rolls back. A refused call (QueueError) aborts that transaction."""
 
-    def __init__(self, pool: asyncpg.Pool | asyncpg.Connection):
+    def __init__(self, pool: asyncpg.Pool | asyncpg.Connection, *, settings: Settings | None = None):
         self.pool = pool  # anything with fetch/fetchval: a Pool or a Connection
+        self._settings = settings  # for kinds' defaults (JOBFEED_LEASE, ...); read from the environment if None
+        self._known: set[str] = set()  # kinds this object has registered or seen registered
+
+    async def _add_kind(self, kind: str) -> None:
+        """Producers first: a kind this process knows (its @task module is
+        imported) is added to the database before its first submission here, so a
+        producer can submit before any worker has started. Never overwrites the
+        settings a worker wrote. One statement per kind and Queue object."""
+        if kind in self._known:
+            return
+        from .tasks import register_kind, registry  # tasks imports this module
+        spec = registry.get(kind)
+        if spec is None:
+            return  # not ours to describe: the database decides (unknown_kind)
+        await register_kind(self, spec.resolved(self._settings or Settings.from_env()), overwrite=False)
 
     async def _fetch(self, name: str, *args) -> list[asyncpg.Record]:
         try:
@@ -100,6 +116,7 @@ class Queue:
         """overwrite=False only adds a kind not registered yet (see sql/functions/30_submit.sql)."""
         await self._fetch("register_kind", kind, max_attempts, _seconds(lease),
                           [_seconds(b) for b in backoff], jitter, description, overwrite)
+        self._known.add(kind)
 
     async def list_kinds(self) -> list[dict]:
         return [json.loads(r[0]) for r in await self._fetch("list_kinds")]
@@ -138,6 +155,7 @@ class Queue:
                           max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool, str]:
         """submit(), also answering the job's public view as JSON text."""
         text = json.dumps(payload if payload is not None else {})
+        await self._add_kind(kind)
         rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
         return rows[0]["id"], rows[0]["created"], rows[0]["view"]
 
@@ -148,6 +166,7 @@ class Queue:
         (job id, created) per item, in order, deduplicated as submit() is."""
         if not items:
             return []
+        await self._add_kind(kind)
         rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload)
         return [(r["id"], r["created"]) for r in rows]
 
@@ -156,6 +175,7 @@ class Queue:
         """submit_many(), also answering each job's public view as JSON text."""
         if not items:
             return []
+        await self._add_kind(kind)
         rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload)
         return [(r["id"], r["created"], r["view"]) for r in rows]
 

@@ -1,5 +1,7 @@
-"""Settings, read once from the environment (flags override). A bad value stops
-the process at start with a message naming the setting."""
+"""Settings, read once from the environment (flags override): one object for
+every jobfeed process (API, worker, sweeper, CLI) and for an app that embeds
+jobfeed's API. A bad value stops the process at start with a message naming the
+setting."""
 
 from __future__ import annotations
 
@@ -66,6 +68,13 @@ class Settings:
     tasks: tuple[str, ...] = ()
     max_payload: int = MAX_PAYLOAD_BYTES
     cors_origins: tuple[str, ...] = ()
+    # the API process's own (streams, the live feed, sessions, group commit)
+    sse_ping: float = 15.0          # seconds between ': ping' comments on open streams
+    sse_retry: float = 2.0          # what EventSource waits before reconnecting (sent as retry:)
+    feed_batch: float = 0.01        # collect notifications this long, then re-read them in one query
+    listener_health: float = 10.0   # how often an idle LISTEN connection is checked
+    session_lifetime: float = 12 * 3600  # the admin session cookie's lifetime
+    submit_batch: int = 256         # most submissions written in one statement (1: each alone)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
@@ -99,5 +108,13 @@ class Settings:
             values["max_payload"] = parse_positive_int(env["JOBFEED_MAX_PAYLOAD"], "JOBFEED_MAX_PAYLOAD")
         if env.get("JOBFEED_CORS_ORIGINS"):
             values["cors_origins"] = tuple(o.strip() for o in env["JOBFEED_CORS_ORIGINS"].split(",") if o.strip())
+        for key, field in (("JOBFEED_SSE_PING", "sse_ping"), ("JOBFEED_SSE_RETRY", "sse_retry"),
+                           ("JOBFEED_FEED_BATCH", "feed_batch"),
+                           ("JOBFEED_LISTENER_HEALTH", "listener_health"),
+                           ("JOBFEED_SESSION_LIFETIME", "session_lifetime")):
+            if env.get(key):
+                values[field] = parse_duration(env[key], key)
+        if env.get("JOBFEED_SUBMIT_BATCH"):
+            values["submit_batch"] = parse_positive_int(env["JOBFEED_SUBMIT_BATCH"], "JOBFEED_SUBMIT_BATCH")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -124,12 +124,17 @@ async def register_kinds(queue, settings: Settings, *, overwrite: bool) -> list[
     only add kinds nobody registered yet."""
     specs = registry.specs(settings)
     for spec in specs:
-        await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
-                                  backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
-                                  overwrite=overwrite)
-        if overwrite:  # workers run the kind: they say what abandoning it does
-            await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon)
+        await register_kind(queue, spec, overwrite=overwrite)
     return specs
+
+
+async def register_kind(queue, spec: TaskSpec, *, overwrite: bool) -> None:
+    """Record one resolved kind's settings (see register_kinds)."""
+    await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
+                              backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
+                              overwrite=overwrite)
+    if overwrite:  # workers run the kind: they say what abandoning it does
+        await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon)
 
 
 class Context:

@@ -1,7 +1,7 @@
 // Admin dashboard: one job's detail (every fact and attempt), with retry and
 // cancel. The selected job is in the address (#job=ID), so a link opens it.
 
-import { clearMessage, h, prettyJson, showError, showNote, timeEl } from "./api.js";
+import { clearMessage, h, prettyJson, showError, showNote, timeEl, url } from "./api.js";
 import { $, adminApi, badge, errorText, soon } from "./admin-shared.js";
 import { remember, renderJobs } from "./admin-list.js";
 import { loadStats } from "./admin-stats.js";
@@ -83,7 +83,7 @@ function renderDetail() {
   $("detail-payload").textContent = prettyJson(job.payload ?? {});
   $("detail-result-wrap").hidden = job.result == null;
   $("detail-result").textContent = job.result == null ? "" : prettyJson(job.result);
-  $("public-link").href = `/jobs/${encodeURIComponent(job.id)}`;
+  $("public-link").href = url(`jobs/${encodeURIComponent(job.id)}`);
   // Offer what the server allows now; it still decides (409 when the state moved on).
   $("retry").disabled = !RETRYABLE.includes(job.state);
   $("cancel").disabled = !CANCELABLE.includes(job.state);

@@ -6,6 +6,7 @@ import { $, adminApi, soon } from "./admin-shared.js";
 import { jobs, loadJobs, matchesFilters, remember, renderJobs } from "./admin-list.js";
 import { loadDetail, selectedJobId } from "./admin-detail.js";
 import { loadStats } from "./admin-stats.js";
+import { url } from "./api.js";
 
 const RETRY_MS = 3000;
 
@@ -24,7 +25,7 @@ function setConnection(state, text) {
 
 export function connectEvents() {
   if (source) source.close();
-  source = new EventSource("/api/admin/events");
+  source = new EventSource(url("api/admin/events"));
   source.addEventListener("open", () => setConnection("live", "Live: changes appear as they happen."));
   // 'ready' (the subscription is live) and 'resync' (changes may have been
   // missed): re-read everything; the 'job' events that follow keep it current.

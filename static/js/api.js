@@ -1,47 +1,10 @@
-// Shared by every page: JSON requests that turn the API's error shape into an
-// ApiError, error display, DOM building and formatting.
+// Shared by jobfeed's own pages: the public module's requests and URLs, error
+// display, DOM building and formatting.
 
-export { TERMINAL } from "./states.js";
-
-export class ApiError extends Error {
-  constructor(status, code, message) {
-    super(message);
-    this.status = status; // 0 when the server could not be reached
-    this.code = code;
-  }
-}
-
-// fetch() a JSON endpoint. Resolves to {status, data}; rejects with ApiError on
-// a network failure or any non-2xx answer ({"error": {"code", "message"}}).
-export async function api(path, { method = "GET", body } = {}) {
-  const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  let response;
-  try {
-    response = await fetch(path, init);
-  } catch {
-    throw new ApiError(0, "network_error", "Could not reach the server. Check the connection and try again.");
-  }
-  const text = await response.text();
-  let data = null;
-  try {
-    data = text ? JSON.parse(text) : null;
-  } catch {
-    data = null;
-  }
-  if (!response.ok) {
-    const error = (data && data.error) || {};
-    throw new ApiError(
-      response.status,
-      error.code || `http_${response.status}`,
-      error.message || response.statusText || "The server answered with an error.",
-    );
-  }
-  return { status: response.status, data };
-}
+// The JSON calls and URLs come from the public module; paths like
+// "/api/kinds" resolve under wherever jobfeed is mounted.
+export { ApiError, TERMINAL, request as api, url } from "./jobfeed.js";
+import { ApiError } from "./jobfeed.js";
 
 // Show an error in a region (role="alert" in the page): what went wrong in
 // words, then the status and code for anyone reporting it.

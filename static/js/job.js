@@ -1,20 +1,15 @@
-// Job page /jobs/{id}: follows the job's public view over SSE until it ends.
-// The status shown is always the server's word; the EventSource reconnects by
-// itself after a drop and is closed once the job reaches a terminal status.
+// Job page /jobs/{id}: follows the job's public view with the public module's
+// followJob (SSE, reconnects, final status) and draws it. The status shown is
+// always the server's word.
 
-import { api, prettyJson, TERMINAL, timeEl } from "/static/js/api.js";
-
-const RETRY_MS = 3000; // after the server refused the stream (not a drop)
+import { prettyJson, timeEl } from "./api.js";
+import { followJob, jobPageUrl } from "./jobfeed.js";
 
 const jobId = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop());
 const $ = (id) => document.getElementById(id);
 const statusBadge = $("status");
 const progress = $("progress");
 const connection = $("connection");
-
-let source = null;
-let finished = false;
-let lastVersion = -Infinity;
 
 function setConnection(state, text) {
   connection.dataset.state = state;
@@ -45,9 +40,6 @@ function renderProgress(job) {
 }
 
 function render(job) {
-  if (job.version < lastVersion) return; // an older view than the one shown
-  lastVersion = job.version;
-
   document.title = `${job.status} · ${job.kind} ${job.target} · jobfeed`;
   $("heading").textContent = `${job.kind}: ${job.target}`;
   if (statusBadge.textContent !== job.status) {
@@ -73,7 +65,6 @@ function render(job) {
 }
 
 function showNotFound() {
-  finished = true;
   $("job").hidden = true;
   $("shared-note").hidden = true;
   $("heading").textContent = "No such job";
@@ -85,51 +76,29 @@ function showNotFound() {
   box.hidden = false;
 }
 
-function finish(job) {
-  finished = true;
-  if (source) source.close();
-  setConnection("finished", `The job ended: ${job.status}. Live updates stopped.`);
-}
+const CONNECTION = {
+  connecting: "Connecting…",
+  live: "Live: updates appear as they happen.",
+  reconnecting: "Connection lost: reconnecting…",
+};
 
-function connect() {
-  source = new EventSource(`/api/jobs/${encodeURIComponent(jobId)}/events`);
-  source.addEventListener("open", () => setConnection("live", "Live: updates appear as they happen."));
-  source.addEventListener("job", (event) => {
-    const job = JSON.parse(event.data);
-    render(job);
-    if (TERMINAL.has(job.status)) finish(job);
+function follow() {
+  const following = followJob(jobId, {
+    onUpdate: render,
+    onConnection: (state) => {
+      if (state !== "ended") setConnection(state, CONNECTION[state]);
+    },
   });
-  source.addEventListener("error", onStreamError);
-}
-
-async function onStreamError() {
-  if (finished) return;
-  if (source.readyState === EventSource.CONNECTING) {
-    // A dropped connection: the browser retries by itself.
-    setConnection("reconnecting", "Connection lost: reconnecting…");
-    return;
-  }
-  // The server refused the stream (an unknown id answers 404): ask why.
-  source.close();
-  try {
-    const { data } = await api(`/api/jobs/${encodeURIComponent(jobId)}`);
-    render(data);
-    if (TERMINAL.has(data.status)) {
-      finish(data);
-      return;
-    }
-  } catch (err) {
-    if (err.status === 404) {
-      showNotFound();
-      return;
-    }
-  }
-  setConnection("reconnecting", "Connection lost: reconnecting…");
-  setTimeout(connect, RETRY_MS);
+  following.done.then(
+    (job) => setConnection("finished", `The job ended: ${job.status}. Live updates stopped.`),
+    (err) => {
+      if (err.status === 404) showNotFound();
+    },
+  );
 }
 
 function setUpSharing() {
-  const url = `${location.origin}/jobs/${encodeURIComponent(jobId)}`;
+  const url = jobPageUrl(jobId);
   const input = $("share-url");
   input.value = url;
   input.addEventListener("focus", () => input.select());
@@ -151,4 +120,4 @@ function setUpSharing() {
 $("job-id").textContent = jobId;
 $("shared-note").hidden = new URLSearchParams(location.search).get("shared") !== "1";
 setUpSharing();
-connect();
+follow();

@@ -1,7 +1,8 @@
 // Submit page: choose a kind, enter a target and an optional JSON payload,
 // POST /api/jobs, then go to the job's page (marked shared when deduplicated).
 
-import { api, clearMessage, h, showError } from "/static/js/api.js";
+import { api, clearMessage, h, showError } from "./api.js";
+import { jobPageUrl, submitJob } from "./jobfeed.js";
 
 const form = document.getElementById("submit-form");
 const kindSelect = document.getElementById("kind");
@@ -28,7 +29,7 @@ function describeKind() {
 
 async function loadKinds() {
   try {
-    const { data } = await api("/api/kinds");
+    const { data } = await api("api/kinds");
     kinds = Array.isArray(data) ? data : (data && data.kinds) || [];
   } catch (err) {
     kindSelect.replaceChildren(h("option", { value: "" }, "Could not load kinds"));
@@ -98,9 +99,9 @@ async function submit(event) {
   submitButton.disabled = true;
   submitStatus.textContent = "Submitting…";
   try {
-    const { data } = await api("/api/jobs", { method: "POST", body });
+    const data = await submitJob(body.kind, body.target, body.payload);
     submitStatus.textContent = data.deduplicated ? "Joining the existing job…" : "Submitted. Opening the job…";
-    const page = `/jobs/${encodeURIComponent(data.id)}`;
+    const page = jobPageUrl(data.id);
     location.assign(data.deduplicated ? `${page}?shared=1` : page);
   } catch (err) {
     submitStatus.textContent = "";
