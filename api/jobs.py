@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker.submission import InvalidSubmission, check_submission
 
-from . import auth, streams
+from . import auth, streams, waiting
 from .body import read_json
 from .errors import ApiError, json_text
 from .state import services
@@ -45,7 +45,12 @@ async def submit(request: Request) -> Response:
 
 async def get_job(request: Request) -> Response:
     job_id = parse_job_id(request.path_params["job_id"])
-    text = await services(request).queue.get_job_json(job_id)
+    svc = services(request)
+    seconds = waiting.wait_seconds(request.query_params.get("wait"))
+    if seconds:
+        text = await waiting.wait_for_final(svc, job_id, seconds)
+    else:
+        text = await svc.queue.get_job_json(job_id)
     if text is None:
         raise ApiError(404, "not_found", "no such job")
     return json_text(text)

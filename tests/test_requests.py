@@ -245,3 +245,49 @@ async def test_sse_sends_requesters_changes_under_the_same_id(http):
         assert (final["status"], final["requesters"], final["version"]) == ("canceled", 0, 2)
     finally:
         task.cancel()
+
+
+# ---------------------------------------------------------------- waiting
+
+async def test_queue_wait_answers_when_final(pool, queue, k):
+    s = await queue.submit("k", "w")
+    view = await queue.wait(s.id, 0.05)  # time is up: the current view
+    assert view["status"] == "queued"
+    waiter = asyncio.create_task(queue.wait(s.id, 30))
+    await asyncio.sleep(0.1)
+    (job,) = await queue.claim(["k"], 1, "w")
+    await queue.progress(job.id, job.generation, 1, 2, "half")
+    assert not waiter.done()
+    await queue.complete(job.id, job.generation, {"ok": True})
+    view = await asyncio.wait_for(waiter, 10)
+    assert (view["status"], view["result"]) == ("completed", {"ok": True})
+    assert await queue.wait(uuid.uuid4(), 1) is None
+
+
+async def test_http_wait(http, pool, queue):
+    job = await post_job(http, "waited")
+    started = asyncio.get_running_loop().time()
+    r = await http.get(f"/api/jobs/{job['id']}?wait=200ms")
+    assert r.status_code == 200 and r.json()["status"] == "queued"
+    assert asyncio.get_running_loop().time() - started >= 0.19
+
+    waiting = asyncio.create_task(http.get(f"/api/jobs/{job['id']}", params={"wait": "30s"}))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    (claimed,) = await queue.claim(["demo"], 1, "w")
+    await queue.complete(claimed.id, claimed.generation, {"steps": 0})
+    r = await asyncio.wait_for(waiting, 10)
+    assert r.status_code == 200 and r.json()["status"] == "completed"
+    # already final: at once
+    r = await http.get(f"/api/jobs/{job['id']}?wait=60s")
+    assert r.json()["status"] == "completed"
+    assert (await http.get(f"/api/jobs/{uuid.uuid4()}?wait=1s")).status_code == 404
+    for bad in ("soon", "-1s", "1y"):
+        r = await http.get(f"/api/jobs/{job['id']}", params={"wait": bad})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_query", bad
+
+
+def test_wait_is_clamped_to_60_seconds():
+    from jobfeed.api.waiting import wait_seconds
+    assert wait_seconds("90s") == 60 and wait_seconds("2m") == 60 and wait_seconds("1.5") == 1.5
+    assert wait_seconds("30s") == 30 and wait_seconds(None) is None

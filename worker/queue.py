@@ -3,6 +3,8 @@ raised by the functions turned into QueueError. No queue rule lives here."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -14,6 +16,7 @@ import asyncpg
 from .limits import MAX_PAYLOAD_BYTES
 from .settings import Settings
 from .sql import query
+from .states import TERMINAL
 
 # SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
 _HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422}
@@ -211,6 +214,52 @@ class Queue:
     async def get_job(self, job_id: uuid.UUID) -> dict | None:
         text = await self.get_job_json(job_id)
         return None if text is None else json.loads(text)
+
+    async def wait(self, job_id: uuid.UUID, timeout: float) -> dict | None:
+        """The job's public view once it is final, or as it is after `timeout`
+        seconds; None for an unknown job. Listens for the job's change
+        notifications on one connection (of the pool, held meanwhile) and
+        re-reads only when one names the job: it never polls. On a Connection
+        inside a transaction, LISTEN starts only at commit: wait outside one."""
+        key = str(job_id)
+        changed = asyncio.Event()
+
+        def on_change(_conn, _pid, _channel, payload: str) -> None:
+            if key in payload:
+                changed.set()
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.0)
+        async with self._listening("jobfeed_changed", on_change) as conn:
+            while True:
+                changed.clear()  # before reading: a change after the read wakes us
+                text = await conn.fetchval(query("get_job"), job_id)
+                view = None if text is None else json.loads(text)
+                if view is None or view["status"] in TERMINAL:
+                    return view
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return view
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+
+    @contextlib.asynccontextmanager
+    async def _listening(self, channel: str, callback):
+        if isinstance(self.pool, asyncpg.Pool):
+            async with self.pool.acquire() as conn:
+                await conn.add_listener(channel, callback)
+                try:
+                    yield conn
+                finally:
+                    await conn.remove_listener(channel, callback)
+        else:
+            await self.pool.add_listener(channel, callback)
+            try:
+                yield self.pool
+            finally:
+                await self.pool.remove_listener(channel, callback)
 
     async def get_jobs_json(self, job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         return [r[0] for r in await self._fetch("get_jobs", list(job_ids))]
