@@ -88,7 +88,8 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
         try:
             svc.queue = Queue(svc.pool, settings=settings)
             svc.batcher = SubmitBatcher(svc.queue, max_payload=settings.max_payload,
-                                        max_batch=settings.submit_batch)
+                                        max_batch=settings.submit_batch,
+                                        max_active=settings.max_active_per_requester)
             await tasks.register_kinds(svc.queue, settings, overwrite=False)
             svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
                             health_interval=settings.listener_health)

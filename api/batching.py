@@ -41,9 +41,11 @@ class _Item:
 
 
 class SubmitBatcher:
-    def __init__(self, queue: Queue, *, max_payload: int, max_batch: int = 256, max_flushes: int = 4):
+    def __init__(self, queue: Queue, *, max_payload: int, max_batch: int = 256, max_flushes: int = 4,
+                 max_active: int | None = None):
         self.queue = queue
         self.max_payload = max_payload
+        self.max_active = max_active  # per requester (JOBFEED_MAX_ACTIVE_PER_REQUESTER)
         self.max_batch = max(1, max_batch)
         self.max_flushes = max(1, max_flushes)  # statements in flight at once (pool connections)
         self._pending: list[_Item] = []
@@ -94,7 +96,8 @@ class SubmitBatcher:
         try:
             answers = await self.queue.submit_many_requests_json(
                 kind, [(i.target, i.payload) for i in items], requesters=[i.requester for i in items],
-                notify_urls=[i.notify_url for i in items], max_payload=self.max_payload)
+                notify_urls=[i.notify_url for i in items], max_payload=self.max_payload,
+                max_active=self.max_active)
         except QueueError as exc:
             if exc.code == "unknown_kind":  # true of every item alike
                 for item in items:
@@ -122,7 +125,7 @@ class SubmitBatcher:
         try:
             answer = await self.queue.submit_request_json(
                 item.kind, item.target, item.payload, max_payload=self.max_payload,
-                requester=item.requester, notify_url=item.notify_url)
+                requester=item.requester, notify_url=item.notify_url, max_active=self.max_active)
         except Exception as exc:
             _settle(item.answer, exc=exc)
         else:

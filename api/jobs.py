@@ -6,6 +6,7 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from jobfeed.worker.queue import QueueError
 from jobfeed.worker.submission import InvalidSubmission, check_submission
 
 from . import auth, streams, waiting
@@ -15,6 +16,7 @@ from .state import services
 from .views import parse_job_id, parse_request_id, with_field, with_flag
 
 _FIELDS = {"kind", "target", "payload"}
+RETRY_AFTER_TOO_MANY = 10  # seconds; when one of the requester's jobs ends is unknowable
 
 
 def _check_submission(body) -> tuple[str, str, dict]:
@@ -34,7 +36,12 @@ async def submit(request: Request) -> Response:
     auth.require_api_token(request, svc.settings.api_token)
     kind, target, payload = _check_submission(await read_json(request, svc.body_limit))
     try:
-        job_id, created, text, request_id = await svc.batcher.submit(kind, target, payload)
+        job_id, created, text, request_id = await svc.batcher.submit(kind, target, payload,
+                                                                     requester=svc.requester(request))
+    except QueueError as exc:
+        if exc.code == "too_many_jobs":  # a job of theirs must finish or be left first
+            raise ApiError(429, exc.code, exc.message, headers={"Retry-After": str(RETRY_AFTER_TOO_MANY)}) from None
+        raise
     except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
         # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
         raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None

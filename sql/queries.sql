@@ -17,10 +17,10 @@ select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
 select id, created, view::text from jobfeed.submit_many_views($1, $2, $3::jsonb[], $4);
 
 -- name: submit_request
-select id, created, view::text, request_id from jobfeed.submit_request($1, $2, $3::jsonb, $4, $5, $6, $7);
+select id, created, view::text, request_id from jobfeed.submit_request($1, $2, $3::jsonb, $4, $5, $6, $7, $8);
 
 -- name: submit_many_requests
-select id, created, view::text, request_id from jobfeed.submit_many_requests($1, $2, $3::jsonb[], $4, $5, $6);
+select id, created, view::text, request_id from jobfeed.submit_many_requests($1, $2, $3::jsonb[], $4, $5, $6, $7);
 
 -- name: leave
 select jobfeed.leave($1)::text;

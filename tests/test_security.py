@@ -59,6 +59,7 @@ CALLS = {
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
     "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
+    "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
 }
 
 ALLOWED = {

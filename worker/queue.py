@@ -19,7 +19,7 @@ from .sql import query
 from .states import TERMINAL
 
 # SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
-_HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422}
+_HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422, "JF429": 429}
 
 
 class QueueError(Exception):
@@ -143,13 +143,14 @@ class Queue:
 
     async def submit_request_json(self, kind: str, target: str, payload: dict | None = None, *,
                                   run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
-                                  requester: str | None = None,
-                                  notify_url: str | None = None) -> tuple[uuid.UUID, bool, str, uuid.UUID]:
+                                  requester: str | None = None, notify_url: str | None = None,
+                                  max_active: int | None = None) -> tuple[uuid.UUID, bool, str, uuid.UUID]:
         """submit() recording a request: (job id, created, public view as JSON
-        text, request id)."""
+        text, request id). max_active: refuse (QueueError too_many_jobs, 429)
+        when the requester would wait for more jobs than that."""
         text = json.dumps(payload if payload is not None else {})
         rows = await self._fetch("submit_request", kind, target, text, run_after, max_payload,
-                                 requester, notify_url)
+                                 requester, notify_url, max_active)
         r = rows[0]
         return r["id"], r["created"], r["view"], r["request_id"]
 
@@ -184,13 +185,14 @@ class Queue:
 
     async def submit_many_requests_json(
             self, kind: str, items: Sequence[tuple[str, dict | None]], *, requesters: Sequence[str | None],
-            notify_urls: Sequence[str | None],
-            max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool, str, uuid.UUID]]:
-        """submit_many_json() recording one request per item (the API's group commit)."""
+            notify_urls: Sequence[str | None], max_payload: int = MAX_PAYLOAD_BYTES,
+            max_active: int | None = None) -> list[tuple[uuid.UUID, bool, str, uuid.UUID]]:
+        """submit_many_json() recording one request per item (the API's group
+        commit). Any requester over max_active refuses the whole batch."""
         if not items:
             return []
         rows = await self._fetch("submit_many_requests", kind, *_batch(items), max_payload,
-                                 list(requesters), list(notify_urls))
+                                 list(requesters), list(notify_urls), max_active)
         return [(r["id"], r["created"], r["view"], r["request_id"]) for r in rows]
 
     async def leave_json(self, request_id: uuid.UUID) -> str:

@@ -75,6 +75,10 @@ class Settings:
     listener_health: float = 10.0   # how often an idle LISTEN connection is checked
     session_lifetime: float = 12 * 3600  # the admin session cookie's lifetime
     submit_batch: int = 256         # most submissions written in one statement (1: each alone)
+    # requests (who waits for a job)
+    requester_header: str | None = None         # a header a trusted proxy sets to the caller's identity
+    max_active_per_requester: int | None = None  # more active requests of one identity: 429
+    job_access: str = "link"                     # "link" (anyone with the id) or "requesters"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
@@ -116,5 +120,18 @@ class Settings:
                 values[field] = parse_duration(env[key], key)
         if env.get("JOBFEED_SUBMIT_BATCH"):
             values["submit_batch"] = parse_positive_int(env["JOBFEED_SUBMIT_BATCH"], "JOBFEED_SUBMIT_BATCH")
+        if env.get("JOBFEED_REQUESTER_HEADER"):
+            header = env["JOBFEED_REQUESTER_HEADER"].strip().lower()
+            if not re.fullmatch(r"[a-z0-9!#$%&'*+.^_`|~-]+", header):
+                raise SettingError(f"JOBFEED_REQUESTER_HEADER: {header!r} is not a header name")
+            values["requester_header"] = header
+        if env.get("JOBFEED_MAX_ACTIVE_PER_REQUESTER"):
+            values["max_active_per_requester"] = parse_positive_int(
+                env["JOBFEED_MAX_ACTIVE_PER_REQUESTER"], "JOBFEED_MAX_ACTIVE_PER_REQUESTER")
+        if env.get("JOBFEED_JOB_ACCESS"):
+            access = env["JOBFEED_JOB_ACCESS"].strip().lower()
+            if access not in ("link", "requesters"):
+                raise SettingError(f"JOBFEED_JOB_ACCESS: {access!r} must be link or requesters")
+            values["job_access"] = access
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

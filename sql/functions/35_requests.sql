@@ -17,6 +17,27 @@ returns void language sql as $$
      group by c.chunk
 $$;
 
+-- Refuse (JF429 too_many_jobs) when a requester would hold more than p_max
+-- active requests with p_adding more. Takes a transaction lock per requester,
+-- so that one requester's concurrent submissions are counted one after another.
+create or replace function jobfeed.check_requester_cap(p_requester text, p_adding int, p_max int)
+returns void language plpgsql as $$
+declare
+    v_active int;
+begin
+    if p_requester is null or p_max is null then
+        return;
+    end if;
+    perform pg_advisory_xact_lock(hashtextextended('jobfeed.requester:' || p_requester, 0));
+    select count(*) into v_active
+      from jobfeed.requests r join jobfeed.jobs j on j.id = r.job_id
+     where r.requester = p_requester and r.left_at is null and j.state in ('queued', 'running');
+    if v_active + p_adding > p_max then
+        perform jobfeed.raise_error('JF429', 'too_many_jobs',
+                                    format('this requester already waits for %s jobs (at most %s)', v_active, p_max));
+    end if;
+end $$;
+
 -- A worker records what its kind does when abandoned (workers run the kind).
 create or replace function jobfeed.set_kind_request_policy(p_kind text, p_on_abandon text default 'cancel')
 returns void language plpgsql security definer set search_path = jobfeed, pg_temp as $$
@@ -33,7 +54,7 @@ end $$;
 create or replace function jobfeed.submit_request(
     p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
     p_max_payload int default 65536, p_requester text default null, p_notify_url text default null,
-    p_now timestamptz default null)
+    p_max_active int default null, p_now timestamptz default null)
 returns table (id uuid, created boolean, view jsonb, request_id uuid)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
@@ -44,6 +65,7 @@ declare
     v_job jobfeed.jobs;
     v_request uuid;
 begin
+    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
     loop
         select s.id, s.created into v_id, v_created
           from jobfeed.submit(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now) s;
@@ -68,7 +90,8 @@ end $$;
 -- are per item (null: none).
 create or replace function jobfeed.submit_many_requests(
     p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536,
-    p_requesters text[] default null, p_notify_urls text[] default null, p_now timestamptz default null)
+    p_requesters text[] default null, p_notify_urls text[] default null, p_max_active int default null,
+    p_now timestamptz default null)
 returns table (n int, id uuid, created boolean, view jsonb, request_id uuid)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
@@ -89,6 +112,11 @@ declare
 begin
     if p_targets is null then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
+    end if;
+    if p_max_active is not null then  -- each requester's lock in name order: no circular waits
+        perform jobfeed.check_requester_cap(r.requester, r.n::int, p_max_active)
+           from (select t.requester, count(*) as n from unnest(p_requesters) t(requester)
+                  where t.requester is not null group by t.requester order by t.requester) r;
     end if;
     v_pending := array(select k from generate_series(1, v_count) k);
     while cardinality(v_pending) > 0 loop

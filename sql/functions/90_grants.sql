@@ -20,8 +20,8 @@ grant execute on function
     jobfeed.stats(int, timestamptz),
     jobfeed.retry(uuid, timestamptz),
     jobfeed.cancel(uuid, timestamptz),
-    jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, timestamptz),
-    jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], timestamptz),
+    jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, timestamptz),
+    jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, timestamptz),
     jobfeed.leave(uuid, timestamptz)
 to jobfeed_api;
 

@@ -13,6 +13,9 @@ create table jobfeed.requests (
 -- A job's requests (counting its active ones, deleting them with the job). No
 -- foreign key, as for attempts: rows are written only by the queue's functions.
 create index requests_job on jobfeed.requests (job_id);
+-- One requester's requests not yet left (JOBFEED_MAX_ACTIVE_PER_REQUESTER).
+create index requests_requester_open on jobfeed.requests (requester)
+    where left_at is null and requester is not null;
 
 -- The job's active requests, counted under its row lock (see
 -- sql/functions/35_requests.sql). Jobs made without a request keep 0 and are
