@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, Response
 from jobfeed.worker.queue import QueueError
 from jobfeed.worker.submission import InvalidSubmission, check_submission
 
-from . import auth, streams, waiting
+from . import access, auth, streams, waiting
 from .body import read_json
 from .errors import ApiError, json_text
 from .state import services
@@ -54,6 +54,7 @@ async def get_job(request: Request) -> Response:
     job_id = parse_job_id(request.path_params["job_id"])
     svc = services(request)
     seconds = waiting.wait_seconds(request.query_params.get("wait"))
+    await access.require_view(svc, request, job_id)
     if seconds:
         text = await waiting.wait_for_final(svc, job_id, seconds)
     else:
@@ -71,7 +72,9 @@ async def leave_request(request: Request) -> Response:
 
 
 async def job_events(request: Request) -> Response:
-    return await streams.job_stream(request, parse_job_id(request.path_params["job_id"]))
+    job_id = parse_job_id(request.path_params["job_id"])
+    await access.require_view(services(request), request, job_id)
+    return await streams.job_stream(request, job_id)
 
 
 async def list_kinds(request: Request) -> Response:

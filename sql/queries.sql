@@ -25,6 +25,9 @@ select id, created, view::text, request_id from jobfeed.submit_many_requests($1,
 -- name: leave
 select jobfeed.leave($1)::text;
 
+-- name: may_view
+select jobfeed.may_view($1, $2, $3);
+
 -- name: set_kind_request_policy
 select jobfeed.set_kind_request_policy($1, $2);
 

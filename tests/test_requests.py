@@ -347,3 +347,42 @@ def test_request_settings_are_checked_at_start():
         with pytest.raises(SettingError) as e:
             Settings.from_env(env)
         assert next(iter(env)) in str(e.value)
+
+
+# ---------------------------------------------------------------- private jobs
+
+async def test_private_jobs_are_only_for_their_requesters(dsn, pool, queue):
+    import httpx
+    from servers import serve
+    async with serve(dsn, requester_header="x-user", job_access="requesters") as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            mine = (await http.post("/api/jobs", json={"kind": "demo", "target": "p"},
+                                    headers={"X-User": "alice"})).json()
+            url = f"/api/jobs/{mine['id']}"
+
+            async def status(path, headers=None, params=None) -> int:
+                return (await http.get(path, headers=headers or {}, params=params or {})).status_code
+
+            assert await status(url, {"X-User": "alice"}) == 200
+            for headers in ({"X-User": "bob"}, {}, {"X-Jobfeed-Request": str(uuid.uuid4())},
+                            {"X-Jobfeed-Request": "junk"}):
+                assert await status(url, headers) == 404, headers
+                assert await status(url + "/events", headers) == 404, headers
+                assert await status(url, headers, {"wait": "1s"}) == 404, headers
+            assert (await http.get(url, headers={"X-User": "bob"})).json()["error"]["code"] == "not_found"
+            # the request id is a capability: as a header, or in the query (EventSource)
+            assert await status(url, {"X-Jobfeed-Request": mine["request_id"]}) == 200
+            assert await status(url, params={"request": mine["request_id"]}) == 200
+            async with http.stream("GET", url + "/events", params={"request": mine["request_id"]}) as r:
+                assert r.status_code == 200
+            # dedupe="global": a duplicate joins the job and becomes one of its requesters
+            joined = (await http.post("/api/jobs", json={"kind": "demo", "target": "p"},
+                                      headers={"X-User": "bob"})).json()
+            assert joined["id"] == mine["id"]
+            assert await status(url, {"X-User": "bob"}) == 200
+            # requesters still see it when it is final (and after leaving)
+            await http.delete(f"/api/requests/{joined['request_id']}")
+            (job,) = await queue.claim(["demo"], 1, "w")
+            await queue.complete(job.id, job.generation, {"steps": 0})
+            assert (await http.get(url, headers={"X-User": "bob"})).json()["status"] == "completed"
+            assert await status(url, {"X-User": "carol"}) == 404

@@ -23,6 +23,7 @@ CALLS = {
     "submit_request": "select * from jobfeed.submit_request('k', gen_random_uuid()::text)",
     "submit_many_requests": "select * from jobfeed.submit_many_requests('k', array[gen_random_uuid()::text], null)",
     "leave": "select jobfeed.leave(gen_random_uuid())",
+    "may_view": "select jobfeed.may_view(gen_random_uuid(), 'x', null)",
     "set_kind_request_policy": "select jobfeed.set_kind_request_policy('k', 'keep')",
     "get_job": "select jobfeed.get_job(gen_random_uuid())",
     "get_jobs": "select * from jobfeed.get_jobs(array[gen_random_uuid()])",
@@ -65,7 +66,7 @@ CALLS = {
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
                     "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel",
-                    "submit_request", "submit_many_requests", "leave"},
+                    "submit_request", "submit_many_requests", "leave", "may_view"},
     "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release", "set_kind_request_policy"},

@@ -206,6 +206,10 @@ class Queue:
         keep. Answers the job's public view."""
         return json.loads(await self.leave_json(request_id))
 
+    async def may_view(self, job_id: uuid.UUID, requester: str | None, request_id: uuid.UUID | None) -> bool:
+        """Did this identity, or the holder of this request id, ever request the job?"""
+        return await self._fetchval("may_view", job_id, requester, request_id)
+
     async def set_kind_request_policy(self, kind: str, *, on_abandon: str = "cancel") -> None:
         await self._fetch("set_kind_request_policy", kind, on_abandon)
 

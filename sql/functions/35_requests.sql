@@ -215,3 +215,13 @@ begin
     end if;
     return jobfeed.public_view(v_job);
 end $$;
+
+-- JOBFEED_JOB_ACCESS=requesters: may this caller see the job? Yes for anyone
+-- who ever requested it (also after leaving, and after it finished: that is
+-- when its result matters), by identity or by one of its request ids.
+create or replace function jobfeed.may_view(p_job uuid, p_requester text, p_request uuid)
+returns boolean language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select exists (select from jobfeed.requests r
+                    where r.job_id = p_job
+                      and (r.id = p_request or (p_requester is not null and r.requester = p_requester)))
+$$;

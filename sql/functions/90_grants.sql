@@ -22,7 +22,8 @@ grant execute on function
     jobfeed.cancel(uuid, timestamptz),
     jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, timestamptz),
     jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, timestamptz),
-    jobfeed.leave(uuid, timestamptz)
+    jobfeed.leave(uuid, timestamptz),
+    jobfeed.may_view(uuid, text, uuid)
 to jobfeed_api;
 
 grant execute on function jobfeed.set_kind_request_policy(text, text) to jobfeed_worker;
