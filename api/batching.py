@@ -26,8 +26,8 @@ import asyncpg
 
 from jobfeed.worker.queue import Queue, QueueError
 
-# (job id, created, public view as JSON text, request id)
-Answer = tuple[uuid.UUID, bool, str, uuid.UUID]
+# (job id, created, public view as JSON text, request id, reused)
+Answer = tuple[uuid.UUID, bool, str, uuid.UUID, bool]
 
 
 @dataclasses.dataclass
@@ -38,6 +38,7 @@ class _Item:
     answer: asyncio.Future
     requester: str | None = None
     notify_url: str | None = None
+    force: bool = False
 
 
 class SubmitBatcher:
@@ -56,8 +57,9 @@ class SubmitBatcher:
         self.items = 0
 
     async def submit(self, kind: str, target: str, payload: dict, *, requester: str | None = None,
-                     notify_url: str | None = None) -> Answer:
-        item = _Item(kind, target, payload, asyncio.get_running_loop().create_future(), requester, notify_url)
+                     notify_url: str | None = None, force: bool = False) -> Answer:
+        item = _Item(kind, target, payload, asyncio.get_running_loop().create_future(), requester, notify_url,
+                     force)
         self._pending.append(item)
         self._schedule()
         return await item.answer
@@ -97,7 +99,7 @@ class SubmitBatcher:
             answers = await self.queue.submit_many_requests_json(
                 kind, [(i.target, i.payload) for i in items], requesters=[i.requester for i in items],
                 notify_urls=[i.notify_url for i in items], max_payload=self.max_payload,
-                max_active=self.max_active)
+                max_active=self.max_active, forces=[i.force for i in items])
         except QueueError as exc:
             if exc.code == "unknown_kind":  # true of every item alike
                 for item in items:
@@ -125,7 +127,8 @@ class SubmitBatcher:
         try:
             answer = await self.queue.submit_request_json(
                 item.kind, item.target, item.payload, max_payload=self.max_payload,
-                requester=item.requester, notify_url=item.notify_url, max_active=self.max_active)
+                requester=item.requester, notify_url=item.notify_url, max_active=self.max_active,
+                force=item.force)
         except Exception as exc:
             _settle(item.answer, exc=exc)
         else:

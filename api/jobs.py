@@ -15,8 +15,15 @@ from .errors import ApiError, json_text
 from .state import services
 from .views import parse_job_id, parse_request_id, with_field, with_flag
 
-_FIELDS = {"kind", "target", "payload"}
+_FIELDS = {"kind", "target", "payload", "force"}
 RETRY_AFTER_TOO_MANY = 10  # seconds; when one of the requester's jobs ends is unknowable
+
+
+def _force(body) -> bool:
+    force = body.get("force", False)
+    if not isinstance(force, bool):
+        raise ApiError(422, "invalid_request", "force must be true or false")
+    return force
 
 
 def _check_submission(body) -> tuple[str, str, dict]:
@@ -34,10 +41,12 @@ def _check_submission(body) -> tuple[str, str, dict]:
 async def submit(request: Request) -> Response:
     svc = services(request)
     auth.require_api_token(request, svc.settings.api_token)
-    kind, target, payload = _check_submission(await read_json(request, svc.body_limit))
+    body = await read_json(request, svc.body_limit)
+    kind, target, payload = _check_submission(body)
+    force = _force(body)
     try:
-        job_id, created, text, request_id = await svc.batcher.submit(kind, target, payload,
-                                                                     requester=svc.requester(request))
+        job_id, created, text, request_id, reused = await svc.batcher.submit(
+            kind, target, payload, requester=svc.requester(request), force=force)
     except QueueError as exc:
         if exc.code == "too_many_jobs":  # a job of theirs must finish or be left first
             raise ApiError(429, exc.code, exc.message, headers={"Retry-After": str(RETRY_AFTER_TOO_MANY)}) from None
@@ -45,7 +54,9 @@ async def submit(request: Request) -> Response:
     except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
         # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
         raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
-    text = with_field(with_flag(text, "deduplicated", not created), "request_id", str(request_id))
+    text = with_field(with_flag(text, "deduplicated", not created and not reused), "request_id", str(request_id))
+    if reused:
+        text = with_flag(text, "reused", True)
     return json_text(text, 201 if created else 200,
                      headers={"Location": f"{request.scope.get('root_path', '')}/api/jobs/{job_id}"})
 

@@ -17,10 +17,12 @@ select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
 select id, created, view::text from jobfeed.submit_many_views($1, $2, $3::jsonb[], $4);
 
 -- name: submit_request
-select id, created, view::text, request_id from jobfeed.submit_request($1, $2, $3::jsonb, $4, $5, $6, $7, $8);
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_request($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9);
 
 -- name: submit_many_requests
-select id, created, view::text, request_id from jobfeed.submit_many_requests($1, $2, $3::jsonb[], $4, $5, $6, $7);
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_many_requests($1, $2, $3::jsonb[], $4, $5, $6, $7, $8);
 
 -- name: leave
 select jobfeed.leave($1)::text;
@@ -29,7 +31,7 @@ select jobfeed.leave($1)::text;
 select jobfeed.may_view($1, $2, $3);
 
 -- name: set_kind_request_policy
-select jobfeed.set_kind_request_policy($1, $2);
+select jobfeed.set_kind_request_policy($1, $2, $3, $4);
 
 -- name: get_job
 select jobfeed.get_job($1)::text;

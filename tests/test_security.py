@@ -61,6 +61,8 @@ CALLS = {
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
     "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
+    "reusable": "select jobfeed.reusable('k', 't', now())",
+    "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",
 }
 
 ALLOWED = {

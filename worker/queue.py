@@ -128,15 +128,16 @@ class Queue:
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
                      run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
                      requester: str | None = None, notify_url: str | None = None,
-                     request: bool = False) -> Submission:
+                     request: bool = False, force: bool = False) -> Submission:
         """Submit, deduplicated by (kind, target). With requester=, notify_url=
-        or request=True a request is recorded too (see leave()); without, the
-        call is as cheap as a bare submission."""
+        or request=True a request is recorded too (see leave()), and the kind's
+        reuse_for applies (force=True skips it); without, the call is as cheap
+        as a bare submission."""
         if request or requester is not None or notify_url is not None:
-            job_id, created, _, request_id = await self.submit_request_json(
+            job_id, created, _, request_id, reused = await self.submit_request_json(
                 kind, target, payload, run_after=run_after, max_payload=max_payload,
-                requester=requester, notify_url=notify_url)
-            return Submission(job_id, created, False, request_id)
+                requester=requester, notify_url=notify_url, force=force)
+            return Submission(job_id, created, reused, request_id)
         job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
                                                     max_payload=max_payload)
         return Submission(job_id, created)
@@ -144,15 +145,16 @@ class Queue:
     async def submit_request_json(self, kind: str, target: str, payload: dict | None = None, *,
                                   run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
                                   requester: str | None = None, notify_url: str | None = None,
-                                  max_active: int | None = None) -> tuple[uuid.UUID, bool, str, uuid.UUID]:
+                                  max_active: int | None = None,
+                                  force: bool = False) -> tuple[uuid.UUID, bool, str, uuid.UUID, bool]:
         """submit() recording a request: (job id, created, public view as JSON
-        text, request id). max_active: refuse (QueueError too_many_jobs, 429)
-        when the requester would wait for more jobs than that."""
+        text, request id, reused). max_active: refuse (QueueError too_many_jobs,
+        429) when the requester would wait for more jobs than that."""
         text = json.dumps(payload if payload is not None else {})
         rows = await self._fetch("submit_request", kind, target, text, run_after, max_payload,
-                                 requester, notify_url, max_active)
+                                 requester, notify_url, max_active, force)
         r = rows[0]
-        return r["id"], r["created"], r["view"], r["request_id"]
+        return r["id"], r["created"], r["view"], r["request_id"], r["reused"]
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
                           run_after: dt.datetime | None = None,
@@ -186,14 +188,16 @@ class Queue:
     async def submit_many_requests_json(
             self, kind: str, items: Sequence[tuple[str, dict | None]], *, requesters: Sequence[str | None],
             notify_urls: Sequence[str | None], max_payload: int = MAX_PAYLOAD_BYTES,
-            max_active: int | None = None) -> list[tuple[uuid.UUID, bool, str, uuid.UUID]]:
+            max_active: int | None = None,
+            forces: Sequence[bool] | None = None) -> list[tuple[uuid.UUID, bool, str, uuid.UUID, bool]]:
         """submit_many_json() recording one request per item (the API's group
         commit). Any requester over max_active refuses the whole batch."""
         if not items:
             return []
         rows = await self._fetch("submit_many_requests", kind, *_batch(items), max_payload,
-                                 list(requesters), list(notify_urls), max_active)
-        return [(r["id"], r["created"], r["view"], r["request_id"]) for r in rows]
+                                 list(requesters), list(notify_urls), max_active,
+                                 None if forces is None else list(forces))
+        return [(r["id"], r["created"], r["view"], r["request_id"], r["reused"]) for r in rows]
 
     async def leave_json(self, request_id: uuid.UUID) -> str:
         """The request leaves (idempotent); answers its job's public view as JSON
@@ -210,8 +214,9 @@ class Queue:
         """Did this identity, or the holder of this request id, ever request the job?"""
         return await self._fetchval("may_view", job_id, requester, request_id)
 
-    async def set_kind_request_policy(self, kind: str, *, on_abandon: str = "cancel") -> None:
-        await self._fetch("set_kind_request_policy", kind, on_abandon)
+    async def set_kind_request_policy(self, kind: str, *, on_abandon: str = "cancel", on_duplicate: str = "join",
+                                      reuse_for: float | None = None) -> None:
+        await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for))
 
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 import httpx
 
 from .queue import Job  # noqa: F401  (handlers import it from here)
-from .settings import Settings
+from .settings import Settings, parse_duration
 
 
 class JobError(Exception):
@@ -65,6 +65,8 @@ class TaskSpec:
     description: str = ""
     validate: Callable[[dict], None] | None = None  # raises ValueError for a payload it refuses
     on_abandon: str = "cancel"  # when its last requester leaves: "cancel" or "keep"
+    on_duplicate: str = "join"  # a duplicate of an unfinished job: "join" or "reject_different"
+    reuse_for: float | None = None  # seconds a completion answers new submissions of its target
 
     def resolved(self, settings: Settings) -> "TaskSpec":
         """Fill what the kind leaves open from the settings (JOBFEED_LEASE, ...)."""
@@ -81,18 +83,32 @@ class Registry:
 
     def task(self, kind: str, *, max_attempts: int | None = None, lease: float | None = None,
              backoff: Sequence[float] | None = None, jitter: float = 0.1, description: str = "",
-             validate: Callable[[dict], None] | None = None, on_abandon: str = "cancel"):
+             validate: Callable[[dict], None] | None = None, on_abandon: str = "cancel",
+             on_duplicate: str = "join", reuse_for: float | str | None = None):
         """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
         `validate(payload)` raising ValueError makes a submission a 422.
         `on_abandon`: what happens to an unfinished job when its last requester
-        leaves: "cancel" (the default) or "keep" (it runs to the end)."""
+        leaves: "cancel" (the default) or "keep" (it runs to the end).
+        `on_duplicate`: "join" (share the unfinished job) or "reject_different"
+        (409 payload_conflict when the payload differs).
+        `reuse_for` ("10m", or seconds): a submission that soon after the
+        target's last completion gets that completed job."""
         if on_abandon not in ("cancel", "keep"):
             raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
+        if on_duplicate in ("rerun", "replace"):
+            raise ValueError(f'@task({kind!r}): on_duplicate={on_duplicate!r} is not available in this release')
+        if on_duplicate not in ("join", "reject_different"):
+            raise ValueError(f'@task({kind!r}): on_duplicate must be "join" or "reject_different", '
+                             f'not {on_duplicate!r}')
+        reuse_seconds = parse_duration(reuse_for, f"@task({kind!r}) reuse_for") if isinstance(reuse_for, str) \
+            else reuse_for
+        if reuse_seconds is not None and reuse_seconds <= 0:
+            raise ValueError(f"@task({kind!r}): reuse_for must be longer than zero")
 
         def register(handler: Handler) -> Handler:
             self._specs[kind] = TaskSpec(kind, handler, max_attempts, lease,
                                          tuple(backoff) if backoff else None, jitter, description, validate,
-                                         on_abandon)
+                                         on_abandon, on_duplicate, reuse_seconds)
             return handler
         return register
 
@@ -134,7 +150,8 @@ async def register_kind(queue, spec: TaskSpec, *, overwrite: bool) -> None:
                               backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
                               overwrite=overwrite)
     if overwrite:  # workers run the kind: they say what abandoning it does
-        await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon)
+        await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon, on_duplicate=spec.on_duplicate,
+                                            reuse_for=spec.reuse_for)
 
 
 class Context:

@@ -38,15 +38,50 @@ begin
     end if;
 end $$;
 
--- A worker records what its kind does when abandoned (workers run the kind).
-create or replace function jobfeed.set_kind_request_policy(p_kind text, p_on_abandon text default 'cancel')
+-- A worker records its kind's request policies (workers run the kind).
+create or replace function jobfeed.set_kind_request_policy(
+    p_kind text, p_on_abandon text default 'cancel', p_on_duplicate text default 'join',
+    p_reuse_for interval default null)
 returns void language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 begin
     if p_on_abandon is null or p_on_abandon not in ('cancel', 'keep') then
         perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_abandon must be "cancel" or "keep"');
     end if;
-    update jobfeed.kinds k set on_abandon = p_on_abandon, updated_at = now()
-     where k.kind = p_kind and k.on_abandon is distinct from p_on_abandon;
+    if p_on_duplicate is null or p_on_duplicate not in ('join', 'reject_different') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_duplicate must be "join" or "reject_different"');
+    end if;
+    if p_reuse_for <= '0' then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'reuse_for must be longer than zero');
+    end if;
+    update jobfeed.kinds k
+       set on_abandon = p_on_abandon, on_duplicate = p_on_duplicate, reuse_for = p_reuse_for, updated_at = now()
+     where k.kind = p_kind
+       and (k.on_abandon, k.on_duplicate, k.reuse_for) is distinct from (p_on_abandon, p_on_duplicate, p_reuse_for);
+end $$;
+
+-- The completed job a submission of (kind, target) may reuse: the latest one
+-- completed within the kind's reuse_for; null when the kind reuses nothing.
+create or replace function jobfeed.reusable(p_kind text, p_target text, p_now timestamptz)
+returns uuid language sql stable as $$
+    select j.id from jobfeed.jobs j, jobfeed.kinds k
+     where k.kind = p_kind and k.reuse_for is not null
+       and j.kind = p_kind and j.target = p_target and j.state = 'completed'
+       and j.finished_at > p_now - k.reuse_for
+     order by j.finished_at desc
+     limit 1
+$$;
+
+-- reject_different: a duplicate whose payload differs from the unfinished job's
+-- is refused (JF409 payload_conflict).
+create or replace function jobfeed.check_duplicate(p_kind text, p_job uuid, p_payload jsonb)
+returns void language plpgsql as $$
+begin
+    if exists (select from jobfeed.kinds k join jobfeed.jobs j on j.id = p_job
+                where k.kind = p_kind and k.on_duplicate = 'reject_different'
+                  and j.payload is distinct from coalesce(p_payload, '{}'::jsonb)) then
+        perform jobfeed.raise_error('JF409', 'payload_conflict',
+                                    'an unfinished job for this target has a different payload');
+    end if;
 end $$;
 
 -- submit() that also records a request: answers the job, whether it was made,
@@ -54,8 +89,8 @@ end $$;
 create or replace function jobfeed.submit_request(
     p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
     p_max_payload int default 65536, p_requester text default null, p_notify_url text default null,
-    p_max_active int default null, p_now timestamptz default null)
-returns table (id uuid, created boolean, view jsonb, request_id uuid)
+    p_max_active int default null, p_force boolean default false, p_now timestamptz default null)
+returns table (id uuid, created boolean, view jsonb, request_id uuid, reused boolean)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
@@ -66,6 +101,15 @@ declare
     v_request uuid;
 begin
     perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
+    v_id := case when not coalesce(p_force, false) then jobfeed.reusable(p_kind, p_target, v_now) end;
+    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests
+        insert into jobfeed.requests (job_id, requester, notify_url, created_at)
+        values (v_id, p_requester, p_notify_url, v_now)
+        returning requests.id into v_request;
+        return query select v_id, false, (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_id),
+                            v_request, true;
+        return;
+    end if;
     loop
         select s.id, s.created into v_id, v_created
           from jobfeed.submit(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now) s;
@@ -76,13 +120,16 @@ begin
         returning j.* into v_job;
         exit when found;
     end loop;
+    if not v_created then
+        perform jobfeed.check_duplicate(p_kind, v_id, p_payload);
+    end if;
     insert into jobfeed.requests (job_id, requester, notify_url, created_at)
     values (v_id, p_requester, p_notify_url, v_now)
     returning requests.id into v_request;
     if not v_created then
         perform jobfeed.notify_requesters(array[v_id], array[v_job.version]);
     end if;
-    return query select v_id, v_created, jobfeed.public_view(v_job), v_request;
+    return query select v_id, v_created, jobfeed.public_view(v_job), v_request, false;
 end $$;
 
 -- submit_many_views() that records one request per item (the API's group
@@ -91,8 +138,8 @@ end $$;
 create or replace function jobfeed.submit_many_requests(
     p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536,
     p_requesters text[] default null, p_notify_urls text[] default null, p_max_active int default null,
-    p_now timestamptz default null)
-returns table (n int, id uuid, created boolean, view jsonb, request_id uuid)
+    p_forces boolean[] default null, p_now timestamptz default null)
+returns table (n int, id uuid, created boolean, view jsonb, request_id uuid, reused boolean)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
@@ -100,6 +147,7 @@ declare
     v_count int := cardinality(p_targets);
     v_ids uuid[] := array_fill(null::uuid, array[coalesce(cardinality(p_targets), 0)]);
     v_created boolean[] := array_fill(false, array[coalesce(cardinality(p_targets), 0)]);
+    v_reused boolean[] := array_fill(false, array[coalesce(cardinality(p_targets), 0)]);
     v_pending int[];
     v_round record;
     v_job record;
@@ -118,7 +166,19 @@ begin
            from (select t.requester, count(*) as n from unnest(p_requesters) t(requester)
                   where t.requester is not null group by t.requester order by t.requester) r;
     end if;
-    v_pending := array(select k from generate_series(1, v_count) k);
+    -- reuse_for: items not forced whose target completed recently get that job
+    if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.reuse_for is not null) then
+        for v_round in
+            select k, jobfeed.reusable(p_kind, p_targets[k], v_now) as id
+              from generate_series(1, v_count) k where not coalesce(p_forces[k], false)
+        loop
+            if v_round.id is not null then
+                v_ids[v_round.k] := v_round.id;
+                v_reused[v_round.k] := true;
+            end if;
+        end loop;
+    end if;
+    v_pending := array(select k from generate_series(1, v_count) k where not v_reused[k]);
     while cardinality(v_pending) > 0 loop
         for v_round in
             select p.k, s.id, s.created
@@ -143,7 +203,11 @@ begin
              where j.id = v_job.id and j.state in ('queued', 'running');
             if not found then  -- abandoned and canceled since submit_many saw it: again
                 v_lost := v_lost || v_job.items;
-            elsif not v_job.made then
+                continue;
+            end if;
+            perform jobfeed.check_duplicate(p_kind, v_job.id, p_payloads[k])
+               from unnest(v_job.items) k where not v_created[k];
+            if not v_job.made then
                 v_joined := v_joined || v_job.id;
                 v_joined_versions := v_joined_versions || (select j.version from jobfeed.jobs j where j.id = v_job.id);
             end if;
@@ -163,7 +227,7 @@ begin
     end if;
     return query
         select k::int, v_ids[k], v_created[k],
-               (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_ids[k]), v_requests[k]
+               (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_ids[k]), v_requests[k], v_reused[k]
           from generate_series(1, v_count) k order by k;
 end $$;
 

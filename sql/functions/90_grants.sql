@@ -20,13 +20,13 @@ grant execute on function
     jobfeed.stats(int, timestamptz),
     jobfeed.retry(uuid, timestamptz),
     jobfeed.cancel(uuid, timestamptz),
-    jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, timestamptz),
-    jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, timestamptz),
+    jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, boolean, timestamptz),
+    jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, boolean[], timestamptz),
     jobfeed.leave(uuid, timestamptz),
     jobfeed.may_view(uuid, text, uuid)
 to jobfeed_api;
 
-grant execute on function jobfeed.set_kind_request_policy(text, text) to jobfeed_worker;
+grant execute on function jobfeed.set_kind_request_policy(text, text, text, interval) to jobfeed_worker;
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),

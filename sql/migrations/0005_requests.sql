@@ -22,8 +22,15 @@ create index requests_requester_open on jobfeed.requests (requester)
 -- never abandoned.
 alter table jobfeed.jobs add column requesters int not null default 0;
 
--- What happens when the last active request of an unfinished job leaves.
+-- A kind's request policies (@task(...)): what happens when the last active
+-- request of an unfinished job leaves; what a duplicate of an unfinished job
+-- does; how long a completed job answers new submissions for its target.
 alter table jobfeed.kinds
-    add column on_abandon text not null default 'cancel' check (on_abandon in ('cancel', 'keep'));
+    add column on_abandon text not null default 'cancel' check (on_abandon in ('cancel', 'keep')),
+    add column on_duplicate text not null default 'join' check (on_duplicate in ('join', 'reject_different')),
+    add column reuse_for interval check (reuse_for > '0');
+
+-- reuse_for: a target's latest completion.
+create index jobs_completed_target on jobfeed.jobs (kind, target, finished_at) where state = 'completed';
 
 revoke all on jobfeed.requests from public;
