@@ -12,26 +12,29 @@ from jobfeed.worker.states import STATES
 from . import auth, streams
 from .body import read_json
 from .errors import ApiError, dumps, json_text
+from .parse import digits
 from .state import services
 from .views import decode_cursor, encode_cursor, jobs_page, parse_job_id
 
 MAX_LIMIT = 500
 
 
-def _admin(request: Request) -> None:
-    auth.require_admin(request, services(request).settings.admin_token)
+async def _admin(request: Request) -> None:
+    svc = services(request)
+    await auth.require_admin(request, svc.settings.admin_token, svc.pool)
 
 
 def _limit(value: str | None) -> int:
     if value is None or value == "":
         return 50
-    if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+    limit = digits(value, 6)
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         raise ApiError(422, "invalid_query", f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    return int(value)
+    return limit
 
 
 async def list_jobs(request: Request) -> Response:
-    _admin(request)
+    await _admin(request)
     params = request.query_params
     state = params.get("state") or None
     if state is not None and state not in STATES:
@@ -49,7 +52,7 @@ async def list_jobs(request: Request) -> Response:
 
 
 async def get_job(request: Request) -> Response:
-    _admin(request)
+    await _admin(request)
     job = await services(request).queue.admin_get_job(parse_job_id(request.path_params["job_id"]))
     if job is None:
         raise ApiError(404, "not_found", "no such job")
@@ -57,22 +60,28 @@ async def get_job(request: Request) -> Response:
 
 
 async def retry(request: Request) -> Response:
-    _admin(request)
+    await _admin(request)
     return JSONResponse(await services(request).queue.retry(parse_job_id(request.path_params["job_id"])))
 
 
 async def cancel(request: Request) -> Response:
-    _admin(request)
+    await _admin(request)
     return JSONResponse(await services(request).queue.cancel(parse_job_id(request.path_params["job_id"])))
 
 
+# The dashboard reloads stats a second after the changes it hears of: a snapshot
+# at most that old already holds them. (/metrics takes the default 5 s.) Either
+# way the table is counted at most once per max_age, whoever asks.
+DASHBOARD_STATS_AGE = 1.0
+
+
 async def stats(request: Request) -> Response:
-    _admin(request)
-    return JSONResponse(await services(request).queue.stats())
+    await _admin(request)
+    return JSONResponse(await services(request).queue.stats(max_age=DASHBOARD_STATS_AGE))
 
 
 async def events(request: Request) -> Response:
-    _admin(request)
+    await _admin(request)
     return await streams.admin_stream(request)
 
 
@@ -91,15 +100,27 @@ async def sign_in(request: Request) -> Response:
     if not auth.token_matches(token, svc.settings.admin_token):
         raise ApiError(401, "unauthorized", "wrong admin token")
     lifetime = svc.settings.session_lifetime
+    sid = await auth.open_session(svc.pool, lifetime)
     response = JSONResponse({"signed_in": True, "expires_in": int(lifetime)})
     # token is the admin token: it just matched
-    response.set_cookie(auth.SESSION_COOKIE, auth.session_value(token, lifetime),
+    response.set_cookie(auth.cookie_name(request), auth.session_value(token, sid, lifetime),
                         max_age=int(lifetime), path=_cookie_path(request), httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")
     return response
 
 
 async def sign_out(request: Request) -> Response:
+    """Revoke the session the cookie names (in every API process: the server
+    keeps it), then drop the cookie."""
+    svc = services(request)
+    name = auth.cookie_name(request)
+    cookie = request.cookies.get(name)
+    if cookie:
+        auth.check_same_origin(request)
+        sid = auth.session_id(cookie, svc.settings.admin_token) if svc.settings.admin_token else None
+        if sid is not None:
+            await auth.close_session(svc.pool, sid)
     response = Response(status_code=204)
-    response.delete_cookie(auth.SESSION_COOKIE, path=_cookie_path(request), httponly=True, samesite="strict")
+    response.delete_cookie(name, path=_cookie_path(request), httponly=True, samesite="strict",
+                           secure=request.url.scheme == "https")
     return response

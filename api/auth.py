@@ -1,19 +1,34 @@
 """Tokens: the admin token (header or session cookie) and the optional API token
 for submissions. Compared in constant time; never logged, never stored in the
-cookie (it holds an expiry signed with the token)."""
+cookie.
+
+The session cookie is 'session id.expiry.signature', signed with the admin
+token (changing the token signs every session out). The id names a row the
+server keeps (sql/functions/80_sessions.sql), so signing out revokes the cookie
+in every API process. Cookie-authenticated writes must come from the server's
+own origin (CSRF: SameSite does not separate ports)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import time
+import uuid
 
 from starlette.requests import Request
 
+from jobfeed.worker import sql
+from jobfeed.worker.settings import MIN_ADMIN_TOKEN
+
 from .errors import ApiError
+from .parse import digits
 
 SESSION_COOKIE = "jobfeed_admin"
+# Over https: a __Host- cookie is Secure, host-only and Path=/, so a sibling
+# subdomain or a plain-http page cannot plant or overwrite it.
+SECURE_SESSION_COOKIE = "__Host-jobfeed_admin"
 _SESSION_PURPOSE = b"jobfeed admin session:"
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def _same(given: str, expected: str) -> bool:
@@ -28,47 +43,100 @@ def _bearer(request: Request) -> str | None:
     return value.strip()
 
 
-def _signature(token: str, expires: int) -> str:
-    return hmac.new(token.encode("utf-8"), _SESSION_PURPOSE + str(expires).encode(), hashlib.sha256).hexdigest()
+def cookie_name(request: Request) -> str:
+    return SECURE_SESSION_COOKIE if request.url.scheme == "https" else SESSION_COOKIE
 
 
-def session_value(token: str, lifetime: float, now: float | None = None) -> str:
-    """'expiry.signature': proves the holder knew the token, without containing it.
-    Changing the admin token signs every session out."""
+def _signature(token: str, session_id: str, expires: int) -> str:
+    message = _SESSION_PURPOSE + f"{session_id}.{expires}".encode()
+    return hmac.new(token.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def session_value(token: str, session_id: uuid.UUID | str, lifetime: float, now: float | None = None) -> str:
+    """'id.expiry.signature': proves the holder signed in, without containing the token."""
     expires = int((now or time.time()) + lifetime)
-    return f"{expires}.{_signature(token, expires)}"
+    return f"{session_id}.{expires}.{_signature(token, str(session_id), expires)}"
 
 
-def _valid_session(value: str, token: str, now: float | None = None) -> bool:
-    expires_text, _, signature = value.partition(".")
-    if not expires_text.isdigit() or int(expires_text) < (now or time.time()):
-        return False
-    return _same(signature, _signature(token, int(expires_text)))
+def session_id(value: str, token: str, now: float | None = None) -> uuid.UUID | None:
+    """The session a cookie names, when its signature holds and it has not
+    expired; None for anything else (never an exception: the value is the
+    client's)."""
+    if len(value) > 200:
+        return None
+    id_text, expires_text, signature = (value.split(".") + ["", ""])[:3]
+    expires = digits(expires_text, 12)
+    if expires is None or expires < (now or time.time()) or len(id_text) != 36:
+        return None
+    try:
+        sid = uuid.UUID(id_text)
+    except ValueError:
+        return None
+    if not _same(signature, _signature(token, id_text, expires)):
+        return None
+    return sid
 
 
 def token_matches(given: str, token: str | None) -> bool:
-    return token is not None and _same(given, token)
+    """An empty or short token never matches, whatever is configured."""
+    return token is not None and len(token) >= MIN_ADMIN_TOKEN and len(given) >= MIN_ADMIN_TOKEN \
+        and _same(given, token)
 
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="jobfeed"'}
 
 
-def require_admin(request: Request, token: str | None) -> None:
-    """Let the request through with the admin token (Bearer) or a valid session
-    cookie. With no admin token configured, admin routes stay closed."""
+def own_origin(request: Request) -> str:
+    host = request.headers.get("host") or (request.url.netloc if request.url.netloc else "")
+    return f"{request.url.scheme}://{host}"
+
+
+def check_same_origin(request: Request) -> None:
+    """A cookie rides along on any request the browser makes, whichever page
+    made it: a write must show it came from our own pages."""
+    origin = request.headers.get("origin")
+    if origin is not None:
+        if origin == own_origin(request):
+            return
+    elif request.headers.get("sec-fetch-site") == "same-origin":
+        return
+    raise ApiError(403, "csrf", "a signed-in write must come from this server's own pages (Origin mismatch)")
+
+
+async def open_session(pool, lifetime: float) -> uuid.UUID:
+    return await pool.fetchval(sql.query("open_admin_session"), float(lifetime))
+
+
+async def close_session(pool, sid: uuid.UUID) -> None:
+    await pool.fetchval(sql.query("close_admin_session"), sid)
+
+
+async def require_admin(request: Request, token: str | None, pool) -> None:
+    """Let the request through with the admin token (Bearer) or a live session
+    cookie (writes from our own origin only). With no admin token configured,
+    admin routes stay closed."""
     if token is None:
         raise ApiError(401, "unauthorized",
                        "admin access is disabled: no admin token is configured (set JOBFEED_ADMIN_TOKEN)",
                        _CHALLENGE)
     given = _bearer(request)
     if given is not None:
-        if _same(given, token):
+        if token_matches(given, token):
             return
     else:
-        cookie = request.cookies.get(SESSION_COOKIE)
-        if cookie and _valid_session(cookie, token):
-            return
+        cookie = request.cookies.get(cookie_name(request))
+        if cookie:
+            if request.method in _WRITES:
+                check_same_origin(request)
+            sid = session_id(cookie, token)
+            if sid is not None and await pool.fetchval(sql.query("admin_session_valid"), sid):
+                return
     raise ApiError(401, "unauthorized", "a valid admin token or session is required", _CHALLENGE)
+
+
+def bearer_matches(request: Request, token: str) -> bool:
+    given = _bearer(request)
+    return given is not None and _same(given, token)
 
 
 def require_api_token(request: Request, token: str | None) -> None:

@@ -1,6 +1,8 @@
 """Reading a JSON request body without letting a large one in: the declared
 Content-Length is checked before reading, and bytes are counted while reading
-(a chunked body declares nothing)."""
+(a chunked body declares nothing). A body must say it is JSON
+(application/json or any +json type), else 415: a form another site posts
+cannot pass for one."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from starlette.requests import Request
 from jobfeed.worker.submission import JSON_DECODER
 
 from .errors import ApiError
+from .parse import digits
 
 
 def _too_large(limit: int) -> ApiError:
@@ -20,9 +23,23 @@ def _too_large(limit: int) -> ApiError:
                     headers={"Connection": "close"})
 
 
+def is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return bool(kind) and (subtype == "json" and kind == "application" or subtype.endswith("+json"))
+
+
+def _unsupported(content_type: str) -> ApiError:
+    return ApiError(415, "unsupported_media_type",
+                    f"the body must be JSON (Content-Type: application/json), not {content_type[:100]!r}")
+
+
 async def read_json(request: Request, limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not is_json(content_type):
+        raise _unsupported(content_type)
+    declared = digits(request.headers.get("content-length", "").strip(), 19)
+    if declared is not None and declared > limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
@@ -31,8 +48,11 @@ async def read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise _too_large(limit)
         chunks.append(chunk)
+    if content_type is None and size:  # a body that does not say what it is
+        raise _unsupported("")
     try:
         data = b"".join(chunks)
         return JSON_DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))  # as json.loads does
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {str(exc)[:200]}") from None
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        # A fixed message: the parser's own text describes our internals.
+        raise ApiError(400, "invalid_json", "the body is not valid JSON") from None

@@ -9,8 +9,8 @@ import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker.queue import QueueError
 
@@ -38,28 +38,35 @@ async def _queue_error(request: Request, exc: QueueError) -> Response:
     return error_response(exc.status, exc.code, exc.message)
 
 
-# Starlette raises these for unmatched routes and methods. Under /api they get
-# the JSON shape; the UI's paths keep plain text, as a browser would expect.
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+# Starlette raises these for unmatched routes and methods (and StaticFiles for
+# missing files): the same JSON shape everywhere, for programs and pages alike.
+_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+_HTTP_MESSAGES = {404: "no such route", 405: "method not allowed"}
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
-    if request.url.path.startswith("/api/") or request.url.path == "/api":
-        code = _HTTP_CODES.get(exc.status_code, "http_error")
-        message = "no such route" if exc.status_code == 404 else str(exc.detail)
-        return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
-    return PlainTextResponse(str(exc.detail), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = _HTTP_MESSAGES.get(exc.status_code, str(exc.detail))
+    return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
+
+
+async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+    # The client hung up mid-body (or the request timeout closed it): nobody
+    # reads this answer, and it is no server error worth a traceback.
+    log.debug("client left during %s %s", request.method, request.url.path)
+    return error_response(400, "client_disconnected", "the client closed the connection")
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error_response(500, "internal", "internal error")
+    return error_response(500, "internal_error", "internal error")
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {  # Starlette types each handler by its exception
     ApiError: _api_error,
     QueueError: _queue_error,
     HTTPException: _http_error,
+    ClientDisconnect: _client_gone,
     Exception: _unexpected,
 }
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import time
 from typing import NamedTuple
 
 import anyio
@@ -26,10 +28,24 @@ from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.states import TERMINAL
 
+from .parse import digits
+
 log = logging.getLogger("jobfeed.feed")
 
 CHANNEL = "jobfeed_changed"
 REREAD_CHUNK = 5000  # ids per get_jobs query (a resync may re-read every watched job)
+# Any role may NOTIFY on the channel: an item that is not "uuid:version", as
+# notify_changed() writes it, is skipped (it would fail the re-read forever).
+_JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_BAD_LOG_EVERY = 10.0  # seconds between log lines about skipped notifications
+
+
+class TooManyStreams(Exception):
+    """A stream cap is reached; `scope` is 'client' or 'process'."""
+
+    def __init__(self, scope: str):
+        super().__init__(scope)
+        self.scope = scope
 
 
 class View(NamedTuple):
@@ -54,10 +70,11 @@ class JobSubscription:
     """One stream's interest in one job: the version it last sent and the newest
     view it has not sent yet."""
 
-    __slots__ = ("job_id", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed")
+    __slots__ = ("job_id", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client")
 
-    def __init__(self, feed: "Feed", job_id: str):
+    def __init__(self, feed: "Feed", job_id: str, client: str | None = None):
         self.job_id = job_id
+        self._client = client
         self.sent = 0
         self.sent_extra: tuple = ()
         self._pending: View | None = None
@@ -99,6 +116,7 @@ class JobSubscription:
             self._closed = True
             self._wake.set()
             self._feed._unsubscribe(self)
+            self._feed._release(self._client)
 
 
 class AdminSubscription:
@@ -106,8 +124,9 @@ class AdminSubscription:
     Past `limit` distinct pending jobs it drops them and asks for a resync (the
     dashboard reloads its list), so its memory stays bounded."""
 
-    def __init__(self, feed: "Feed", limit: int = 1000):
+    def __init__(self, feed: "Feed", limit: int = 1000, client: str | None = None):
         self._feed = feed
+        self._client = client
         self._limit = limit
         self._pending: dict[str, str] = {}
         self._resync = False
@@ -146,6 +165,7 @@ class AdminSubscription:
             self._closed = True
             self._wake.set()
             self._feed._admins.discard(self)
+            self._feed._release(self._client)
 
 
 class Feed:
@@ -166,7 +186,11 @@ class Feed:
         self._task: asyncio.Task | None = None
         self._shutdown_task: asyncio.Task | None = None
         self.shutdown: anyio.Event | None = None
+        self._streams = 0
+        self._per_client: dict[str, int] = {}
         self.notifications = 0  # for /metrics
+        self.bad_notifications = 0
+        self._bad_logged = 0.0
         self.rereads = 0
         self.reconnects = 0
 
@@ -214,11 +238,36 @@ class Feed:
     def watched_jobs(self) -> int:
         return len(self._watch)
 
+    @property
+    def open_streams(self) -> int:
+        return self._streams
+
     # ---------------------------------------------------------------- subscribing
-    def subscribe(self, job_id: str) -> JobSubscription:
+    def _admit(self, client: str | None, per_client: int | None, total: int | None) -> None:
+        if total is not None and self._streams >= total:
+            raise TooManyStreams("process")
+        held = self._per_client.get(client, 0) if client is not None else 0
+        if per_client is not None and client is not None and held >= per_client:
+            raise TooManyStreams("client")
+        self._streams += 1
+        if client is not None:
+            self._per_client[client] = held + 1
+
+    def _release(self, client: str | None) -> None:
+        self._streams -= 1
+        if client is not None:
+            left = self._per_client.get(client, 1) - 1
+            if left > 0:
+                self._per_client[client] = left
+            else:
+                self._per_client.pop(client, None)
+
+    def subscribe(self, job_id: str, client: str | None = None, *, per_client: int | None = None,
+                  total: int | None = None) -> JobSubscription:
         """Register before reading the snapshot (see seed), so no change falls
-        between the two."""
-        sub = JobSubscription(self, job_id)
+        between the two. Counts against the caps until closed (TooManyStreams)."""
+        self._admit(client, per_client, total)
+        sub = JobSubscription(self, job_id, client)
         self._watch.setdefault(job_id, set()).add(sub)
         return sub
 
@@ -229,8 +278,10 @@ class Feed:
             self._known[view.job_id] = (view.version, view.extra)
         sub.offer(view)
 
-    def subscribe_admin(self, limit: int = 1000) -> AdminSubscription:
-        sub = AdminSubscription(self, limit)
+    def subscribe_admin(self, limit: int = 1000, client: str | None = None, *, per_client: int | None = None,
+                        total: int | None = None) -> AdminSubscription:
+        self._admit(client, per_client, total)
+        sub = AdminSubscription(self, limit, client)
         self._admins.add(sub)
         return sub
 
@@ -248,18 +299,31 @@ class Feed:
         self.notifications += 1
         admins = bool(self._admins)
         for item in payload.split(","):
-            job_id, _, version = item.partition(":")
+            job_id, _, version_text = item.partition(":")
+            who_only = version_text.endswith("r")  # requesters changed, the version did not
+            version = digits(version_text[:-1] if who_only else version_text, 19)
+            if version is None or not _JOB_ID.match(job_id):
+                self._skip(payload)
+                continue
             if admins:
                 self._admin_dirty.add(job_id)
             if job_id not in self._watch:
                 continue
             # A version no newer than what was offered means the public view did
             # not change (a retry's private bookkeeping): nothing to send.
-            if version.isdigit() and int(version) <= self._known.get(job_id, (0, ()))[0]:
+            if not who_only and version <= self._known.get(job_id, (0, ()))[0]:
                 continue
             self._dirty.add(job_id)
         if self._dirty or self._admin_dirty:
             self._wake.set()
+
+    def _skip(self, payload: str) -> None:
+        self.bad_notifications += 1
+        now = time.monotonic()
+        if now - self._bad_logged >= _BAD_LOG_EVERY:  # a flood of them must not flood the log
+            self._bad_logged = now
+            log.warning("feed: skipped a malformed notification on %s (%d so far): %r",
+                        CHANNEL, self.bad_notifications, payload[:80])
 
     async def _on_connect(self) -> None:
         # Anything may have changed while we were not listening.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 
 from starlette.requests import Request
@@ -10,6 +11,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from jobfeed.worker import migrate
 
+from . import auth
+from .errors import ApiError
 from .state import services
 
 log = logging.getLogger("jobfeed.api")
@@ -36,7 +39,28 @@ async def readyz(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
+def _loopback(request: Request) -> bool:
+    try:
+        return request.client is not None and ipaddress.ip_address(request.client.host).is_loopback
+    except ValueError:  # not an address (a unix socket, a test transport's name)
+        return False
+
+
+def _metrics_access(request: Request) -> None:
+    """JOBFEED_METRICS_TOKEN set: it is needed, as a bearer token, from anywhere.
+    Unset: only loopback clients (a scraper on the same host, or a proxy that
+    decides for itself) may read job counts."""
+    token = services(request).settings.metrics_token
+    if token is not None:
+        if not auth.bearer_matches(request, token):
+            raise ApiError(401, "unauthorized", "a valid metrics token is required",
+                           {"WWW-Authenticate": 'Bearer realm="jobfeed-metrics"'})
+    elif not _loopback(request):
+        raise ApiError(403, "forbidden", "metrics answer loopback clients only unless JOBFEED_METRICS_TOKEN is set")
+
+
 async def metrics(request: Request) -> Response:
+    _metrics_access(request)
     svc = services(request)
     text = svc.metrics.render(await svc.queue.stats(), svc.feed, svc.batcher)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -27,6 +27,16 @@ def _ref(name: str) -> dict:
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 _ADMIN: list[dict] = [{"bearer": []}, {"session": []}]
 _UNAUTHORIZED = {"401": _err("no valid admin token or session")}
+# What every JSON body may be refused for before it is looked at.
+_BODY_ERRORS = {
+    "400": _err("malformed JSON (invalid_json)"),
+    "413": _err("the body is too large (payload_too_large)"),
+    "415": _err("the body is not application/json or +json (unsupported_media_type)"),
+}
+# Cookie-authenticated writes from another origin (bearer requests are exempt).
+_CSRF = {"403": _err("signed in by cookie, but the request did not come from this server's pages (csrf)")}
+_TOO_MANY_STREAMS = {"429": _err("too many open streams from this client, or in this process (too_many_streams); "
+                                 "see Retry-After")}
 _SSE = {"description": "a stream of server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
 _HTML = {"description": "a page of the web UI", "content": {"text/html": {"schema": {"type": "string"}}}}
 
@@ -38,7 +48,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "responses": {
             "201": _json(_ref("SubmitResult"), "a new job; Location names it"),
             "200": _json(_ref("SubmitResult"), "an unfinished job already held the target (deduplicated: true)"),
-            "400": _err("malformed JSON (invalid_json)"),
+            **_BODY_ERRORS,
             "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
             "413": _err("payload or body too large (payload_too_large)"),
             "422": _err("invalid_request, unknown_kind, invalid_target or invalid_payload"),
@@ -56,7 +66,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "parameters": [_JOB_ID, {"name": "last_event_id", "in": "query", "schema": {"type": "integer"}},
                        {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"}}],
         "responses": {"200": _SSE, "204": {"description": "the client already has the final view"},
-                      "404": _err("no such job")}},
+                      "404": _err("no such job"), **_TOO_MANY_STREAMS}},
     ("GET", "/api/kinds"): {
         "summary": "Registered kinds and their settings",
         "responses": {"200": _json({"type": "object", "properties": {
@@ -80,13 +90,13 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("POST", "/api/admin/jobs/{job_id}/retry"): {
         "summary": "Re-run a failed or canceled job",
         "security": _ADMIN, "parameters": [_JOB_ID],
-        "responses": {"200": _json(_ref("AdminJobView"), "the job, queued again"), **_UNAUTHORIZED,
+        "responses": {"200": _json(_ref("AdminJobView"), "the job, queued again"), **_UNAUTHORIZED, **_CSRF,
                       "404": _err("no such job"),
                       "409": _err("not failed or canceled (invalid_state), or the target is busy (target_busy)")}},
     ("POST", "/api/admin/jobs/{job_id}/cancel"): {
         "summary": "Cancel an unfinished job",
         "security": _ADMIN, "parameters": [_JOB_ID],
-        "responses": {"200": _json(_ref("AdminJobView"), "the job, canceled"), **_UNAUTHORIZED,
+        "responses": {"200": _json(_ref("AdminJobView"), "the job, canceled"), **_UNAUTHORIZED, **_CSRF,
                       "404": _err("no such job"), "409": _err("already finished (invalid_state)")}},
     ("GET", "/api/admin/stats"): {
         "summary": "Counts by kind and state, oldest due job age, throughput per minute",
@@ -97,17 +107,19 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "description": "event: ready once subscribed; event: job with an admin view per change; "
                        "event: resync when changes may have been missed (reload the list).",
         "security": _ADMIN,
-        "responses": {"200": _SSE, **_UNAUTHORIZED}},
+        "responses": {"200": _SSE, **_UNAUTHORIZED, **_TOO_MANY_STREAMS}},
     ("POST", "/api/admin/session"): {
         "summary": "Sign in: trade the admin token for an HttpOnly, SameSite=Strict session cookie",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["token"], "properties": {"token": {"type": "string"}}}}}},
-        "responses": {"200": _json({"type": "object"}, "signed in; the cookie is set"),
+        "responses": {"200": _json({"type": "object"}, "signed in; the cookie is set "
+                                   "(__Host-jobfeed_admin, Secure, over https)"),
+                      **_BODY_ERRORS,
                       "401": _err("wrong token, or no admin token configured"),
                       "422": _err("the body is not {\"token\": ...}")}},
     ("DELETE", "/api/admin/session"): {
-        "summary": "Sign out: clear the session cookie",
-        "responses": {"204": {"description": "signed out"}}},
+        "summary": "Sign out: revoke the session (in every API process) and clear its cookie",
+        "responses": {"204": {"description": "signed out"}, **_CSRF}},
     ("GET", "/healthz"): {
         "summary": "Liveness", "responses": {"200": _json({"type": "object"}, "the process answers")}},
     ("GET", "/readyz"): {
@@ -116,8 +128,13 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                       "503": _json({"type": "object"}, "database unreachable or migrations pending")}},
     ("GET", "/metrics"): {
         "summary": "Prometheus metrics",
+        "description": "With JOBFEED_METRICS_TOKEN set, that token is needed as a bearer token; "
+                       "without it, only loopback clients are answered.",
+        "security": [{"metrics": []}, {}],
         "responses": {"200": {"description": "text exposition format",
-                              "content": {"text/plain": {"schema": {"type": "string"}}}}}},
+                              "content": {"text/plain": {"schema": {"type": "string"}}}},
+                      "401": _err("JOBFEED_METRICS_TOKEN is set and the request lacks it"),
+                      "403": _err("no metrics token is set and the client is not on loopback")}},
     ("GET", "/openapi.json"): {
         "summary": "This document", "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}},
     ("GET", "/"): {"summary": "Web UI: submit and watch jobs", "responses": {"200": _HTML}},
@@ -127,7 +144,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("GET", "/static/{path}"): {
         "summary": "The web UI's files",
         "parameters": [{"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}],
-        "responses": {"200": {"description": "a file"}, "404": {"description": "no such file"}}},
+        "responses": {"200": {"description": "a file"}, "404": _err("no such file")}},
 }
 
 _TIME = {"type": "string", "format": "date-time"}
@@ -169,6 +186,7 @@ SCHEMAS = {
         "jitter": {"type": "number"}}},
     "Stats": {"type": "object", "properties": {
         "now": _TIME,
+        "as_of": _TIME,
         "counts": {"type": "object", "additionalProperties": {"type": "object",
                                                               "additionalProperties": {"type": "integer"}}},
         "oldest_due_seconds": {"type": "number", "nullable": True},
@@ -189,6 +207,7 @@ def document() -> dict:
             "schemas": SCHEMAS,
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer"},
+                "metrics": {"type": "http", "scheme": "bearer", "description": "JOBFEED_METRICS_TOKEN"},
                 "session": {"type": "apiKey", "in": "cookie", "name": "jobfeed_admin"}}},
     }
 

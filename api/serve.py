@@ -11,6 +11,8 @@ from starlette.applications import Starlette
 
 from jobfeed.worker.settings import Settings
 
+from .http_protocol import uvicorn_options
+
 
 class ListenError(Exception):
     """The server could not listen on its address (uvicorn has logged why)."""
@@ -18,9 +20,10 @@ class ListenError(Exception):
 
 def serve_processes(settings: Settings, workers: int) -> None:
     """uvicorn's own loop and signal handling; each worker process builds the
-    app from the environment."""
+    app from the environment. Limits go by name, read from the environment:
+    each of uvicorn's worker processes imports the protocol anew."""
     uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=workers, log_level="info", timeout_graceful_shutdown=5)
+                workers=workers, log_level="info", timeout_graceful_shutdown=5, **uvicorn_options())
 
 
 class SharedLoopServer:
@@ -35,7 +38,8 @@ class SharedLoopServer:
                 return contextlib.nullcontext()
 
         self.server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                                            timeout_graceful_shutdown=5, lifespan="on"))
+                                            timeout_graceful_shutdown=5, lifespan="on",
+                                            **uvicorn_options(settings)))
 
     async def serve(self) -> None:
         try:

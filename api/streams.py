@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import AsyncIterator
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from .errors import ApiError
-from .feed import AdminSubscription, JobSubscription, View
+from .feed import AdminSubscription, JobSubscription, TooManyStreams, View
+from .parse import digits
 from .state import Services, services
 
 SEP = "\n"
@@ -27,45 +28,73 @@ def _ping() -> ServerSentEvent:
     return ServerSentEvent(comment="ping", sep=SEP)
 
 
+class _Stream(EventSourceResponse):
+    """Ends its subscription however the response ends: sse-starlette skips
+    its background task when the stream fails, and an async generator that never
+    started never runs its finally."""
+
+    def __init__(self, sub, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._sub = sub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._sub.close()
+
+
 def _response(svc: Services, events, sub) -> EventSourceResponse:
     """`events` is the stream; sub.close() ends it."""
-    return EventSourceResponse(
-        events, ping=svc.settings.sse_ping, ping_message_factory=_ping, sep=SEP,
-        shutdown_event=svc.feed.shutdown, shutdown_grace_period=2.0,
-        # runs even when the body never starts (HEAD) or the client leaves
-        background=BackgroundTask(sub.close))
+    return _Stream(sub, events, ping=svc.settings.sse_ping, ping_message_factory=_ping, sep=SEP,
+                   shutdown_event=svc.feed.shutdown, shutdown_grace_period=2.0)
 
 
 def last_event_id(request: Request) -> int | None:
-    value = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    if value is None or not value.strip().isdigit():
-        return None
-    return int(value)
+    """The header, else the query parameter; anything but a plain number is ignored."""
+    value = request.headers.get("last-event-id")
+    if value is None:
+        value = request.query_params.get("last_event_id")
+    return digits(value.strip(), 19) if value is not None else None
+
+
+def _caps(request: Request) -> dict:
+    settings = services(request).settings
+    client = request.client.host if request.client else None
+    return {"client": client, "per_client": settings.max_streams_per_client, "total": settings.max_streams}
+
+
+def _refused(exc: TooManyStreams) -> ApiError:
+    message = ("too many open streams from this client address" if exc.scope == "client"
+               else "this server holds as many streams as it may; try again shortly")
+    return ApiError(429, "too_many_streams", message, {"Retry-After": "5"})
 
 
 async def job_stream(request: Request, job_id) -> Response:
     svc = services(request)
-    sub = svc.feed.subscribe(str(job_id))  # LISTEN is already up: subscribe, then read
+    try:
+        sub = svc.feed.subscribe(str(job_id), **_caps(request))  # LISTEN is already up: subscribe, then read
+    except TooManyStreams as exc:
+        raise _refused(exc) from None
     try:
         text = await svc.queue.get_job_json(job_id)
+        if text is None:
+            raise ApiError(404, "not_found", "no such job")
+        view = View.parse(text)
+        if last_event_id(request) == view.version:
+            if view.terminal:
+                # The client has the final view and nothing will follow. 204 tells an
+                # EventSource to stop reconnecting.
+                sub.close()
+                return Response(status_code=204)
+            sub.skip_to(view.version, view.extra)
+        else:
+            svc.feed.seed(sub, view)
+        retry_ms = int(svc.settings.sse_retry * 1000)
+        return _response(svc, _job_events(svc, sub, retry_ms), sub)
     except BaseException:
-        sub.close()
+        sub.close()  # whatever went wrong, the subscription must not outlive the request
         raise
-    if text is None:
-        sub.close()
-        raise ApiError(404, "not_found", "no such job")
-    view = View.parse(text)
-    if last_event_id(request) == view.version:
-        if view.terminal:
-            # The client has the final view and nothing will follow. 204 tells an
-            # EventSource to stop reconnecting.
-            sub.close()
-            return Response(status_code=204)
-        sub.skip_to(view.version, view.extra)
-    else:
-        svc.feed.seed(sub, view)
-    retry_ms = int(svc.settings.sse_retry * 1000)
-    return _response(svc, _job_events(svc, sub, retry_ms), sub)
 
 
 async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> AsyncIterator[ServerSentEvent]:
@@ -86,9 +115,16 @@ async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> Asy
 
 async def admin_stream(request: Request) -> Response:
     svc = services(request)
-    sub = svc.feed.subscribe_admin()
-    retry_ms = int(svc.settings.sse_retry * 1000)
-    return _response(svc, _admin_events(svc, sub, retry_ms), sub)
+    try:
+        sub = svc.feed.subscribe_admin(**_caps(request))
+    except TooManyStreams as exc:
+        raise _refused(exc) from None
+    try:
+        retry_ms = int(svc.settings.sse_retry * 1000)
+        return _response(svc, _admin_events(svc, sub, retry_ms), sub)
+    except BaseException:
+        sub.close()
+        raise
 
 
 async def _admin_events(svc: Services, sub: AdminSubscription, retry_ms: int) -> AsyncIterator[ServerSentEvent]:

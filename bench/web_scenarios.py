@@ -83,7 +83,9 @@ class ApiProcess:
 
 
 def jobfeed_api(dsn: str) -> ApiProcess:
-    return ApiProcess("jobfeed.api.app:create_app", {"DATABASE_URL": dsn, "JOBFEED_TASKS": "bench.jobfeed_tasks"})
+    # Every bench client connects from 127.0.0.1: the per-client stream cap is raised explicitly.
+    return ApiProcess("jobfeed.api.app:create_app", {"DATABASE_URL": dsn, "JOBFEED_TASKS": "bench.jobfeed_tasks",
+                                                     "JOBFEED_MAX_STREAMS_PER_CLIENT": "1000000"})
 
 
 def bare_api() -> ApiProcess:

@@ -49,7 +49,7 @@ select v::text from jobfeed.admin_get_jobs($1) v;
 select v::text from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, $3, $4) v;
 
 -- name: stats
-select jobfeed.stats($1)::text;
+select jobfeed.stats_v2($1, $2)::text;
 
 -- name: retry
 select jobfeed.retry($1)::text;
@@ -58,14 +58,15 @@ select jobfeed.retry($1)::text;
 select jobfeed.cancel($1)::text;
 
 -- name: claim
-select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text
-  from jobfeed.claim($1, $2, $3, $4);
+select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text,
+       extract(epoch from lease)::float8
+  from jobfeed.claim_v2($1, $2, $3, $4);
 
 -- name: next_due
 select jobfeed.next_due($1), now();
 
 -- name: extend_many
-select jobfeed.extend_many($1, $2);
+select jobfeed.extend_many($1, $2, $3);
 
 -- name: progress
 select jobfeed.progress($1, $2, $3, $4, $5);
@@ -93,3 +94,12 @@ select jobfeed.sweep_expired();
 
 -- name: delete_finished
 select jobfeed.delete_finished($1, $2);
+
+-- name: open_admin_session
+select jobfeed.open_admin_session(make_interval(secs => $1));
+
+-- name: admin_session_valid
+select jobfeed.admin_session_valid($1);
+
+-- name: close_admin_session
+select jobfeed.close_admin_session($1);

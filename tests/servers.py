@@ -24,6 +24,7 @@ import httpx
 import uvicorn
 
 from jobfeed.api.app import create_app, end_streams
+from jobfeed.api.http_protocol import uvicorn_options
 from jobfeed.worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +53,10 @@ def api_env(dsn: str, **extra: str) -> dict[str, str]:
     return env
 
 
+# uvicorn's command line with jobfeed's server-level limits, read from the environment.
+UVICORN_HTTP = ["--http", "jobfeed.api.http_protocol:EnvGuardedHttpToolsProtocol"]
+
+
 @contextlib.asynccontextmanager
 async def asgi_client(app) -> AsyncIterator[httpx.AsyncClient]:
     """The app with its lifespan running, called in-process (not for streams)."""
@@ -65,10 +70,13 @@ class ThreadServer:
     """uvicorn serving an app object on a free port, in a thread of its own with
     its own event loop."""
 
-    def __init__(self, app, *, graceful: float = 2.0):
+    def __init__(self, app, *, graceful: float = 2.0, settings: Settings | None = None):
         self.app = app
+        # the server-level limits (head size, request timeout) as jobfeed applies them
+        # (a host app that mounts jobfeed passes jobfeed's settings)
+        settings = settings or app.state.services.settings
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
-                                timeout_graceful_shutdown=graceful)
+                                timeout_graceful_shutdown=graceful, **uvicorn_options(settings))
         self.server = uvicorn.Server(config)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread = threading.Thread(target=self._run, name="uvicorn-test", daemon=True)
@@ -182,7 +190,7 @@ class Process:
 async def start_api_process(dsn: str, **env: str) -> tuple[Process, str]:
     """`uvicorn jobfeed.api.app:create_app --factory` on a free port; -> (process, base url)."""
     proc = Process([sys.executable, "-m", "uvicorn", "jobfeed.api.app:create_app", "--factory",
-                    "--host", "127.0.0.1", "--port", "0", "--timeout-graceful-shutdown", "5"],
+                    "--host", "127.0.0.1", "--port", "0", "--timeout-graceful-shutdown", "5", *UVICORN_HTTP],
                    api_env(dsn, **env))
     await proc.start(ready=r"Uvicorn running on (http://127\.0\.0\.1:\d+)")
     return proc, proc.match.group(1)

@@ -34,11 +34,11 @@ async def submit(client, target: str, kind: str = "demo") -> dict:
 
 
 async def test_admin_routes_refuse_without_valid_credentials(client):
-    forged = auth.session_value("not-the-token", 3600)
+    forged = auth.session_value("not-the-token", uuid.uuid4(), 3600)
     for method, path in ADMIN_ROUTES:
         for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Basic {ADMIN_TOKEN}"},
-                        {"cookie": f"{auth.SESSION_COOKIE}={forged}"},
-                        {"cookie": f"{auth.SESSION_COOKIE}={ADMIN_TOKEN}"}):
+                        {"cookie": f"{auth.SESSION_COOKIE}={forged}", "origin": "http://jobfeed.test"},
+                        {"cookie": f"{auth.SESSION_COOKIE}={ADMIN_TOKEN}", "origin": "http://jobfeed.test"}):
             response = await client.request(method, path, headers=headers)
             assert response.status_code == 401, (method, path, headers)
             assert response.json()["error"]["code"] == "unauthorized"
@@ -69,7 +69,8 @@ async def test_session_cookie_signs_in_and_out(client):
     for body in ({"tok": ADMIN_TOKEN}, {"token": 5}, [ADMIN_TOKEN]):
         bad = await client.post("/api/admin/session", json=body)
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_request"
-    assert (await client.post("/api/admin/session", content=b"{")).status_code == 400
+    assert (await client.post("/api/admin/session", content=b"{",
+                              headers={"content-type": "application/json"})).status_code == 400
 
     response = await client.post("/api/admin/session", json={"token": ADMIN_TOKEN})
     assert response.status_code == 200
@@ -82,12 +83,13 @@ async def test_session_cookie_signs_in_and_out(client):
 
     # A cookie with its expiry pushed out no longer matches its signature, and an
     # expired one is refused.
-    expires, _, signature = value.partition(".")
-    for forged in (f"{int(expires) + 10**6}.{signature}", auth.session_value(ADMIN_TOKEN, 60, now=1_000_000)):
+    sid, expires, signature = value.split(".")
+    for forged in (f"{sid}.{int(expires) + 10**6}.{signature}",
+                   auth.session_value(ADMIN_TOKEN, sid, 60, now=1_000_000)):
         response = await client.get("/api/admin/stats", headers={"cookie": f"{auth.SESSION_COOKIE}={forged}"})
         assert response.status_code == 401
 
-    signed_out = await client.delete("/api/admin/session")
+    signed_out = await client.delete("/api/admin/session", headers={"origin": "http://jobfeed.test"})
     assert signed_out.status_code == 204
     assert auth.SESSION_COOKIE not in client.cookies
     assert (await client.get("/api/admin/stats")).status_code == 401

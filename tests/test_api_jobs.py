@@ -183,4 +183,5 @@ async def test_unknown_api_routes_answer_json(client):
     assert wrong_method.status_code == 405
     assert wrong_method.json()["error"]["code"] == "method_not_allowed"
     outside = await client.get("/no-such-page")
-    assert outside.status_code == 404 and not outside.headers["content-type"].startswith("application/json")
+    # JSON errors everywhere (issue 9), also outside /api
+    assert outside.status_code == 404 and outside.json()["error"]["code"] == "not_found"

@@ -11,6 +11,8 @@ import pytest
 
 from servers import serve
 
+JSON = {"content-type": "application/json"}
+
 
 @pytest.fixture
 async def server(dsn):
@@ -48,7 +50,7 @@ async def test_chunked_body_is_counted_while_it_streams(server, pool):
 
     async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
         try:
-            response = await client.post("/api/jobs", content=endless())
+            response = await client.post("/api/jobs", content=endless(), headers=JSON)
             assert response.status_code == 413
             assert response.json()["error"]["code"] == "payload_too_large"
         except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
@@ -58,6 +60,137 @@ async def test_chunked_body_is_counted_while_it_streams(server, pool):
         async def small():
             yield b'{"kind": "demo", '
             yield b'"target": "chunked"}'
-        ok = await client.post("/api/jobs", content=small())
+        ok = await client.post("/api/jobs", content=small(), headers=JSON)
         assert ok.status_code == 201
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 1
+
+
+# ---------------------------------------------------------------- server-level limits
+# (api/http_protocol.py: uvicorn's httptools protocol with a head limit and a request
+# timeout; issue 9's attack 6: 150 slowloris connections still open after 8 s, a
+# 32 MB header accepted.)
+
+from jobfeed.worker.settings import SettingError, Settings  # noqa: E402
+from servers import start_api_process  # noqa: E402
+
+
+async def connect(url: str):
+    host, port = url.removeprefix("http://").split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
+    """Everything the server sends until it hangs up (a reset counts as hanging
+    up); fails if it does not."""
+    try:
+        return await asyncio.wait_for(reader.read(), seconds)
+    except ConnectionResetError:
+        return b"<reset>"
+
+
+async def test_a_huge_head_is_refused_with_431_and_the_connection_closed(dsn):
+    async with serve(dsn, max_header_bytes=8192) as server:
+        reader, writer = await connect(server.url)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        answering = asyncio.create_task(closed_within(reader, 5))
+        sent = 0
+        try:
+            while sent < 32 * 1024 * 1024 and not answering.done():  # 32 MB, unless the server stops it
+                writer.write(b"a" * 1024)
+                sent += 1024
+                await asyncio.wait_for(writer.drain(), 0.5)  # the server stops reading: our writes stall
+        except (ConnectionError, asyncio.TimeoutError):
+            pass
+        answer = await answering
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+        assert b'"headers_too_large"' in answer
+        assert sent < 8 * 1024 * 1024
+
+        async with httpx.AsyncClient(base_url=server.url, timeout=5) as client:
+            ok = await client.get("/healthz", headers={"x-fits": "a" * 7000})
+            assert ok.status_code == 200
+            big = await client.get("/healthz", headers={"x-big": "a" * 9000})
+            assert big.status_code == 431 and big.json()["error"]["code"] == "headers_too_large"
+
+
+async def test_slowloris_connections_are_closed_after_the_request_timeout(dsn):
+    async with serve(dsn, request_timeout=1.0) as server:
+        conns = [await connect(server.url) for _ in range(30)]
+        started = time.monotonic()
+        for i, (_, writer) in enumerate(conns):
+            if i % 3 == 0:
+                continue  # says nothing at all
+            head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" if i % 3 == 1 else \
+                b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            writer.write(head)
+
+        async def dribble(writer):  # one byte every 200 ms, as slowloris does
+            try:
+                while True:
+                    await asyncio.sleep(0.2)
+                    writer.write(b"X")
+                    await writer.drain()
+            except (ConnectionError, RuntimeError):
+                pass
+        dribblers = [asyncio.create_task(dribble(w)) for i, (_, w) in enumerate(conns) if i % 3]
+        answers = await asyncio.gather(*(closed_within(r, 5) for r, _ in conns))
+        elapsed = time.monotonic() - started
+        for task in dribblers:
+            task.cancel()
+        for _, writer in conns:
+            writer.close()
+        assert elapsed < 4, elapsed
+        for i, answer in enumerate(answers):
+            if i % 3 != 2:  # nobody was answering these yet: 408
+                assert answer.startswith(b"HTTP/1.1 408 "), (i, answer[:80])
+
+        # An honest client, and a stream open far longer than the timeout, are unaffected.
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            job = (await client.post("/api/jobs", json={"kind": "demo", "target": "long"})).json()
+            async with client.stream("GET", f"/api/jobs/{job['id']}/events") as response:
+                pings, deadline = 0, time.monotonic() + 2.5
+                async for line in response.aiter_lines():
+                    pings += line == ": ping"
+                    if time.monotonic() > deadline:
+                        break
+                assert pings >= 5
+
+
+async def test_limits_apply_to_an_api_process_started_from_the_command_line(dsn):
+    proc, url = await start_api_process(dsn, JOBFEED_MAX_HEADER_BYTES="4KiB", JOBFEED_REQUEST_TIMEOUT="1s")
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+            assert (await client.get("/healthz", headers={"x-big": "a" * 5000})).status_code == 431
+            assert (await client.get("/healthz", headers={"x-ok": "a" * 3000})).status_code == 200
+        reader, writer = await connect(url)
+        answer = await closed_within(reader, 4)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 ")
+    finally:
+        await proc.stop()
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("JOBFEED_MAX_HEADER_BYTES", "64KiB", ("max_header_bytes", 65536)),
+    ("JOBFEED_MAX_HEADER_BYTES", "100MiB", ("max_header_bytes", 100 * 1024 * 1024)),
+    ("JOBFEED_MAX_HEADER_BYTES", "8000", ("max_header_bytes", 8000)),
+    ("JOBFEED_REQUEST_TIMEOUT", "500ms", ("request_timeout", 0.5)),
+    ("JOBFEED_MAX_STREAMS_PER_CLIENT", "7", ("max_streams_per_client", 7)),
+    ("JOBFEED_MAX_STREAMS", "9", ("max_streams", 9)),
+])
+def test_cap_settings_are_read(name, value, expected):
+    field, number = expected
+    assert getattr(Settings.from_env({name: value}), field) == number
+
+
+@pytest.mark.parametrize("name, value", [
+    ("JOBFEED_MAX_HEADER_BYTES", "0"), ("JOBFEED_MAX_HEADER_BYTES", "64 parsecs"),
+    ("JOBFEED_MAX_HEADER_BYTES", "-1KiB"), ("JOBFEED_REQUEST_TIMEOUT", "soon"),
+    ("JOBFEED_REQUEST_TIMEOUT", "0s"), ("JOBFEED_MAX_STREAMS_PER_CLIENT", "0"),
+    ("JOBFEED_MAX_STREAMS", "many"),
+])
+def test_bad_cap_settings_are_refused_naming_the_setting(name, value):
+    with pytest.raises(SettingError, match=name):
+        Settings.from_env({name: value})

@@ -26,7 +26,7 @@ import pytest
 from jobfeed.worker.states import STATES
 
 from conftest import JOBFEED, worker_env
-from servers import ADMIN_TOKEN, Process, api_env
+from servers import ADMIN_TOKEN, UVICORN_HTTP, Process, api_env
 from waiting import eventually
 
 try:
@@ -80,7 +80,7 @@ class Api:
     async def start(self) -> None:
         self.proc = Process([sys.executable, "-m", "uvicorn", "jobfeed.api.app:create_app", "--factory",
                              "--host", "127.0.0.1", "--port", str(self.port),
-                             "--timeout-graceful-shutdown", "2"], api_env(self.dsn))
+                             "--timeout-graceful-shutdown", "2", *UVICORN_HTTP], api_env(self.dsn))
         await self.proc.start(ready=r"Uvicorn running on")
 
 

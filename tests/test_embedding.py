@@ -57,7 +57,7 @@ def host_app(dsn: str, **create):
 
 async def test_a_host_mounts_jobfeed_under_a_prefix_with_its_pool(dsn, queue):
     app, jobs, state = host_app(dsn, identify=lambda request: request.headers.get("x-user"))
-    server = ThreadServer(app)
+    server = ThreadServer(app, settings=jobs.state.services.settings)
     server.app = jobs  # whose streams to end when the server stops
     async with server, httpx.AsyncClient(base_url=server.url, timeout=10) as client:
         svc = jobs.state.services

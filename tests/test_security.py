@@ -31,9 +31,11 @@ CALLS = {
     "admin_get_jobs": "select * from jobfeed.admin_get_jobs(array[gen_random_uuid()])",
     "admin_list_jobs": "select * from jobfeed.admin_list_jobs()",
     "stats": "select jobfeed.stats()",
+    "stats_v2": "select jobfeed.stats_v2()",
     "retry": "select jobfeed.retry(gen_random_uuid())",
     "cancel": "select jobfeed.cancel(gen_random_uuid())",
     "claim": "select * from jobfeed.claim(array['nothing'], 1, 'w')",
+    "claim_v2": "select * from jobfeed.claim_v2(array['nothing'], 1, 'w')",
     "next_due": "select jobfeed.next_due(array['k'])",
     "extend_many": "select jobfeed.extend_many('{}', '{}')",
     "extend": "select jobfeed.extend(gen_random_uuid(), 1)",
@@ -59,6 +61,12 @@ CALLS = {
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
+    "open_admin_session": "select jobfeed.open_admin_session('1 minute')",
+    "admin_session_valid": "select jobfeed.admin_session_valid(gen_random_uuid())",
+    "close_admin_session": "select jobfeed.close_admin_session(gen_random_uuid())",
+    "lock_held": "select jobfeed.lock_held('{}', '{}')",
+    "notify_due": "select jobfeed.notify_due('k', 1)",
+    "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
     "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
     "reusable": "select jobfeed.reusable('k', 't', now())",
@@ -67,15 +75,17 @@ CALLS = {
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "retry", "cancel",
+                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel",
+                    "open_admin_session", "admin_session_valid", "close_admin_session",
                     "submit_request", "submit_many_requests", "leave", "may_view"},
-    "jobfeed_worker": {"register_kind", "list_kinds", "claim", "next_due", "extend_many", "extend",
+    "jobfeed_worker": {"register_kind", "list_kinds", "claim", "claim_v2", "next_due", "extend_many", "extend",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release", "set_kind_request_policy"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions")
+TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions", "admin_sessions",
+          "stats_snapshot")
 
 
 def as_user(url: str, user: str) -> str:

@@ -37,7 +37,7 @@ async def open_watchers(client: httpx.AsyncClient, job_id: str, n: int) -> tuple
 
 async def test_500_watchers_of_one_job_all_see_the_end(dsn, queue):
     # Default heartbeats: at 200 ms, 500 streams would mostly carry pings.
-    api, url = await start_api_process(dsn, JOBFEED_SSE_PING="15s")
+    api, url = await start_api_process(dsn, JOBFEED_SSE_PING="15s", JOBFEED_MAX_STREAMS_PER_CLIENT="1000")
     try:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             job = (await client.post("/api/jobs", json={"kind": "demo", "target": "popular"})).json()

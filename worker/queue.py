@@ -8,8 +8,11 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import logging
+import random
+import time
 import uuid
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import asyncpg
 
@@ -39,6 +42,40 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     return exc
 
 
+log = logging.getLogger("jobfeed.worker")
+_T = TypeVar("_T")
+
+# Errors after which the same call may simply be made again: the transaction was
+# rolled back (deadlock, serialization failure), or the connection or the server
+# went away, so it either never happened or committed once. The worker's writes
+# are fenced by generation, so a repeat of one that did commit answers "lost"
+# and changes nothing.
+RETRYABLE: tuple[type[BaseException], ...] = (
+    asyncpg.TransactionRollbackError, asyncpg.PostgresConnectionError, asyncpg.OperatorInterventionError,
+    asyncpg.TooManyConnectionsError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError,
+    # a connection whose server went away mid-call ("cannot switch to state")
+    asyncpg.exceptions.InternalClientError)
+
+
+async def retrying(call: Callable[[], Awaitable[_T]], *, until: float, what: str,
+                   first_delay: float = 0.02, max_delay: float = 1.0) -> _T:
+    """Run call(), again after each retryable error, with exponential backoff
+    (and jitter, so two workers that collided do not collide again) until the
+    monotonic time `until`; then, or on any other error, the error is raised."""
+    delay = first_delay
+    while True:
+        try:
+            return await call()
+        except RETRYABLE as exc:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise
+            pause = min(delay * (0.5 + random.random()), left)
+            log.warning("could not %s yet (%s: %s); trying again in %.2fs", what, type(exc).__name__, exc, pause)
+            await asyncio.sleep(pause)
+            delay = min(delay * 2, max_delay)
+
+
 def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:
     """(targets, payloads as JSON text) for the batch functions."""
     return [t for t, _ in items], [json.dumps(p if p is not None else {}) for _, p in items]
@@ -61,6 +98,7 @@ class Job:
     generation: int       # grows on every claim: run n of the job
     lease_until: dt.datetime
     checkpoint: Any       # what an earlier attempt saved with ctx.checkpoint, or None
+    lease: float | None = None  # seconds: the lease the claim granted (the heartbeat's pace)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -288,8 +326,11 @@ class Queue:
         rows = await self._fetch("admin_list_jobs", state, kind, limit, before)
         return [json.loads(r[0]) for r in rows]
 
-    async def stats(self, minutes: int = 15) -> dict:
-        return json.loads(await self._fetchval("stats", minutes))
+    async def stats(self, minutes: int = 15, max_age: float = 5.0) -> dict:
+        """Counts by kind and state, oldest due job, throughput: as of at most
+        max_age seconds ago (the answer's 'as_of'), counted at most once per
+        max_age for all callers together."""
+        return json.loads(await self._fetchval("stats", minutes, _seconds(max_age)))
 
     # -- admin actions (QueueError not_found / invalid_state / target_busy)
     async def retry(self, job_id: uuid.UUID) -> dict:
@@ -303,7 +344,8 @@ class Queue:
                     lease: float | None = None) -> list[Job]:
         rows = await self._fetch("claim", list(kinds), limit, worker_id, _seconds(lease))
         loads = json.loads
-        return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]))
+        return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
+                    r[9])
                 for r in rows]
 
     async def next_due(self, kinds: Sequence[str]) -> float | None:
@@ -312,11 +354,12 @@ class Queue:
         due, now = rows[0][0], rows[0][1]
         return None if due is None else (due - now).total_seconds()
 
-    async def extend_many(self, jobs: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
-        """Renew the leases; returns the ids whose lease is lost."""
+    async def extend_many(self, jobs: Sequence[tuple[uuid.UUID, int]], lease: float | None = None) -> set[uuid.UUID]:
+        """Renew the leases, by `lease` seconds (default: the kind's lease);
+        returns the ids whose lease is lost."""
         if not jobs:
             return set()
-        lost = await self._fetchval("extend_many", [j[0] for j in jobs], [j[1] for j in jobs])
+        lost = await self._fetchval("extend_many", [j[0] for j in jobs], [j[1] for j in jobs], _seconds(lease))
         return set(lost)
 
     async def progress(self, job_id: uuid.UUID, generation: int, done: float, total: float | None,

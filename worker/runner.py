@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
+import re
 import socket
 import time
 import uuid
 from typing import Sequence
 
+from . import db, redact
 from .db import Listener
-from .queue import Job, Queue
-from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient
+from .queue import Job, Queue, retrying
+from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -34,12 +37,83 @@ def _lease(spec: TaskSpec) -> float:
     return spec.lease
 
 
+class _RunContext(Context):
+    """The Context the runner hands out. Leases are renewed by the lease the
+    claim granted. Progress is coalesced per job: at most one write per
+    PROGRESS_INTERVAL (each is an UPDATE and a NOTIFY, and notifying commits
+    run one at a time in the whole cluster); reports in between replace each
+    other, and the last one is written when the interval is over, or by
+    flush() before the outcome, so it always lands."""
+
+    PROGRESS_INTERVAL = 0.25
+
+    def __init__(self, queue, job: Job, lease: float):
+        super().__init__(queue, job, lease)
+        self._pending: tuple | None = None
+        self._last_write = float("-inf")
+        self._later: asyncio.Task | None = None
+        self._writing = asyncio.Lock()  # writes in the order reported
+
+    async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        if self.lost.is_set():
+            self._lose()
+        self._pending = (done, total, message)
+        if self._later is not None:
+            return  # a write is already planned; it takes this report
+        wait = self._last_write + self.PROGRESS_INTERVAL - time.monotonic()
+        if wait <= 0:
+            await self.flush()
+        else:
+            self._later = asyncio.create_task(self._write_later(wait), name=f"progress-{self.job.id}")
+
+    async def _write_later(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        self._later = None
+        try:
+            await self.flush()
+        except LeaseLost:
+            pass  # the handler hears of it at its next call, or from the heartbeat
+        except Exception as exc:
+            log.warning("job %s: writing progress failed (%s)", self.job.id, exc)
+
+    async def flush(self) -> None:
+        """Write the report that waits, if any (LeaseLost if the job is gone)."""
+        async with self._writing:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                return
+            self._last_write = time.monotonic()
+            try:
+                ok = await self._queue.progress(self.job.id, self.job.generation, *pending)
+            except BaseException:
+                if self._pending is None:
+                    self._pending = pending  # not written: the next flush takes it
+                raise
+            if not ok:
+                self._lose()
+
+    def close(self) -> None:
+        """The handler is over: a planned write goes now through flush() or never."""
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+
+    async def extend(self) -> None:
+        if await self._queue.extend_many([(self.job.id, self.job.generation)], self.lease):
+            self._lose()
+
+
 @dataclasses.dataclass
 class _Running:
-    ctx: Context
+    ctx: _RunContext
     task: asyncio.Task | None = None
     stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget
     recording: bool = False         # the handler is done; its outcome is being written
+    renew_at: float = 0.0           # monotonic time of the next lease renewal
+
+    @property
+    def renew_every(self) -> float:
+        return max(self.ctx.lease / 3, 0.05)
 
     def stop(self, reason: str) -> None:
         """Cancel the handler (never the write of its outcome)."""
@@ -53,7 +127,12 @@ class _Completions:
     task: while a call is in flight the next batch gathers, so a busy worker
     writes in batches and an idle one at once. A handler's task ends as soon as
     its result is queued here; `unwritten` counts what waits (the runner caps
-    it), and drained() waits for all of it (shutdown)."""
+    it), and drained() waits for all of it (shutdown).
+
+    A batch that fails for a passing reason (deadlock, lost connection, server
+    restart) is written again, with backoff, for as long as its leases can
+    still hold: the call is fenced, so a repeat is safe, and dropping it would
+    run those jobs again."""
 
     MAX_BATCH = 1000
 
@@ -61,13 +140,13 @@ class _Completions:
         self.queue = queue
         self.on_written = on_written
         self.unwritten = 0
-        self._pending: list[tuple[uuid.UUID, int, object]] = []
+        self._pending: list[tuple[uuid.UUID, int, object, float]] = []  # id, generation, result, lease
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def add(self, job_id: uuid.UUID, generation: int, result) -> None:
-        self._pending.append((job_id, generation, result))
+    def add(self, job_id: uuid.UUID, generation: int, result, lease: float) -> None:
+        self._pending.append((job_id, generation, result, lease))
         self.unwritten += 1
         self._idle.clear()
         self._wake.set()
@@ -81,9 +160,14 @@ class _Completions:
             self._wake.clear()
             while self._pending:
                 batch, self._pending = self._pending[:self.MAX_BATCH], self._pending[self.MAX_BATCH:]
+                triples = [(job_id, generation, result) for job_id, generation, result, _ in batch]
+                # No heartbeat renews these leases any more: past the longest, the
+                # jobs are someone else's and a write could only answer "lost".
+                until = time.monotonic() + max(lease for *_, lease in batch) + 1.0
                 try:
-                    completed = await self.queue.complete_many(batch)
-                    for job_id, generation, _ in batch:
+                    completed = await retrying(functools.partial(self.queue.complete_many, triples),
+                                               until=until, what=f"write {len(batch)} completions")
+                    for job_id, generation, *_ in batch:
                         if job_id not in completed:
                             log.info("job %s gen %d: lease lost before its completion was recorded",
                                      job_id, generation)
@@ -93,6 +177,114 @@ class _Completions:
                 self.unwritten -= len(batch)
                 self.on_written()
             self._idle.set()
+
+
+_DUE = re.compile(r"([0-9]{1,9}):([0-9]{1,9}):(.+)", re.DOTALL)
+
+
+class _Seats:
+    """Turns at waking up. For each of its kinds, a worker with free slots holds
+    a numbered seat: an advisory lock on a connection of its own, so a dead
+    worker's seat frees itself. jobfeed_due says 'count:offset:kind' (see
+    notify_due), and only the `count` seated workers from the offset on (by
+    rank among the kind's seats) wake for it; a submit of one job wakes one
+    worker. A full worker gives up its seats (it claims when a slot frees
+    anyway), so turns go to workers that can take the job. Each worker re-reads
+    the seats every REFRESH seconds; a turn that lands on a stale seat costs
+    latency (the poll finds the job), never a job. Without a seat view (not
+    connected yet, the database restarting), every notification wakes."""
+
+    REFRESH = 1.0
+    MAX_SEATS = 4096
+
+    def __init__(self, dsn: str, kinds: Sequence[str], name: str):
+        self.dsn = dsn
+        self.kinds = list(kinds)
+        self.name = name
+        self.want = True
+        self._held: dict[str, int] = {}
+        self._view: dict[str, tuple[int, int]] = {}  # kind -> (my rank, seats taken)
+        self._changed = asyncio.Event()
+
+    def seated(self, want: bool) -> None:
+        """Hold seats (free slots) or give them up (full)."""
+        if want != self.want:
+            self.want = want
+            self._changed.set()
+
+    def wakes_me(self, payload: str) -> bool | None:
+        """Whether this notification is for us: None when it is not for our kinds."""
+        # Strict: any role may NOTIFY, and a bad payload must not raise here.
+        match = _DUE.fullmatch(payload)
+        if match:
+            count, offset, kind = int(match[1]), int(match[2]), match[3]
+        else:
+            count, offset, kind = 0, 0, payload  # the kind alone: everyone wakes
+        if kind not in self.kinds:
+            return None
+        if count == 0:
+            return True
+        if not self.want:
+            return False  # full: it claims by itself when a slot frees
+        view = self._view.get(kind)
+        if view is None:
+            return True
+        rank, taken = view
+        return count >= taken or (rank - offset) % taken < count
+
+    async def run(self) -> None:
+        delay = 0.1
+        while True:
+            conn = None
+            try:
+                conn = await db.connect(self.dsn, name=self.name)
+                self._held.clear()
+                delay = 0.1
+                while True:
+                    self._changed.clear()
+                    await self._reconcile(conn)
+                    await asyncio.sleep(0.1)  # a worker hovering at full flips its seats at most this often
+                    try:
+                        await asyncio.wait_for(self._changed.wait(), self.REFRESH)
+                    except asyncio.TimeoutError:
+                        pass
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database went away: wake on everything meanwhile
+                self._view.clear()
+                self._held.clear()
+                log.warning("%s: seats lost (%s); again in %.1fs", self.name, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            finally:
+                if conn is not None:
+                    conn.terminate()  # the seats go with the session
+
+    async def _reconcile(self, conn) -> None:
+        ns = "hashtext('jobfeed_due:' || $1) & 2147483647"
+        for kind in self.kinds:
+            if self.want and kind not in self._held:
+                seat = await conn.fetchval(
+                    f"select s from generate_series(0, {self.MAX_SEATS - 1}) s "
+                    f"where pg_try_advisory_lock({ns}, s) limit 1", kind)
+                if seat is not None:
+                    self._held[kind] = seat
+            elif not self.want and kind in self._held:
+                await conn.fetchval(f"select pg_advisory_unlock({ns}, $2)", kind, self._held.pop(kind))
+        rows = await conn.fetch(
+            f"""select k.kind, array(select l.objid::text::int from pg_locks l
+                                      where l.locktype = 'advisory' and l.granted and l.objsubid = 2
+                                        and l.database = (select d.oid from pg_database d
+                                                           where d.datname = current_database())
+                                        and l.classid = ({ns.replace('$1', 'k.kind')})::oid
+                                      order by l.objid::text::int) as seats
+                  from unnest($1::text[]) k(kind)""", self.kinds)
+        view = {}
+        for row in rows:
+            seat = self._held.get(row["kind"])
+            if seat is not None and seat in row["seats"]:
+                view[row["kind"]] = (row["seats"].index(seat), len(row["seats"]))
+        self._view = view
 
 
 class Runner:
@@ -112,14 +304,16 @@ class Runner:
         self.budget = budget
         self.reserve = reserve
         self.max_jobs = max_jobs
-        self.heartbeat_interval = max(min(_lease(s) for s in specs) / 3, 0.05)
+        self._turn = 0  # which kind a claim names first (round-robin)
         self.claimed_count = 0
         self._running: dict[tuple[uuid.UUID, int], _Running] = {}
         self._tasks: set[asyncio.Task] = set()
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._beat = asyncio.Event()  # a job started: the heartbeat looks at its lease
         self._deadline: float | None = None
         self._completions = _Completions(queue, self._wake.set)
+        self._seats = _Seats(dsn, self.kinds, name="jobfeed-worker-seats")
         self._recording = 0  # handlers done, failures and releases being written
 
     # -------------------------------------------------------------- control
@@ -155,6 +349,7 @@ class Runner:
                             name="jobfeed-worker-listen")
         await listener.start()
         heartbeat = asyncio.create_task(self._heartbeat(), name="jobfeed-heartbeat")
+        seats = asyncio.create_task(self._seats.run(), name="jobfeed-seats")
         completions = asyncio.create_task(self._completions.run(), name="jobfeed-completions")
         budget_timer = (asyncio.create_task(self._budget_timer(), name="jobfeed-budget")
                         if self._deadline is not None else None)
@@ -165,6 +360,7 @@ class Runner:
             await self._shutdown()
             heartbeat.cancel()
             completions.cancel()
+            seats.cancel()
             if budget_timer:
                 budget_timer.cancel()
             await listener.stop()
@@ -178,7 +374,7 @@ class Runner:
             claimed: list[Job] = []
             try:
                 if limit > 0:
-                    claimed = await self.queue.claim(self.kinds, limit, self.worker_id)
+                    claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
                 error_delay = 0.1
             except Exception as exc:  # database down or restarting: keep trying
                 log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id, exc, error_delay)
@@ -202,7 +398,14 @@ class Runner:
                         timeout = min(timeout, max(due, 0.0) + 0.005)
                 except Exception:
                     pass
+            self._seats.seated(self._may_claim() > 0)
             await self._sleep(timeout)
+
+    def _kinds_in_turn(self) -> list[str]:
+        """The kinds, each claim starting from the next: claim shares free slots
+        among kinds, and the kinds named first get the odd ones."""
+        turn, self._turn = self._turn, (self._turn + 1) % len(self.kinds)
+        return self.kinds[turn:] + self.kinds[:turn]
 
     async def _sleep(self, timeout: float) -> None:
         try:
@@ -210,8 +413,8 @@ class Runner:
         except asyncio.TimeoutError:
             pass
 
-    def _on_due(self, _channel: str, kind: str) -> None:
-        if kind in self.specs:
+    def _on_due(self, _channel: str, payload: str) -> None:
+        if self._seats.wakes_me(payload):
             self._wake.set()
 
     async def _on_listen(self) -> None:
@@ -229,8 +432,12 @@ class Runner:
     def _start(self, job: Job) -> None:
         spec = self.specs[job.kind]
         key = (job.id, job.generation)
-        entry = _Running(Context(self.queue, job, _lease(spec)))
+        # The lease the claim granted, which may differ from ours (the kind's
+        # settings in the database are the last registering worker's).
+        entry = _Running(_RunContext(self.queue, job, job.lease or _lease(spec)))
+        entry.renew_at = time.monotonic() + entry.renew_every
         self._running[key] = entry
+        self._beat.set()
         self.claimed_count += 1
         # One task per job runs the handler, then queues or writes its outcome.
         entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}")
@@ -256,60 +463,102 @@ class Runner:
             except Abandon:
                 outcome = ("abandoned", None)
             except JobError as exc:
-                outcome = ("error", exc)
+                outcome = ("error", redact.redacted(exc))
             except Exception as exc:  # a bug or an unclassified error: worth retrying
                 log.exception("job %s (%s) raised", job.id, job.kind)
-                outcome = ("error", Transient(type(exc).__name__, str(exc)[:2000]))
+                outcome = ("error", redact.unexpected(exc))
             else:
-                self._completions.add(job.id, job.generation, result)  # written in a batch
+                entry.recording = True  # from here on, a stop() must not cancel it
+                await self._flush_progress(entry)
+                self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
                 return
             entry.recording = True
+            if outcome[0] == "error":
+                await self._flush_progress(entry)
+            entry.ctx.close()
             self._running.pop(key, None)
             self._recording += 1
             self._wake.set()
             try:
-                await self._record(job, *outcome)
+                what, value = outcome
+                await self._record(job, what, value, entry.ctx.lease)
             finally:
                 self._recording -= 1
                 self._wake.set()
         except Exception:
             log.exception("job %s: recording the outcome failed; the lease will expire and it runs again", job.id)
         finally:
+            entry.ctx.close()
             self._running.pop(key, None)
             self._wake.set()
 
-    async def _record(self, job: Job, what: str, value) -> None:
+    async def _flush_progress(self, entry: _Running) -> None:
+        """The last progress report before the outcome lands first."""
+        entry.ctx.close()
+        try:
+            await retrying(entry.ctx.flush, until=time.monotonic() + entry.ctx.lease,
+                           what=f"write job {entry.ctx.job.id}'s last progress")
+        except LeaseLost:
+            pass  # the outcome's write, fenced too, will say so
+        except Exception as exc:
+            log.warning("job %s: writing its last progress failed (%s)", entry.ctx.job.id, exc)
+
+    async def _record(self, job: Job, what: str, value, lease: float) -> None:
         q, ident = self.queue, (job.id, job.generation)
         if what in ("lost", "abandoned"):
             log.info("job %s gen %d: %s, nothing recorded", job.id, job.generation,
                      "lease lost" if what == "lost" else "abandoned by its handler")
             return
         if isinstance(value, Permanent):
-            ok = await q.fail_permanent(*ident, value.code, value.message)
+            call = lambda: q.fail_permanent(*ident, value.code, value.message)  # noqa: E731
         elif isinstance(value, Release):
-            ok = await q.release(*ident, value.code, value.retry_after or 0, value.message)
+            call = lambda: q.release(*ident, value.code, value.retry_after or 0, value.message)  # noqa: E731
         else:
-            ok = await q.fail_transient(*ident, value.code, value.message, value.retry_after)
+            call = lambda: q.fail_transient(*ident, value.code, value.message, value.retry_after)  # noqa: E731
+        # Fenced, so repeating it after a passing error is safe (see _Completions).
+        ok = await retrying(call, until=time.monotonic() + lease + 1.0, what=f"write job {job.id}'s {what}")
         if not ok:
             log.info("job %s gen %d: lease lost before its outcome (%s) was recorded", job.id, job.generation, what)
 
     # -------------------------------------------------------------- leases
     async def _heartbeat(self) -> None:
+        """Renew each job's lease every third of the lease its claim granted.
+        Jobs due within half their interval are renewed together (one call per
+        distinct lease); after a failed call, it tries again soon."""
+        error_delay = 0.05
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            self._beat.clear()
+            now = time.monotonic()
             held = [(k, r) for k, r in self._running.items()
                     if r.ctx.heartbeat and r.stop_reason is None and not r.recording]
-            if not held:
-                continue
-            try:
-                lost = await self.queue.extend_many([k for k, _ in held])
-            except Exception as exc:
-                log.warning("heartbeat failed (%s); will try again", exc)
-                continue
+            due: dict[float, list[tuple[tuple[uuid.UUID, int], _Running]]] = {}
             for key, entry in held:
-                if key[0] in lost:
-                    entry.ctx.lost.set()
-                    entry.stop("lost")
+                if entry.renew_at - entry.renew_every / 2 <= now:
+                    due.setdefault(entry.ctx.lease, []).append((key, entry))
+            failed = False
+            for lease, group in due.items():
+                try:
+                    lost = await self.queue.extend_many([k for k, _ in group], lease)
+                except Exception as exc:
+                    log.warning("heartbeat failed (%s); trying again in %.2fs", exc, error_delay)
+                    failed = True
+                    continue
+                for key, entry in group:
+                    if key[0] in lost:
+                        entry.ctx.lost.set()
+                        entry.stop("lost")
+                    else:
+                        entry.renew_at = now + entry.renew_every
+            if failed:
+                await asyncio.sleep(error_delay)
+                error_delay = min(error_delay * 2, 1.0)
+                continue
+            error_delay = 0.05
+            next_at = min((r.renew_at for _, r in held if r.stop_reason is None), default=now + 1.0)
+            try:
+                await asyncio.wait_for(self._beat.wait(), max(next_at - time.monotonic(), 0.01))
+            except asyncio.TimeoutError:
+                pass
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:

@@ -48,6 +48,31 @@ def parse_positive_int(text: str, name: str) -> int:
     return value
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3, "kb": 1000, "mb": 1000 ** 2,
+               "gb": 1000 ** 3}
+_SIZE = re.compile(r"^\s*(\d{1,15})\s*([a-zA-Z]*)\s*$")
+
+# Shorter admin tokens are refused: guessable, and "" once signed anyone in.
+MIN_ADMIN_TOKEN = 16
+
+
+def parse_size(text: str, name: str = "size") -> int:
+    """'65536', '64KiB', '100MiB' -> bytes."""
+    match = _SIZE.match(str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _SIZE_UNITS:
+        raise SettingError(f"{name}: {text!r} is not a size (write bytes, or e.g. 64KiB, 100MiB)")
+    value = int(match.group(1)) * _SIZE_UNITS[unit]
+    if value < 1:
+        raise SettingError(f"{name}: {text!r} must be at least one byte")
+    return value
+
+
+def check_admin_token(token: str | None, name: str = "JOBFEED_ADMIN_TOKEN") -> None:
+    if token is not None and len(token) < MIN_ADMIN_TOKEN:
+        raise SettingError(f"{name}: the admin token must be at least {MIN_ADMIN_TOKEN} characters long")
+
+
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "jobfeed"
@@ -79,6 +104,15 @@ class Settings:
     requester_header: str | None = None         # a header a trusted proxy sets to the caller's identity
     max_active_per_requester: int | None = None  # more active requests of one identity: 429
     job_access: str = "link"                     # "link" (anyone with the id) or "requesters"
+    # Caps against a client that holds too much (README, "Security").
+    max_streams_per_client: int = 100
+    max_streams: int = 20000
+    max_header_bytes: int = 64 * 1024
+    request_timeout: float = 30.0   # to finish a request's headers and body
+    metrics_token: str | None = None
+
+    def __post_init__(self):
+        check_admin_token(self.admin_token)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
@@ -133,5 +167,15 @@ class Settings:
             if access not in ("link", "requesters"):
                 raise SettingError(f"JOBFEED_JOB_ACCESS: {access!r} must be link or requesters")
             values["job_access"] = access
+        for key, field in (("JOBFEED_MAX_STREAMS_PER_CLIENT", "max_streams_per_client"),
+                           ("JOBFEED_MAX_STREAMS", "max_streams")):
+            if env.get(key):
+                values[field] = parse_positive_int(env[key], key)
+        if env.get("JOBFEED_MAX_HEADER_BYTES"):
+            values["max_header_bytes"] = parse_size(env["JOBFEED_MAX_HEADER_BYTES"], "JOBFEED_MAX_HEADER_BYTES")
+        if env.get("JOBFEED_REQUEST_TIMEOUT"):
+            values["request_timeout"] = parse_duration(env["JOBFEED_REQUEST_TIMEOUT"], "JOBFEED_REQUEST_TIMEOUT")
+        if env.get("JOBFEED_METRICS_TOKEN"):
+            values["metrics_token"] = env["JOBFEED_METRICS_TOKEN"]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

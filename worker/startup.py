@@ -9,11 +9,12 @@ import logging
 import os
 import secrets
 import signal
+import tempfile
 from pathlib import Path
 
 from . import db, migrate as migrations, tasks
 from .queue import Queue
-from .settings import Settings
+from .settings import SettingError, Settings, check_admin_token
 
 log = logging.getLogger("jobfeed")
 
@@ -45,18 +46,32 @@ async def prepare(settings: Settings) -> str:
 
 def admin_token(settings: Settings) -> str:
     """JOBFEED_ADMIN_TOKEN, or one generated on first start and kept in the data
-    folder, readable by its owner only."""
+    folder, readable by its owner only. The file appears whole or not at all
+    (written aside, then linked into place: the first process to link wins and
+    every other reads the winner's token), and a short one is refused."""
     if settings.admin_token:
         return settings.admin_token
     path = Path(settings.data_dir) / "admin_token"
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd, temp = tempfile.mkstemp(prefix=".admin_token.", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(24))
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(temp, path)  # unlike rename, never replaces a token another process wrote
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(temp)
+    token = path.read_text().strip()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(24))
-    return path.read_text().strip()
+        check_admin_token(token, f"the admin token in {path}")
+    except SettingError as exc:
+        raise UsageError(f"{exc}: delete the file to make a new one, or set JOBFEED_ADMIN_TOKEN") from None
+    return token
 
 
 def on_signals(*callbacks) -> None:

@@ -81,6 +81,20 @@ begin
     end loop;
 end $$;
 
+-- "p_count jobs of p_kind became due", on jobfeed_due, as 'count:offset:kind'.
+-- Workers take turns: each holds a numbered seat per kind (an advisory lock on
+-- its own connection; see worker/runner.py), and a notification wakes only the
+-- p_count seats from the offset on, drawn here at random, so a submit of one
+-- job wakes one worker, not all of them. Workers with no seat view (or an old
+-- payload of the kind alone) wake for every notification.
+create or replace function jobfeed.notify_due(p_kind text, p_count int)
+returns void language plpgsql as $$
+declare
+    v_offset int := floor(random() * 1000000)::int;
+begin
+    perform pg_notify('jobfeed_due', p_count::text || ':' || v_offset::text || ':' || p_kind);
+end $$;
+
 -- A progress report's place on the way to done: done/total, or 0 when the
 -- total is unknown (such reports are never judged to go backwards).
 create or replace function jobfeed.progress_rank(p jsonb)

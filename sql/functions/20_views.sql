@@ -1,6 +1,8 @@
 -- JSON views of a job, built once here so every reader (API, feed, CLI, psql)
 -- agrees on what is public. Masking lives in public_status and in 'error'
--- being shown only for failed jobs.
+-- being shown only for failed jobs. An 'internal_error' (an exception no
+-- handler raised on purpose) shows its code only: its message, kept for
+-- admins in last_error and the attempts log, may describe our internals.
 
 create or replace function jobfeed.public_view(j jobfeed.jobs)
 returns jsonb language sql stable as $$
@@ -12,7 +14,9 @@ returns jsonb language sql stable as $$
         'progress', j.progress,
         'result', case when j.state = 'completed' then j.result end,
         'error', case when j.state = 'failed' then
-                     jsonb_build_object('code', j.last_error_code, 'message', j.last_error_message) end,
+                     jsonb_build_object('code', j.last_error_code, 'message',
+                                        case when j.last_error_code = 'internal_error' then 'internal error'
+                                             else j.last_error_message end) end,
         'created_at', j.created_at,
         'updated_at', j.updated_at,
         'finished_at', j.finished_at,
@@ -74,18 +78,45 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
 $$;
 
 -- Newest first (ids are time-ordered), keyset-paginated: the page after the
--- row whose id is p_before_id.
+-- row whose id is p_before_id. Unfiltered, it walks the primary key; filtered
+-- by kind and/or state, it takes the newest of each (kind, state) pair the
+-- filter names from jobs_kind_state_id and merges them (a state alone names
+-- it for every registered kind), so a filter matching few of many jobs never
+-- walks the whole table. The bound on id is never null, so it stays an index
+-- condition under a generic plan.
 create or replace function jobfeed.admin_list_jobs(
     p_state jobfeed.job_state default null, p_kind text default null, p_limit int default 50,
     p_before_id uuid default null)
-returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
-    select jobfeed.admin_view(j) from jobfeed.jobs j
-     where (p_state is null or j.state = p_state)
-       and (p_kind is null or j.kind = p_kind)
-       and (p_before_id is null or j.id < p_before_id)
-     order by j.id desc
-     limit least(greatest(p_limit, 1), 500)
-$$;
+returns setof jsonb language plpgsql stable security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_limit int := least(greatest(coalesce(p_limit, 50), 1), 500);
+    v_before uuid := coalesce(p_before_id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+begin
+    if p_state is null and p_kind is null then
+        return query
+            select jobfeed.admin_view(j) from jobfeed.jobs j
+             where j.id < v_before
+             order by j.id desc
+             limit v_limit;
+        return;
+    end if;
+    return query
+        select jobfeed.admin_view(j)
+          from (select x.id
+                  from unnest(case when p_kind is null then array(select k.kind from jobfeed.kinds k)
+                                   else array[p_kind] end) as kk(kind)
+                 cross join unnest(case when p_state is null then enum_range(null::jobfeed.job_state)
+                                        else array[p_state] end) as ss(state)
+                 cross join lateral (
+                       select j.id from jobfeed.jobs j
+                        where j.kind = kk.kind and j.state = ss.state and j.id < v_before
+                        order by j.id desc
+                        limit v_limit) x
+                 order by x.id desc
+                 limit v_limit) page
+          join jobfeed.jobs j on j.id = page.id
+         order by j.id desc;
+end $$;
 
 create or replace function jobfeed.list_kinds()
 returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
@@ -125,4 +156,30 @@ begin
                  where j.state in ('completed', 'failed', 'canceled')
                    and j.finished_at > v_now - make_interval(mins => p_minutes)
                  group by 1) m), '[]'::jsonb));
+end $$;
+
+-- stats() as of at most p_max_age ago (its 'as_of' says when): the snapshot
+-- when it is fresh enough, else counted anew by one caller at a time (the
+-- others meanwhile answer the snapshot they find). However many API
+-- processes, dashboards and scrapers, the table is counted at most once per
+-- p_max_age.
+create or replace function jobfeed.stats_v2(
+    p_minutes int default 15, p_max_age interval default '5 seconds', p_now timestamptz default null)
+returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_snap jobfeed.stats_snapshot;
+    v_body jsonb;
+begin
+    select * into v_snap from jobfeed.stats_snapshot s where s.id = 1;
+    if found and v_snap.minutes = p_minutes and v_snap.as_of > v_now - p_max_age and v_snap.as_of <= v_now then
+        return v_snap.body;
+    end if;
+    if found and v_snap.minutes = p_minutes and not pg_try_advisory_xact_lock(hashtext('jobfeed.stats_v2')) then
+        return v_snap.body;  -- someone is counting right now
+    end if;
+    v_body := jobfeed.stats(p_minutes, v_now) || jsonb_build_object('as_of', v_now);
+    insert into jobfeed.stats_snapshot as s (id, minutes, as_of, body) values (1, p_minutes, v_now, v_body)
+    on conflict (id) do update set minutes = excluded.minutes, as_of = excluded.as_of, body = excluded.body;
+    return v_body;
 end $$;

@@ -62,7 +62,7 @@ begin
         returning j.* into v_job;
         if v_job.id is not null then
             perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
-            perform pg_notify('jobfeed_due', p_kind);
+            perform jobfeed.notify_due(p_kind, 1);
             return query select v_job.id, true, jobfeed.public_view(v_job);
             return;
         end if;
@@ -71,6 +71,8 @@ begin
 end $$;
 
 -- Submit many jobs of one kind in one statement (an outbox flush, a bulk import).
+-- Rows go in in target order: two batches racing over the same targets wait on
+-- the dedupe index in one global order, never in a cycle.
 -- Row n of the answer is for p_targets[n]: the new job, or the unfinished one
 -- that already held that target (also when the same target appears twice in
 -- the batch: the first occurrence creates, the rest share).
@@ -156,7 +158,7 @@ begin
             select v_made[t.n], p_kind, t.target, coalesce(t.payload, '{}'), v_max,
                    coalesce(p_run_after, v_now), v_now, v_now
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
-             order by t.n;
+             order by t.target, t.n;
             v_new_ids := v_made;
             v_ids := v_made;
             v_created := array_fill(true, array[cardinality(p_targets)]);
@@ -173,7 +175,7 @@ begin
                    coalesce(t.payload, '{}'), v_max, coalesce(p_run_after, v_now), v_now, v_now
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
              where v_pending is null or t.target = any (v_pending)
-             order by t.n
+             order by t.target, t.n
             on conflict (kind, target) where state in ('queued', 'running') do nothing
             returning j.id, j.target
         )
@@ -198,7 +200,7 @@ begin
 
     if cardinality(v_new_ids) > 0 then
         perform jobfeed.notify_changed(v_new_ids, array_fill(1::bigint, array[cardinality(v_new_ids)]));
-        perform pg_notify('jobfeed_due', p_kind);
+        perform jobfeed.notify_due(p_kind, cardinality(v_new_ids));
     end if;
     return query select a.n::int, a.id, a.created from unnest(v_ids, v_created) with ordinality a(id, created, n);
 end $$;

@@ -8,6 +8,26 @@
 -- may pick the partial index of running jobs (estimated tiny after an ANALYZE
 -- taken while nothing ran) and filter it once per batch row; this way each row
 -- is found by primary key.
+--
+-- Every batch write locks its rows first, in id order (lock_held): the
+-- heartbeat and the completion batch run on two connections over overlapping
+-- ids, and rows locked in the order the arrays arrive deadlock. Locked in one
+-- global order, one waits for the other and both succeed.
+
+-- Lock, in id order, the rows of these (id, generation) pairs that are still
+-- running under that generation; returns their ids. The sort sits below the
+-- row locking in the plan, so the locks are taken in sorted order whatever
+-- join the planner picks.
+create or replace function jobfeed.lock_held(p_ids uuid[], p_generations int[])
+returns uuid[] language sql as $$
+    select array(
+        select j.id
+          from unnest(p_ids, p_generations) as t(id, generation)
+          join jobfeed.jobs j on j.id = t.id
+         where j.generation = t.generation and j.state::text = 'running'
+         order by j.id
+           for update of j)
+$$;
 
 -- Renew leases, many jobs in one call (the runner's heartbeat). Returns the ids
 -- whose lease is lost.
@@ -18,6 +38,7 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_kept uuid[];
 begin
+    perform jobfeed.lock_held(p_ids, p_generations);
     with upd as (
         update jobfeed.jobs j
            set lease_until = v_now + coalesce(p_lease, k.lease)
@@ -90,6 +111,7 @@ declare
     v_ids uuid[];
     v_vers bigint[];
 begin
+    perform jobfeed.lock_held(p_ids, p_generations);
     with upd as (
         update jobfeed.jobs j
            set state = 'completed', result = t.result, lease_until = null, finished_at = v_now,
@@ -165,7 +187,7 @@ begin
     returning j.version into v_ver;
     perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'transient', p_code, p_message, v_now);
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
-    perform pg_notify('jobfeed_due', v_kind);
+    perform jobfeed.notify_due(v_kind, 1);
     return true;
 end $$;
 
@@ -215,6 +237,6 @@ begin
      where j.id = p_id
     returning j.version, j.kind into v_ver, v_kind;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
-    perform pg_notify('jobfeed_due', v_kind);
+    perform jobfeed.notify_due(v_kind, 1);
     return true;
 end $$;

@@ -30,7 +30,7 @@ begin
                                     'another unfinished job already holds this kind and target');
     end;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
-    perform pg_notify('jobfeed_due', v_kind);
+    perform jobfeed.notify_due(v_kind, 1);
     return jobfeed.admin_get_job(p_id);
 end $$;
 

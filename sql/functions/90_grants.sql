@@ -18,8 +18,12 @@ grant execute on function
     jobfeed.admin_get_jobs(uuid[]),
     jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),
     jobfeed.stats(int, timestamptz),
+    jobfeed.stats_v2(int, interval, timestamptz),
     jobfeed.retry(uuid, timestamptz),
     jobfeed.cancel(uuid, timestamptz),
+    jobfeed.open_admin_session(interval, timestamptz),
+    jobfeed.admin_session_valid(uuid, timestamptz),
+    jobfeed.close_admin_session(uuid),
     jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, boolean, timestamptz),
     jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, boolean[], timestamptz),
     jobfeed.leave(uuid, timestamptz),
@@ -30,6 +34,7 @@ grant execute on function jobfeed.set_kind_request_policy(text, text, text, inte
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
+    jobfeed.claim_v2(text[], int, text, interval, timestamptz),
     jobfeed.next_due(text[]),
     jobfeed.extend_many(uuid[], int[], interval, timestamptz),
     jobfeed.extend(uuid, int, interval, timestamptz),

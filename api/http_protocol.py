@@ -1,0 +1,154 @@
+"""Limits uvicorn does not set by itself: the size of a request's head and the
+time a client may take to send its request (slowloris).
+
+uvicorn's httptools protocol has no header limit, and no timeout between a
+connection's first byte and its complete request: a client that sends one
+header byte every few seconds holds its connection and memory forever.
+(h11's `h11_max_incomplete_event_size` bounds the head, but h11 has no request
+timeout either, and httptools is the faster parser.) This subclass adds both:
+
+- bytes received before the head is complete are counted; past
+  JOBFEED_MAX_HEADER_BYTES the answer is 431 and the connection closes;
+- from a request's first byte (or the connection's opening) until its body is
+  complete, JOBFEED_REQUEST_TIMEOUT runs: past it the connection closes, with a
+  408 when no response has started.
+
+Every place that starts uvicorn passes `uvicorn_options(settings)`."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from jobfeed.worker.settings import Settings
+
+_HEAD_END = b"\r\n\r\n"
+_LINGER = 1.0  # seconds a refused connection stays half-open so that the answer arrives
+
+
+def _error(status: int, reason: str, code: str, message: str) -> bytes:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    max_header_bytes: int = Settings.max_header_bytes
+    request_timeout: float = Settings.request_timeout
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._head_bytes = 0
+        self._head_done = False
+        self._tail = b""
+        self._refused = False
+        self._deadline: asyncio.TimerHandle | None = None
+        self._arm()  # a connection that sends nothing is a request that never finishes
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    # ------------------------------------------------------------ the deadline
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.request_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:  # nobody answers this request yet
+            self._refuse(_error(408, "Request Timeout", "request_timeout", "the request was not sent in time"))
+        else:
+            self.transport.close()
+
+    def _refuse(self, answer: bytes) -> None:
+        """Answer and hang up. The answer goes out before the FIN, and reading
+        stops; the socket closes a moment later. Closing at once, with the
+        client's bytes still unread, would send a reset that can destroy the
+        answer before the client reads it."""
+        self._refused = True
+        self._disarm()
+        self.transport.write(answer)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.transport.pause_reading()
+        self.loop.call_later(_LINGER, self.transport.close)
+
+    # ------------------------------------------------------------ the head
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if not self._head_done:
+            window = self._tail + data
+            end = window.find(_HEAD_END)
+            size = self._head_bytes + (len(data) if end < 0 else end + len(_HEAD_END) - len(self._tail))
+            if size > self.max_header_bytes:
+                self._refuse(_error(431, "Request Header Fields Too Large", "headers_too_large",
+                                    f"the request's head is over {self.max_header_bytes} bytes"))
+                return
+            self._head_bytes = size
+            self._tail = window[-3:]
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._deadline is None:
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._head_done = True
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        # The next request on this connection starts a new head (its bytes may
+        # already be here: pipelining); uvicorn's keep-alive timeout covers the
+        # idle time until it comes.
+        self._head_done = False
+        self._head_bytes = 0
+        self._tail = b""
+        super().on_response_complete()
+
+
+class EnvGuardedHttpToolsProtocol(GuardedHttpToolsProtocol):
+    """The limits from the environment: for `uvicorn.run` with several worker
+    processes, which import the protocol by name."""
+
+    def __init__(self, *args, **kwargs):
+        settings = _env_settings()
+        self.max_header_bytes = settings.max_header_bytes
+        self.request_timeout = settings.request_timeout
+        super().__init__(*args, **kwargs)
+
+
+@functools.cache
+def _env_settings() -> Settings:
+    return Settings.from_env()
+
+
+def protocol_for(settings: Settings) -> type[GuardedHttpToolsProtocol]:
+    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,),
+                {"max_header_bytes": settings.max_header_bytes, "request_timeout": settings.request_timeout})
+
+
+def uvicorn_options(settings: Settings | None = None) -> dict:
+    """Keyword arguments for uvicorn.Config / uvicorn.run. Without settings the
+    protocol reads them from the environment in each process."""
+    http = (protocol_for(settings) if settings is not None
+            else "jobfeed.api.http_protocol:EnvGuardedHttpToolsProtocol")
+    # h11_max_incomplete_event_size: the same bound, should uvicorn ever pick h11.
+    size = (settings or _env_settings()).max_header_bytes
+    return {"http": http, "h11_max_incomplete_event_size": size}

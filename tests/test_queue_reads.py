@@ -1,0 +1,82 @@
+"""Reads that must stay cheap however many jobs there are: the admin list
+filtered by kind or state uses an index (the plans, read with auto_explain
+inside the function), and stats are counted at most once per few seconds."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from queue_sql import T0, register
+from jobfeed.worker import db
+
+
+async def _plans(conn, sql: str, *args) -> str:
+    """The plans of every statement the call runs, nested ones included."""
+    notes: list[str] = []
+
+    def heard(_conn, message):
+        if "jobfeed.jobs" in message.message:  # not asyncpg's own type look-ups
+            notes.append(message.message)
+
+    await conn.execute("load 'auto_explain'")
+    await conn.execute("set auto_explain.log_min_duration = 0; set auto_explain.log_nested_statements = on; "
+                       "set auto_explain.log_level = 'notice'; set client_min_messages = 'notice'")
+    conn.add_log_listener(heard)
+    try:
+        rows = await conn.fetch(sql, *args)
+    finally:
+        conn.remove_log_listener(heard)
+        await conn.execute("set auto_explain.log_min_duration = -1")
+    return rows, "\n".join(notes)
+
+
+async def test_admin_list_filters_use_the_kind_state_index(pool, dsn):
+    await register(pool, "big")
+    await register(pool, "small")
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                       "select 'big', 't' || g, 'completed', now() from generate_series(1, 20000) g")
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'small', 't' || g from generate_series(1, 5) g")
+    await pool.execute("analyze jobfeed.jobs")
+    conn = await db.connect(dsn)
+    try:
+        await conn.fetch("select * from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, 3)", None, None)
+        for state, kind, expect in (("queued", None, 5), (None, "small", 5), ("queued", "small", 5),
+                                    ("completed", "big", 3)):
+            rows, plans = await _plans(conn, "select * from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, 3)",
+                                       state, kind)
+            assert len(rows) == min(expect, 3)
+            assert "jobs_kind_state_id" in plans, plans
+            # not a walk of the whole table, in id order or any other
+            assert "Seq Scan on jobs " not in plans and "Backward using jobs_pkey" not in plans, plans
+    finally:
+        await conn.close()
+
+
+async def test_admin_list_pages_by_filter_newest_first(queue, pool):
+    await register(pool, "a")
+    await register(pool, "b")
+    for i in range(7):
+        await queue.submit("a" if i % 2 else "b", f"t{i}")
+    everything = [j["id"] for j in await queue.admin_list_jobs(limit=50)]
+    a_ids = [i for i in everything if (await queue.admin_get_job(i))["kind"] == "a"]
+    first = await queue.admin_list_jobs(kind="a", limit=2)
+    rest = await queue.admin_list_jobs(kind="a", limit=50, before=first[-1]["id"])
+    assert [j["id"] for j in first + rest] == a_ids
+    queued = await queue.admin_list_jobs(state="queued", limit=50)
+    assert [j["id"] for j in queued] == everything
+
+
+async def test_stats_are_counted_at_most_once_per_max_age(pool):
+    await register(pool, "k")
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 't' || g from generate_series(1, 3) g")
+
+    async def stats(now):
+        return json.loads(await pool.fetchval("select jobfeed.stats_v2(15, '5 seconds', $1)::text", now))
+
+    first = await stats(T0)
+    assert first["counts"] == {"k": {"queued": 3}} and first["as_of"].startswith("2030-01-01T00:00:00")
+    await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', 'new')")
+    assert (await stats(T0 + dt.timedelta(seconds=4)))["counts"] == {"k": {"queued": 3}}  # the snapshot
+    later = await stats(T0 + dt.timedelta(seconds=6))
+    assert later["counts"] == {"k": {"queued": 4}} and later["as_of"].startswith("2030-01-01T00:00:06")

@@ -1,0 +1,127 @@
+"""The HTTP surface a stranger sees (issue 9's low findings): JSON bodies must
+say they are JSON, errors are JSON everywhere and tell nothing about our
+internals, /metrics is not for everyone, and the UI's pages carry CSP,
+nosniff and anti-framing headers."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from jobfeed.api.app import create_app
+from servers import ADMIN_TOKEN, asgi_client, make_settings
+
+GOOD_JOB = json.dumps({"kind": "demo", "target": "t"}).encode()
+
+
+@pytest.fixture
+async def client(dsn):
+    async with asgi_client(create_app(make_settings(dsn))) as c:
+        yield c
+
+
+@pytest.mark.parametrize("content_type", [
+    "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+    "application/jsonp", "text/json+html", "json", "application/xml",
+])
+async def test_json_routes_refuse_other_content_types_with_415(client, pool, content_type):
+    """Before: any Content-Type was accepted, so a plain HTML form could post a job."""
+    for path, body in (("/api/jobs", GOOD_JOB), ("/api/admin/session", json.dumps({"token": ADMIN_TOKEN}).encode())):
+        response = await client.post(path, content=body, headers={"content-type": content_type})
+        assert response.status_code == 415, (path, content_type, response.text)
+        assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert "set-cookie" not in response.headers
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+
+
+async def test_a_body_without_content_type_is_refused(client, pool):
+    response = await client.post("/api/jobs", content=GOOD_JOB)
+    assert response.status_code == 415
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
+                                          "Application/JSON", "application/vnd.jobfeed+json",
+                                          "application/merge-patch+json"])
+async def test_json_and_plus_json_types_are_accepted(client, content_type):
+    response = await client.post("/api/jobs", content=GOOD_JOB, headers={"content-type": content_type})
+    assert response.status_code in (200, 201), response.text
+
+
+async def test_requests_without_a_body_need_no_content_type(client):
+    job_id = (await client.post("/api/jobs", json={"kind": "demo", "target": "c"})).json()["id"]
+    response = await client.post(f"/api/admin/jobs/{job_id}/cancel",
+                                 headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("body", [b"{", b'{"kind": "demo",', b"\xff\xfe", b"[" * 30_000, b'{"a": NaN}'])
+async def test_invalid_json_says_so_without_parser_internals(client, body):
+    response = await client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error == {"code": "invalid_json", "message": "the body is not valid JSON"}
+
+
+@pytest.mark.parametrize("method, path, status, code", [
+    ("GET", "/nope", 404, "not_found"),
+    ("GET", "/static/nope.js", 404, "not_found"),
+    ("GET", "/api/nope", 404, "not_found"),
+    ("DELETE", "/", 405, "method_not_allowed"),
+    ("POST", "/healthz", 405, "method_not_allowed"),
+    ("PUT", "/api/jobs", 405, "method_not_allowed"),
+])
+async def test_errors_are_json_everywhere(client, method, path, status, code):
+    """Before: errors outside /api were plain text."""
+    response = await client.request(method, path)
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["error"]["code"] == code
+    if status == 405:
+        assert response.headers["allow"]
+
+
+async def test_metrics_without_a_token_answer_loopback_only(dsn):
+    app = create_app(make_settings(dsn))
+    async with app.router.lifespan_context(app):
+        for client_addr, status in ((("127.0.0.1", 5000), 200), (("::1", 5000), 200),
+                                    (("10.1.2.3", 5000), 403), (("192.168.0.9", 5000), 403)):
+            transport = httpx.ASGITransport(app=app, client=client_addr)
+            async with httpx.AsyncClient(transport=transport, base_url="http://jobfeed.test") as c:
+                response = await c.get("/metrics")
+                assert response.status_code == status, client_addr
+                if status == 403:
+                    assert response.json()["error"]["code"] == "forbidden"
+                    assert "jobfeed_jobs" not in response.text
+
+
+async def test_metrics_with_a_token_need_it_from_everywhere(dsn):
+    app = create_app(make_settings(dsn, metrics_token="scrape-token-0123456789"))
+    async with app.router.lifespan_context(app):
+        for client_addr in (("127.0.0.1", 5000), ("10.1.2.3", 5000)):
+            transport = httpx.ASGITransport(app=app, client=client_addr)
+            async with httpx.AsyncClient(transport=transport, base_url="http://jobfeed.test") as c:
+                for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": f"Bearer {ADMIN_TOKEN}"}):
+                    response = await c.get("/metrics", headers=headers)
+                    assert response.status_code == 401, (client_addr, headers)
+                    assert response.json()["error"]["code"] == "unauthorized"
+                ok = await c.get("/metrics", headers={"authorization": "Bearer scrape-token-0123456789"})
+                assert ok.status_code == 200 and "jobfeed_" in ok.text
+
+
+@pytest.mark.parametrize("path", ["/", "/admin", "/jobs/0190c7d2-0000-7000-8000-000000000000"])
+async def test_ui_pages_carry_security_headers(client, path):
+    response = await client.get(path)
+    assert response.status_code == 200
+    csp = response.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "object-src 'none'" in csp
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["x-frame-options"] == "DENY"
+    assert response.headers["referrer-policy"] == "same-origin"
+
+
+async def test_static_files_and_api_answers_are_nosniff(client):
+    assert (await client.get("/static/app.css")).headers["x-content-type-options"] == "nosniff"
+    assert (await client.get("/api/kinds")).headers["x-content-type-options"] == "nosniff"
