@@ -112,6 +112,16 @@ class Submission:
     reused: bool = False
     request_id: uuid.UUID | None = None
 
+    # `job_id, created = await queue.submit(...)` (and [0], [1]) keep working as before.
+    def __iter__(self):
+        return iter((self.id, self.created))
+
+    def __getitem__(self, index):
+        return (self.id, self.created)[index]
+
+    def __len__(self) -> int:
+        return 2
+
 
 class Queue:
     """The queue's functions, called on a pool, or on one connection: then each
