@@ -199,6 +199,7 @@ class Queue:
         text, request id, reused). max_active: refuse (QueueError too_many_jobs,
         429) when the requester would wait for more jobs than that."""
         text = json.dumps(payload if payload is not None else {})
+        await self._add_kind(kind)
         rows = await self._fetch("submit_request", kind, target, text, run_after, max_payload,
                                  requester, notify_url, max_active, force)
         r = rows[0]
@@ -242,6 +243,7 @@ class Queue:
         commit). Any requester over max_active refuses the whole batch."""
         if not items:
             return []
+        await self._add_kind(kind)
         rows = await self._fetch("submit_many_requests", kind, *_batch(items), max_payload,
                                  list(requesters), list(notify_urls), max_active,
                                  None if forces is None else list(forces))
