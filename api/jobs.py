@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker.queue import QueueError
-from jobfeed.worker.submission import InvalidSubmission, check_submission
+from jobfeed.worker.submission import InvalidSubmission, check_submission, host_allowed
 
 from . import access, auth, streams, waiting
 from .body import read_json
@@ -15,7 +15,7 @@ from .errors import ApiError, json_text
 from .state import services
 from .views import parse_job_id, parse_request_id, with_field, with_flag
 
-_FIELDS = {"kind", "target", "payload", "force"}
+_FIELDS = {"kind", "target", "payload", "force", "notify_url"}
 RETRY_AFTER_TOO_MANY = 10  # seconds; when one of the requester's jobs ends is unknowable
 
 
@@ -24,6 +24,16 @@ def _force(body) -> bool:
     if not isinstance(force, bool):
         raise ApiError(422, "invalid_request", "force must be true or false")
     return force
+
+
+def _notify_url(body, hosts: tuple[str, ...]) -> str | None:
+    url = body.get("notify_url")
+    if url is None:
+        return None
+    if not isinstance(url, str) or len(url) > 2048 or not host_allowed(url, hosts):
+        raise ApiError(422, "notify_url_not_allowed",
+                       "notify_url must be an http(s) URL on a host in JOBFEED_WEBHOOK_HOSTS")
+    return url
 
 
 def _check_submission(body) -> tuple[str, str, dict]:
@@ -44,9 +54,10 @@ async def submit(request: Request) -> Response:
     body = await read_json(request, svc.body_limit)
     kind, target, payload = _check_submission(body)
     force = _force(body)
+    notify_url = _notify_url(body, svc.settings.webhook_hosts)
     try:
         job_id, created, text, request_id, reused = await svc.batcher.submit(
-            kind, target, payload, requester=svc.requester(request), force=force)
+            kind, target, payload, requester=svc.requester(request), force=force, notify_url=notify_url)
     except QueueError as exc:
         if exc.code == "too_many_jobs":  # a job of theirs must finish or be left first
             raise ApiError(429, exc.code, exc.message, headers={"Retry-After": str(RETRY_AFTER_TOO_MANY)}) from None

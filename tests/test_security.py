@@ -71,6 +71,7 @@ CALLS = {
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
     "reusable": "select jobfeed.reusable('k', 't', now())",
     "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",
+    "queue_webhooks": "select jobfeed.queue_webhooks()",  # a trigger's: callable by nobody
 }
 
 ALLOWED = {

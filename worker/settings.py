@@ -5,6 +5,8 @@ setting."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import os
 import re
@@ -36,6 +38,18 @@ def parse_durations(text: str, name: str) -> tuple[float, ...]:
     if not parts:
         raise SettingError(f"{name}: {text!r} needs at least one duration, e.g. 1m,5m,15m,60m")
     return tuple(parse_duration(p, name) for p in parts)
+
+
+def check_webhook_secret(text: str) -> str:
+    """JOBFEED_WEBHOOK_SECRET: the Standard Webhooks form whsec_<base64>, at least 16 bytes."""
+    body = text.strip().removeprefix("whsec_")
+    try:
+        key = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        key = b""
+    if not text.strip().startswith("whsec_") or len(key) < 16:
+        raise SettingError("JOBFEED_WEBHOOK_SECRET: write it as whsec_ and at least 16 random bytes in base64")
+    return text.strip()
 
 
 def parse_positive_int(text: str, name: str) -> int:
@@ -104,6 +118,8 @@ class Settings:
     requester_header: str | None = None         # a header a trusted proxy sets to the caller's identity
     max_active_per_requester: int | None = None  # more active requests of one identity: 429
     job_access: str = "link"                     # "link" (anyone with the id) or "requesters"
+    webhook_hosts: tuple[str, ...] = ()          # hosts a notify_url may name (any port); none: refused
+    webhook_secret: str | None = None            # whsec_<base64>: signs deliveries
     # Caps against a client that holds too much (README, "Security").
     max_streams_per_client: int = 100
     max_streams: int = 20000
@@ -177,5 +193,10 @@ class Settings:
             values["request_timeout"] = parse_duration(env["JOBFEED_REQUEST_TIMEOUT"], "JOBFEED_REQUEST_TIMEOUT")
         if env.get("JOBFEED_METRICS_TOKEN"):
             values["metrics_token"] = env["JOBFEED_METRICS_TOKEN"]
+        if env.get("JOBFEED_WEBHOOK_HOSTS"):
+            values["webhook_hosts"] = tuple(h.strip().lower() for h in env["JOBFEED_WEBHOOK_HOSTS"].split(",")
+                                            if h.strip())
+        if env.get("JOBFEED_WEBHOOK_SECRET"):
+            values["webhook_secret"] = check_webhook_secret(env["JOBFEED_WEBHOOK_SECRET"])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -4,6 +4,8 @@ input the same way, with the same code."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import json
 from typing import Any
 
@@ -79,3 +81,13 @@ def check_submission(kind: object, target: object, payload: object) -> tuple[str
             # the wrong type fails this way, and the payload is what is wrong.
             raise InvalidSubmission(422, "invalid_payload", str(exc) or "payload refused by its kind") from None
     return kind, target, payload
+
+
+def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
+    """A notify_url: http(s) to one of the allowed host names (JOBFEED_WEBHOOK_HOSTS, any port)."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(host) and host in hosts

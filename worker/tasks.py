@@ -112,6 +112,10 @@ class Registry:
             return handler
         return register
 
+    def add(self, spec: TaskSpec) -> None:
+        """Register a spec made elsewhere (a built-in kind such as jobfeed.webhook)."""
+        self._specs[spec.kind] = spec
+
     def get(self, kind: str) -> TaskSpec | None:
         return self._specs.get(kind)
 

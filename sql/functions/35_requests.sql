@@ -115,7 +115,7 @@ begin
           from jobfeed.submit(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now) s;
         -- The row lock a leave also takes: if the last requester left and the
         -- job was canceled meanwhile, it is no longer unfinished: submit again.
-        update jobfeed.jobs j set requesters = j.requesters + 1
+        update jobfeed.jobs j set requesters = j.requesters + 1, notify = j.notify or p_notify_url is not null
          where j.id = v_id and j.state in ('queued', 'running')
         returning j.* into v_job;
         exit when found;
@@ -194,12 +194,13 @@ begin
         -- batches sharing jobs never wait on each other in a circle).
         v_lost := '{}';
         for v_job in
-            select t.id, count(*)::int as c, array_agg(t.k) as items, bool_or(v_created[t.k]) as made
+            select t.id, count(*)::int as c, array_agg(t.k) as items, bool_or(v_created[t.k]) as made,
+                   bool_or(p_notify_urls[t.k] is not null) as notify
               from unnest(v_ids) with ordinality t(id, k)
              where t.k = any (v_pending)
              group by t.id order by t.id
         loop
-            update jobfeed.jobs j set requesters = j.requesters + v_job.c
+            update jobfeed.jobs j set requesters = j.requesters + v_job.c, notify = j.notify or v_job.notify
              where j.id = v_job.id and j.state in ('queued', 'running');
             if not found then  -- abandoned and canceled since submit_many saw it: again
                 v_lost := v_lost || v_job.items;
@@ -289,3 +290,40 @@ returns boolean language sql stable security definer set search_path = jobfeed, 
                     where r.job_id = p_job
                       and (r.id = p_request or (p_requester is not null and r.requester = p_requester)))
 $$;
+
+-- Webhooks: when a job that some request wants to hear about becomes final,
+-- one delivery job per such request still waiting (kind jobfeed.webhook,
+-- target the request's id, payload the URL, a webhook id stable across
+-- retries and the final public view). Workers that have JOBFEED_WEBHOOK_SECRET
+-- run them (jobfeed/worker/webhooks.py): retried with backoff, at least once.
+create or replace function jobfeed.queue_webhooks()
+returns trigger language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_max int;
+    v_count int;
+begin
+    insert into jobfeed.kinds (kind, max_attempts, lease, backoff, description)
+    values ('jobfeed.webhook', 10, '1 minute', '{10 seconds,1 minute,5 minutes,15 minutes,60 minutes}',
+            'delivers a final job view to a notify_url')
+    on conflict (kind) do nothing;
+    select k.max_attempts into v_max from jobfeed.kinds k where k.kind = 'jobfeed.webhook';
+    insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
+    select 'jobfeed.webhook', r.id::text,
+           jsonb_build_object('url', r.notify_url, 'webhook_id', 'msg_' || replace(r.id::text, '-', ''),
+                              'job_id', new.id, 'body', jobfeed.public_view(new)),
+           v_max, now(), now(), now()
+      from jobfeed.requests r
+     where r.job_id = new.id and r.notify_url is not null and r.left_at is null
+    on conflict (kind, target) where state in ('queued', 'running') do nothing;
+    get diagnostics v_count = row_count;
+    if v_count > 0 then
+        perform jobfeed.notify_due('jobfeed.webhook', v_count);
+    end if;
+    return null;
+end $$;
+
+create or replace trigger jobs_queue_webhooks
+    after update of state on jobfeed.jobs
+    for each row
+    when (new.notify and new.state in ('completed', 'failed', 'canceled') and old.state is distinct from new.state)
+    execute function jobfeed.queue_webhooks();

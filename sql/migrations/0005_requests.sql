@@ -21,6 +21,9 @@ create index requests_requester_open on jobfeed.requests (requester)
 -- sql/functions/35_requests.sql). Jobs made without a request keep 0 and are
 -- never abandoned.
 alter table jobfeed.jobs add column requesters int not null default 0;
+-- Some request of the job carries a notify_url: its final state queues
+-- webhook deliveries (a trigger that does nothing for other jobs).
+alter table jobfeed.jobs add column notify boolean not null default false;
 
 -- A kind's request policies (@task(...)): what happens when the last active
 -- request of an unfinished job leaves; what a duplicate of an unfinished job
