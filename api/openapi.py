@@ -64,7 +64,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
             "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
             "409": _err("the kind rejects a duplicate with a different payload (payload_conflict)"),
             "413": _err("payload or body too large (payload_too_large)"),
-            "422": _err("invalid_request, unknown_kind, invalid_target or invalid_payload"),
+            "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload or "
+                        "notify_url_not_allowed"),
             "429": _err("this requester already waits for JOBFEED_MAX_ACTIVE_PER_REQUESTER jobs "
                         "(too_many_jobs); see Retry-After"),
         }},
@@ -194,7 +195,10 @@ SCHEMAS = {
                                              "description": f"1 to {MAX_TARGET_BYTES} bytes"},
                                   "payload": {"type": "object", "default": {}},
                                   "force": {"type": "boolean", "default": False,
-                                            "description": "skip the kind's reuse_for"}}},
+                                            "description": "skip the kind's reuse_for"},
+                                  "notify_url": {"type": "string", "format": "uri",
+                                                 "description": "POSTed the final view (Standard Webhooks); "
+                                                                "its host must be in JOBFEED_WEBHOOK_HOSTS"}}},
     "JobView": {"type": "object", "properties": _PUBLIC},
     "SubmitResult": {"type": "object", "properties": {
         **_PUBLIC, "deduplicated": {"type": "boolean"}, "reused": {"type": "boolean"},
