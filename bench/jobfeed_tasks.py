@@ -1,5 +1,6 @@
 """The bench's kind for jobfeed workers (JOBFEED_TASKS=bench.jobfeed_tasks):
-`noop` does nothing. With BENCH_STARTS set it notes when each handler started
+`noop` does nothing (for the fault bench, with BENCH_RECORD_DSN set, it works
+BENCH_WORK_MS and records its run: bench/peers/record.py). With BENCH_STARTS set it notes when each handler started
 (job.payload["i"] -> time.time()) and writes them there when the process exits."""
 
 from __future__ import annotations
@@ -9,16 +10,20 @@ import json
 import os
 import time
 
+from bench.peers.record import from_env
 from jobfeed.worker.tasks import task
 
 _PATH = os.environ.get("BENCH_STARTS")
 _STARTS: dict[str, float] = {}
+_RECORDER = from_env()  # the fault bench (BENCH_RECORD_DSN): work, then record the run
 
 
 @task("noop", description="does nothing (benchmarks)")
 async def noop(job, ctx):
     if _PATH:
         _STARTS[str(job.payload.get("i"))] = time.time()
+    if _RECORDER:
+        await _RECORDER.run(job.payload["i"])
     return None
 
 

@@ -1,5 +1,6 @@
 """python -m bench: every scenario, side by side, in one run on its own embedded
-PostgreSQL; prints one table and writes it as JSON (bench/results/latest.json)."""
+PostgreSQL; prints one table and writes it as JSON (bench/results/latest.json).
+`python -m bench faults` runs the fault scenarios instead (bench/faults.py)."""
 
 from __future__ import annotations
 
@@ -203,6 +204,10 @@ def all_ok(result: dict) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["faults"]:  # python -m bench faults: bench/faults.py
+        from . import faults
+        return faults.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks that everything runs (figures meaningless)")
     p.add_argument("--only", help=f"comma-separated scenarios (default: all of {','.join(SCENARIOS)})")

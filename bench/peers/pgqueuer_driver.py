@@ -19,9 +19,11 @@ from pgqueuer import AsyncpgDriver, Queries, QueueManager
 from pgqueuer.models import Job
 
 from common import Starts, emit, enqueue_or_produce, parse_settings, parser, wait_for_stop
+from record import from_env
 
 ENTRYPOINT = "noop"
-WORKER_DEFAULTS = {"batch_size": "100", "max_concurrent_tasks": "0", "dequeue_timeout": "30"}
+WORKER_DEFAULTS = {"batch_size": "100", "max_concurrent_tasks": "0", "dequeue_timeout": "30",
+                   "heartbeat_timeout": "30"}  # the library's default; the fault bench sets its lease
 
 
 def payload(i: int) -> bytes:
@@ -32,14 +34,18 @@ async def worker(dsn: str, starts: Starts, settings: dict[str, str]) -> dict:
     cfg = {**WORKER_DEFAULTS, **settings}
     conn = await asyncpg.connect(dsn)
     qm = QueueManager(Queries(AsyncpgDriver(conn)))
+    recorder = from_env()  # the fault bench: work, then record the run
 
     @qm.entrypoint(ENTRYPOINT)
     async def noop(job: Job) -> None:
         starts.record(job.payload.decode())
+        if recorder:
+            await recorder.run(int(job.payload.decode()))
 
     run = asyncio.create_task(qm.run(batch_size=int(cfg["batch_size"]),
                                      max_concurrent_tasks=int(cfg["max_concurrent_tasks"]) or None,
-                                     dequeue_timeout=timedelta(seconds=float(cfg["dequeue_timeout"]))))
+                                     dequeue_timeout=timedelta(seconds=float(cfg["dequeue_timeout"])),
+                                     heartbeat_timeout=timedelta(seconds=float(cfg["heartbeat_timeout"]))))
     await asyncio.sleep(0.3)  # verify_structure and LISTEN
     if run.done():
         run.result()

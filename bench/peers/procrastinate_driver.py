@@ -15,9 +15,11 @@ import sys
 from procrastinate import App, PsycopgConnector
 
 from common import Starts, emit, enqueue_or_produce, parse_settings, parser, wait_for_stop
+from record import from_env
 
 WORKER_DEFAULTS = {"concurrency": "30", "fetch_job_polling_interval": "5"}
 STARTS = Starts(None)
+RECORDER = from_env()  # the fault bench: work, then record the run
 
 
 def make_app(dsn: str, pool_size: int) -> App:
@@ -26,21 +28,30 @@ def make_app(dsn: str, pool_size: int) -> App:
     @app.task(name="noop", queue="bench")
     async def noop(i: int) -> None:
         STARTS.record(i)
+        if RECORDER:
+            await RECORDER.run(i)
 
     return app
 
 
 async def worker(app: App, settings: dict[str, str]) -> dict:
     cfg = {**WORKER_DEFAULTS, **settings}
+    options = {}
+    stalled = float(cfg.get("stalled_after", 0))
+    if stalled:  # the fault bench: heartbeats and stalled-worker detection at its lease
+        options = {"update_heartbeat_interval": stalled / 4, "stalled_worker_timeout": stalled}
     run = asyncio.create_task(app.run_worker_async(
         queues=["bench"], concurrency=int(cfg["concurrency"]), install_signal_handlers=False,
-        fetch_job_polling_interval=float(cfg["fetch_job_polling_interval"])))
+        fetch_job_polling_interval=float(cfg["fetch_job_polling_interval"]), **options))
+    rescuer = asyncio.create_task(retry_stalled(app, stalled)) if stalled else None
     await asyncio.sleep(0.3)
     if run.done():
         run.result()
     emit({"ready": True, "settings": {**cfg, "pool_max_size": int(cfg["concurrency"]) + 2,
                                       "listen_notify": True}})
     await asyncio.wait([asyncio.create_task(wait_for_stop()), run], return_when=asyncio.FIRST_COMPLETED)
+    if rescuer:
+        rescuer.cancel()
     run.cancel()  # procrastinate's documented graceful stop
     try:
         await asyncio.wait_for(run, 30)
@@ -48,6 +59,19 @@ async def worker(app: App, settings: dict[str, str]) -> dict:
         pass
     STARTS.dump()
     return {"stopped": True}
+
+
+async def retry_stalled(app: App, seconds: float) -> None:
+    """procrastinate leaves the jobs of a dead worker in `doing`; its documentation
+    (howto/production/retry_stalled_jobs) has a periodic task retry them. Here a
+    loop in every worker does the same, every half of `seconds`."""
+    while True:
+        await asyncio.sleep(seconds / 2)
+        try:
+            for job in await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds):
+                await app.job_manager.retry_job(job)
+        except Exception as exc:  # the database may be restarting: try again next round
+            logging.getLogger("bench").warning("retrying stalled jobs failed: %s", exc)
 
 
 async def main(argv: list[str]) -> None:
