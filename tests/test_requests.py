@@ -486,3 +486,17 @@ def test_task_refuses_bad_request_policies():
     reg.task("ok", reuse_for="10m", on_duplicate="reject_different", on_abandon="keep")(lambda job, ctx: None)
     spec = reg.get("ok")
     assert (spec.reuse_for, spec.on_duplicate, spec.on_abandon) == (600, "reject_different", "keep")
+
+
+async def test_requests_of_a_final_job_do_not_count_after_an_admin_retry(queue, k):
+    """Requests end when their job is final: after a retry, an old request
+    leaving must not abandon the job a new requester waits for."""
+    old = await queue.submit("k", "again", request=True)
+    (job,) = await queue.claim(["k"], 1, "w")
+    await queue.fail_permanent(job.id, job.generation, "boom", "no")
+    await queue.retry(old.id)
+    new = await queue.submit("k", "again", request=True)
+    assert new.id == old.id and (await queue.get_job(old.id))["requesters"] == 1
+    view = await queue.leave(old.request_id)
+    assert (view["status"], view["requesters"]) == ("processing", 1)
+    assert (await queue.leave(new.request_id))["status"] == "canceled"

@@ -29,6 +29,9 @@ begin
         perform jobfeed.raise_error('JF409', 'target_busy',
                                     'another unfinished job already holds this kind and target');
     end;
+    -- Its requests ended when it was final: one leaving later must not count
+    -- against those who request the retried run.
+    update jobfeed.requests r set left_at = v_now where r.job_id = p_id and r.left_at is null;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
     perform jobfeed.notify_due(v_kind, 1);
     return jobfeed.admin_get_job(p_id);
