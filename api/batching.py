@@ -4,7 +4,7 @@ Each submission is a durable commit: alone, a request pays a round trip, a
 function call and a WAL flush of its own, and PostgreSQL's CPU per request is
 what limits how many a process answers. Submissions that arrive while earlier
 ones are being written wait in `pending`; the next flush writes them all with
-one `submit_many_views` per kind (one statement, one commit) and answers each
+one `submit_many_requests` per kind and schedule (one statement, one commit) and answers each
 request from its row. Each submission is also a request (who waits for the
 job): its row is written by the same statement. A request that finds nothing in flight is written at the
 next turn of the event loop, so a lone request waits no longer than before.
@@ -25,9 +25,11 @@ import uuid
 import asyncpg
 
 from jobfeed.worker.queue import Queue, QueueError
+from jobfeed.worker.submission import Schedule
 
 # (job id, created, public view as JSON text, request id, reused)
 Answer = tuple[uuid.UUID, bool, str, uuid.UUID, bool]
+NOW = Schedule()  # due now, the kind's priority, no concurrency key
 
 
 @dataclasses.dataclass
@@ -35,6 +37,7 @@ class _Item:
     kind: str
     target: str
     payload: dict
+    schedule: Schedule
     answer: asyncio.Future
     requester: str | None = None
     notify_url: str | None = None
@@ -56,10 +59,10 @@ class SubmitBatcher:
         self.batches = 0  # statements written (for /metrics)
         self.items = 0
 
-    async def submit(self, kind: str, target: str, payload: dict, *, requester: str | None = None,
-                     notify_url: str | None = None, force: bool = False) -> Answer:
-        item = _Item(kind, target, payload, asyncio.get_running_loop().create_future(), requester, notify_url,
-                     force)
+    async def submit(self, kind: str, target: str, payload: dict, schedule: Schedule = NOW, *,
+                     requester: str | None = None, notify_url: str | None = None, force: bool = False) -> Answer:
+        item = _Item(kind, target, payload, schedule, asyncio.get_running_loop().create_future(), requester,
+                     notify_url, force)
         self._pending.append(item)
         self._schedule()
         return await item.answer
@@ -80,16 +83,17 @@ class SubmitBatcher:
 
     async def _flush(self, batch: list[_Item]) -> None:
         try:
-            by_kind: dict[str, list[_Item]] = {}
+            # one statement per kind and schedule (most submissions have none)
+            by_kind: dict[tuple[str, Schedule], list[_Item]] = {}
             for item in batch:
-                by_kind.setdefault(item.kind, []).append(item)
-            for kind, items in by_kind.items():
-                await self._write(kind, items)
+                by_kind.setdefault((item.kind, item.schedule), []).append(item)
+            for (kind, schedule), items in by_kind.items():
+                await self._write(kind, schedule, items)
         finally:
             self._flushing -= 1
             self._schedule()
 
-    async def _write(self, kind: str, items: list[_Item]) -> None:
+    async def _write(self, kind: str, schedule: Schedule, items: list[_Item]) -> None:
         self.batches += 1
         self.items += len(items)
         if len(items) == 1:
@@ -99,7 +103,7 @@ class SubmitBatcher:
             answers = await self.queue.submit_many_requests_json(
                 kind, [(i.target, i.payload) for i in items], requesters=[i.requester for i in items],
                 notify_urls=[i.notify_url for i in items], max_payload=self.max_payload,
-                max_active=self.max_active, forces=[i.force for i in items])
+                max_active=self.max_active, forces=[i.force for i in items], **schedule.kwargs())
         except QueueError as exc:
             if exc.code == "unknown_kind":  # true of every item alike
                 for item in items:
@@ -128,7 +132,7 @@ class SubmitBatcher:
             answer = await self.queue.submit_request_json(
                 item.kind, item.target, item.payload, max_payload=self.max_payload,
                 requester=item.requester, notify_url=item.notify_url, max_active=self.max_active,
-                force=item.force)
+                force=item.force, **item.schedule.kwargs())
         except Exception as exc:
             _settle(item.answer, exc=exc)
         else:

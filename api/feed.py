@@ -15,6 +15,7 @@ while disconnected costs latency, never a change."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import re
@@ -27,6 +28,7 @@ import asyncpg
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.states import TERMINAL
+from jobfeed.worker.testsignal import Signal, Timer
 
 from .parse import digits
 
@@ -55,12 +57,15 @@ class View(NamedTuple):
     terminal: bool
     text: str
     extra: tuple = ()  # fields that change without a new version (requesters)
+    changed_at: float | None = None  # updated_at as epoch seconds: the SSE lag metric
 
     @classmethod
     def parse(cls, text: str) -> "View":
         data = json.loads(text)
+        updated = data.get("updated_at")
+        changed_at = dt.datetime.fromisoformat(updated).timestamp() if isinstance(updated, str) else None
         return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text,
-                   (data.get("requesters"),))
+                   (data.get("requesters"),), changed_at)
 
     def newer_than(self, version: int, extra: tuple) -> bool:
         return self.version > version or (self.version == version and self.extra != extra)
@@ -168,6 +173,18 @@ class AdminSubscription:
             self._feed._release(self._client)
 
 
+class FeedSignals:
+    """Test hooks (worker/testsignal.py), inert unless a test enables them."""
+
+    __slots__ = ("connected", "reread", "reread_failed", "retry")
+
+    def __init__(self) -> None:
+        self.connected = Signal()      # the listener (re)connected and the resync is asked for
+        self.reread = Signal()         # a re-read was offered to the streams (True: a resync)
+        self.reread_failed = Signal()  # a re-read failed (the exception); it will be retried...
+        self.retry = Timer()           # ...after this wait
+
+
 class Feed:
     def __init__(self, dsn: str | asyncpg.Pool, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
                  name: str = "jobfeed-api-feed"):
@@ -193,6 +210,7 @@ class Feed:
         self._bad_logged = 0.0
         self.rereads = 0
         self.reconnects = 0
+        self.signals = FeedSignals()
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -332,6 +350,7 @@ class Feed:
         for admin in self._admins:
             admin.resync()
         self._wake.set()
+        self.signals.connected.signal(self.reconnects)
 
     async def _run(self) -> None:
         while True:
@@ -344,12 +363,14 @@ class Feed:
             admin_ids, self._admin_dirty = self._admin_dirty, set()
             try:
                 await self._reread(ids, admin_ids)
+                self.signals.reread.signal(resync)
             except Exception as exc:  # the database may be restarting: try again
                 log.warning("feed: re-reading %d jobs failed (%s); retrying", len(ids) + len(admin_ids), exc)
                 self._resync = self._resync or resync
                 self._dirty |= ids
                 self._admin_dirty |= admin_ids
-                await asyncio.sleep(0.5)
+                self.signals.reread_failed.signal(exc)
+                await self.signals.retry.sleep(0.5)
                 self._wake.set()
 
     async def _reread(self, ids: set[str], admin_ids: set[str]) -> None:

@@ -7,10 +7,11 @@ import ipaddress
 import logging
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker import migrate
 
+from .metrics import CONTENT_TYPE
 from . import auth
 from .errors import ApiError
 from .state import services
@@ -63,4 +64,4 @@ async def metrics(request: Request) -> Response:
     _metrics_access(request)
     svc = services(request)
     text = svc.metrics.render(await svc.queue.stats(), svc.feed, svc.batcher)
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(text, media_type=CONTENT_TYPE)

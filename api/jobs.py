@@ -6,8 +6,9 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from jobfeed.worker import tracing
 from jobfeed.worker.queue import QueueError
-from jobfeed.worker.submission import InvalidSubmission, check_submission, host_allowed
+from jobfeed.worker.submission import InvalidSubmission, Schedule, check_schedule, check_submission, host_allowed
 
 from . import access, auth, streams, waiting
 from .body import read_json
@@ -15,7 +16,7 @@ from .errors import ApiError, json_text
 from .state import services
 from .views import parse_job_id, parse_request_id, with_field, with_flag
 
-_FIELDS = {"kind", "target", "payload", "force", "notify_url"}
+_FIELDS = {"kind", "target", "payload", "run_at", "delay", "priority", "concurrency_key", "force", "notify_url"}
 RETRY_AFTER_TOO_MANY = 10  # seconds; when one of the requester's jobs ends is unknowable
 
 
@@ -36,14 +37,16 @@ def _notify_url(body, hosts: tuple[str, ...]) -> str | None:
     return url
 
 
-def _check_submission(body) -> tuple[str, str, dict]:
+def _check_submission(body) -> tuple[str, str, dict, Schedule]:
     if not isinstance(body, dict):
         raise ApiError(422, "invalid_request", "the body must be a JSON object with kind, target and payload")
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
     try:
-        return check_submission(body.get("kind"), body.get("target"), body.get("payload", {}))
+        kind, target, payload = check_submission(body.get("kind"), body.get("target"), body.get("payload", {}))
+        return kind, target, payload, check_schedule(body.get("run_at"), body.get("delay"), body.get("priority"),
+                                                     body.get("concurrency_key"))
     except InvalidSubmission as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None
 
@@ -51,20 +54,34 @@ def _check_submission(body) -> tuple[str, str, dict]:
 async def submit(request: Request) -> Response:
     svc = services(request)
     auth.require_api_token(request, svc.settings.api_token)
+    with tracing.span("POST /api/jobs", parent=request.headers.get("traceparent"), server=True):
+        return await _submit(request, svc)
+
+
+async def _submit(request: Request, svc) -> Response:
     body = await read_json(request, svc.body_limit)
-    kind, target, payload = _check_submission(body)
+    kind, target, payload, schedule = _check_submission(body)
     force = _force(body)
     notify_url = _notify_url(body, svc.settings.webhook_hosts)
-    try:
-        job_id, created, text, request_id, reused = await svc.batcher.submit(
-            kind, target, payload, requester=svc.requester(request), force=force, notify_url=notify_url)
-    except QueueError as exc:
-        if exc.code == "too_many_jobs":  # a job of theirs must finish or be left first
-            raise ApiError(429, exc.code, exc.message, headers={"Retry-After": str(RETRY_AFTER_TOO_MANY)}) from None
-        raise
-    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
-        # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
-        raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
+    tracing.annotate({"jobfeed.kind": kind})
+    traceparent = tracing.current_traceparent()  # this request's span: every run of the job joins its trace
+    with svc.metrics.submitting() as timed:
+        try:
+            with tracing.span("jobfeed submit", attributes={"jobfeed.kind": kind}):
+                job_id, created, text, request_id, reused = await svc.batcher.submit(
+                    kind, target, payload, schedule, requester=svc.requester(request), force=force,
+                    notify_url=notify_url)
+                if traceparent and created:
+                    await svc.queue.set_traceparent(job_id, traceparent)
+        except QueueError as exc:
+            if exc.code == "too_many_jobs":  # a job of theirs must finish or be left first
+                raise ApiError(429, exc.code, exc.message,
+                               headers={"Retry-After": str(RETRY_AFTER_TOO_MANY)}) from None
+            raise
+        except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
+            # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
+            raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
+        timed["kind"] = kind
     text = with_field(with_flag(text, "deduplicated", not created and not reused), "request_id", str(request_id))
     if reused:
         text = with_flag(text, "reused", True)

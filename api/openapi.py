@@ -25,6 +25,8 @@ def _ref(name: str) -> dict:
 
 
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+_TIME = {"type": "string", "format": "date-time"}
+_KIND = {"name": "kind", "in": "path", "required": True, "schema": {"type": "string"}}
 _ADMIN: list[dict] = [{"bearer": []}, {"session": []}]
 _UNAUTHORIZED = {"401": _err("no valid admin token or session")}
 # What every JSON body may be refused for before it is looked at.
@@ -64,8 +66,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
             "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
             "409": _err("the kind rejects a duplicate with a different payload (payload_conflict)"),
             "413": _err("payload or body too large (payload_too_large)"),
-            "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload or "
-                        "notify_url_not_allowed"),
+            "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload, invalid_run_at, "
+                        "invalid_delay, invalid_priority, invalid_concurrency_key or notify_url_not_allowed"),
             "429": _err("this requester already waits for JOBFEED_MAX_ACTIVE_PER_REQUESTER jobs "
                         "(too_many_jobs); see Retry-After"),
         }},
@@ -124,10 +126,62 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "security": _ADMIN, "parameters": [_JOB_ID],
         "responses": {"200": _json(_ref("AdminJobView"), "the job, canceled"), **_UNAUTHORIZED, **_CSRF,
                       "404": _err("no such job"), "409": _err("already finished (invalid_state)")}},
+    ("POST", "/api/admin/kinds/{kind}/pause"): {
+        "summary": "Pause a kind: submissions are still taken, nothing of it is claimed, running jobs finish",
+        "security": _ADMIN, "parameters": [_KIND],
+        "responses": {"200": _json(_ref("Kind"), "the kind, paused"), **_UNAUTHORIZED, **_CSRF,
+                      "404": _err("no such kind (not_found)")}},
+    ("POST", "/api/admin/kinds/{kind}/resume"): {
+        "summary": "Resume a paused kind",
+        "security": _ADMIN, "parameters": [_KIND],
+        "responses": {"200": _json(_ref("Kind"), "the kind, claimed again"), **_UNAUTHORIZED, **_CSRF,
+                      "404": _err("no such kind (not_found)")}},
+    ("POST", "/api/admin/jobs/retry"): {
+        "summary": "Re-run every failed or canceled job matching the filter (in bounded batches)",
+        "security": _ADMIN,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkFilter")}}},
+        "responses": {"200": _json(_ref("BulkCount"), "how many jobs were queued again"), **_UNAUTHORIZED, **_CSRF, **_BODY_ERRORS,
+                      "422": _err("an empty filter (filter_required) or a bad one (invalid_request)")}},
+    ("POST", "/api/admin/jobs/cancel"): {
+        "summary": "Cancel every unfinished job matching the filter (in bounded batches)",
+        "security": _ADMIN,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkFilter")}}},
+        "responses": {"200": _json(_ref("BulkCount"), "how many jobs were canceled"), **_UNAUTHORIZED, **_CSRF, **_BODY_ERRORS,
+                      "422": _err("an empty filter (filter_required) or a bad one (invalid_request)")}},
+    ("GET", "/api/admin/schedules"): {
+        "summary": "Periodic kinds with their last and next run",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {"schedules": {"type": "array", "items": {
+            "type": "object", "properties": {
+                "kind": {"type": "string"}, "schedule": {"type": "string", "nullable": True},
+                "timezone": {"type": "string"}, "every_seconds": {"type": "number", "nullable": True},
+                "since": _TIME, "last_slot": {**_TIME, "nullable": True},
+                "last_job": {"type": "string", "format": "uuid", "nullable": True},
+                "last_status": {"type": "string", "nullable": True}, "next_slot": _TIME}}}}},
+            "the schedules"), **_UNAUTHORIZED}},
     ("GET", "/api/admin/stats"): {
         "summary": "Counts by kind and state, oldest due job age, throughput per minute",
         "security": _ADMIN,
         "responses": {"200": _json(_ref("Stats"), "the numbers"), **_UNAUTHORIZED}},
+    ("GET", "/api/admin/workers"): {
+        "summary": "Workers seen in the last hour; lost once silent for two leases",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {"workers": {"type": "array", "items": {
+            "type": "object", "properties": {
+                "id": {"type": "string"}, "host": {"type": "string"},
+                "kinds": {"type": "array", "items": {"type": "string"}},
+                "concurrency": {"type": "integer"}, "running": {"type": "integer"},
+                "started_at": {"type": "string", "format": "date-time"},
+                "last_seen": {"type": "string", "format": "date-time"}, "lost": {"type": "boolean"}}}}}},
+            "the workers"), **_UNAUTHORIZED}},
+    ("GET", "/api/admin/charts"): {
+        "summary": "The last hour: depth by kind (sampled by the sweeper), wait p50/p95 by kind, failures by code",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {
+            "now": {"type": "string", "format": "date-time"},
+            "depth": {"type": "array", "items": {"type": "object"}},
+            "wait": {"type": "array", "items": {"type": "object"}},
+            "failures": {"type": "array", "items": {"type": "object"}}}}, "the charts' data"), **_UNAUTHORIZED}},
     ("GET", "/api/admin/events"): {
         "summary": "Server-sent events of every change, with true views (for the dashboard)",
         "description": "event: ready once subscribed; event: job with an admin view per change; "
@@ -173,7 +227,6 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "responses": {"200": {"description": "a file"}, "404": _err("no such file")}},
 }
 
-_TIME = {"type": "string", "format": "date-time"}
 _ERROR_OBJ = {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}
 _PUBLIC = {
     "id": {"type": "string", "format": "uuid"}, "kind": {"type": "string"}, "target": {"type": "string"},
@@ -185,6 +238,8 @@ _PUBLIC = {
     "created_at": _TIME, "updated_at": _TIME, "finished_at": {**_TIME, "nullable": True},
     "version": {"type": "integer"},
     "requesters": {"type": "integer", "description": "active requests (changes go out under the same version)"},
+    "scheduled_for": {**_TIME, "nullable": True,
+                      "description": "the run_at/delay asked for, until the first start; null when due now"},
 }
 
 SCHEMAS = {
@@ -198,7 +253,15 @@ SCHEMAS = {
                                             "description": "skip the kind's reuse_for"},
                                   "notify_url": {"type": "string", "format": "uri",
                                                  "description": "POSTed the final view (Standard Webhooks); "
-                                                                "its host must be in JOBFEED_WEBHOOK_HOSTS"}}},
+                                                                "its host must be in JOBFEED_WEBHOOK_HOSTS"},
+                                  "run_at": {**_TIME, "description": "RFC 3339 with an offset; not with delay"},
+                                  "delay": {"type": "string", "example": "90s",
+                                            "description": "a duration (500ms, 90s, 5m, 1h, 7d); not with run_at"},
+                                  "priority": {"type": "integer", "description": "higher is claimed first; "
+                                               "default: the kind's"},
+                                  "concurrency_key": {"type": "string", "minLength": 1,
+                                                      "description": "the kind's max_running_per_key applies "
+                                                                     "per key"}}},
     "JobView": {"type": "object", "properties": _PUBLIC},
     "SubmitResult": {"type": "object", "properties": {
         **_PUBLIC, "deduplicated": {"type": "boolean"}, "reused": {"type": "boolean"},
@@ -210,6 +273,7 @@ SCHEMAS = {
         "run_after": _TIME, "lease_until": {**_TIME, "nullable": True},
         "worker_id": {"type": "string", "nullable": True}, "started_at": {**_TIME, "nullable": True},
         "last_error": {**_ERROR_OBJ, "nullable": True}, "payload": {"type": "object"},
+        "priority": {"type": "integer"}, "concurrency_key": {"type": "string", "nullable": True},
         "attempts_log": {"type": "array", "items": {"type": "object"}}}},
     "JobsPage": {"type": "object", "properties": {
         "jobs": {"type": "array", "items": _ref("AdminJobView")},
@@ -217,7 +281,18 @@ SCHEMAS = {
     "Kind": {"type": "object", "properties": {
         "kind": {"type": "string"}, "description": {"type": "string"}, "max_attempts": {"type": "integer"},
         "lease_seconds": {"type": "number"}, "backoff_seconds": {"type": "array", "items": {"type": "number"}},
-        "jitter": {"type": "number"}}},
+        "jitter": {"type": "number"}, "priority": {"type": "integer"}, "paused": {"type": "boolean"},
+        "max_running": {"type": "integer", "nullable": True},
+        "max_running_per_key": {"type": "integer", "nullable": True},
+        "rate": {"type": "object", "nullable": True, "properties": {
+            "count": {"type": "integer"}, "period_seconds": {"type": "number"}}}}},
+    "BulkFilter": {"type": "object", "additionalProperties": False, "minProperties": 1,
+                   "description": "at least one field; all given must match",
+                   "properties": {"state": {"type": "string", "enum": list(STATES)}, "kind": {"type": "string"},
+                                  "error_code": {"type": "string", "description": "the job's last error code"},
+                                  "ids": {"type": "array", "maxItems": 10000,
+                                          "items": {"type": "string", "format": "uuid"}}}},
+    "BulkCount": {"type": "object", "properties": {"count": {"type": "integer"}}},
     "Stats": {"type": "object", "properties": {
         "now": _TIME,
         "as_of": _TIME,

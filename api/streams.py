@@ -106,6 +106,8 @@ async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> Asy
                 retry = None
             while (view := await sub.next()) is not None:
                 yield ServerSentEvent(view.text, event="job", id=str(view.version), retry=retry, sep=SEP)
+                if retry is None:  # the first view is the snapshot read at subscribing, not a change
+                    svc.metrics.delivered("job", view.changed_at)
                 retry = None
                 if view.terminal:
                     return  # nothing follows a final status

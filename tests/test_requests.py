@@ -5,6 +5,7 @@ someone still waits for."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import uuid
 
@@ -500,3 +501,56 @@ async def test_requests_of_a_final_job_do_not_count_after_an_admin_retry(queue, 
     view = await queue.leave(old.request_id)
     assert (view["status"], view["requesters"]) == ("processing", 1)
     assert (await queue.leave(new.request_id))["status"] == "canceled"
+
+
+async def test_requests_carry_the_scheduling_fields_in_one_statement(pool, queue, k):
+    """The request-writing functions take run_at, priority and concurrency key:
+    one call schedules the job and records its request (alone and batched)."""
+    import datetime as dt
+    at = dt.datetime(2031, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    job_id, created, text, request_id, _ = await queue.submit_request_json(
+        "k", "later", {}, run_after=at, priority=7, concurrency_key="tenant-1", requester="ann")
+    assert created and request_id is not None
+    batch = await queue.submit_many_requests_json(
+        "k", [("b1", {}), ("b2", {})], requesters=["bo", None], notify_urls=[None, None],
+        run_after=at, priority=-3, concurrency_key="tenant-2")
+    rows = {r["target"]: r for r in await pool.fetch(
+        "select j.target, j.run_after, j.priority, j.concurrency_key, j.requesters,"
+        "       (select count(*) from jobfeed.requests q where q.job_id = j.id) as requests"
+        "  from jobfeed.jobs j where j.kind = 'k'")}
+    assert {t: (r["run_after"], r["priority"], r["concurrency_key"], r["requesters"], r["requests"])
+            for t, r in rows.items()} == {"later": (at, 7, "tenant-1", 1, 1),
+                                          "b1": (at, -3, "tenant-2", 1, 1), "b2": (at, -3, "tenant-2", 1, 1)}
+    for view_text in (text, batch[0][2]):
+        view = json.loads(view_text)
+        assert view["requesters"] == 1 and view["scheduled_for"] is not None
+
+
+async def test_http_scheduled_submissions_are_requests(http, pool):
+    """POST /api/jobs with delay and priority: one job, scheduled and with its
+    request, for a lone submission and for many at once (the group commit)."""
+    r = await http.post("/api/jobs", json={"kind": "demo", "target": "s-0", "delay": "1h", "priority": 4,
+                                           "concurrency_key": "c"})
+    assert r.status_code == 201, r.text
+    one = r.json()
+    assert one["requesters"] == 1 and one["scheduled_for"] is not None and uuid.UUID(one["request_id"])
+    many = await asyncio.gather(*(http.post("/api/jobs", json={"kind": "demo", "target": f"s-{n}", "delay": "1h",
+                                                               "priority": 4, "concurrency_key": "c"})
+                                  for n in range(1, 9)))
+    assert all(m.status_code == 201 and m.json()["scheduled_for"] is not None for m in many)
+    rows = await pool.fetch("select j.priority, j.concurrency_key, j.run_after > now() + interval '50 minutes' as later,"
+                            "       (select count(*) from jobfeed.requests q where q.job_id = j.id) as requests"
+                            "  from jobfeed.jobs j where j.target like 's-%'")
+    assert len(rows) == 9 and all(tuple(r) == (4, "c", True, 1) for r in rows)
+
+
+async def test_requests_of_a_final_job_do_not_count_after_a_bulk_retry(pool, queue, k):
+    """bulk_retry ends a retried job's old requests, as retry() does."""
+    old = await queue.submit("k", "bulk-again", request=True)
+    (job,) = await queue.claim(["k"], 1, "w")
+    await queue.fail_permanent(job.id, job.generation, "boom", "no")
+    await pool.execute("select * from jobfeed.bulk_retry(null, null, null, array[$1::uuid])", old.id)
+    new = await queue.submit("k", "bulk-again", request=True)
+    assert new.id == old.id and (await queue.get_job(old.id))["requesters"] == 1
+    view = await queue.leave(old.request_id)
+    assert (view["status"], view["requesters"]) == ("processing", 1)

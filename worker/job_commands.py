@@ -10,13 +10,14 @@ from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
 from .startup import UsageError, prepare
-from .submission import check_submission, parse_payload
+from .submission import check_schedule, check_submission, parse_payload
 
 
 async def cmd_submit(settings: Settings, args) -> int:
     # The payload's shape first (no database needed), then what the API checks,
     # once the kind's module is loaded.
     payload = parse_payload(args.payload) if args.payload is not None else {}
+    schedule = check_schedule(args.at, args.delay, args.priority, args.key)
     dsn = await prepare(settings)
     kind, target, payload = check_submission(args.kind, args.target, payload)
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-submit")
@@ -24,7 +25,8 @@ async def cmd_submit(settings: Settings, args) -> int:
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=False)
         job_id, created, view_text = await queue.submit_json(kind, target, payload,
-                                                             max_payload=settings.max_payload)
+                                                             max_payload=settings.max_payload,
+                                                             **schedule.kwargs())
         if not args.follow:
             if args.json:
                 print(json.dumps({**json.loads(view_text), "deduplicated": not created}))

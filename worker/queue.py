@@ -163,10 +163,15 @@ class Queue:
     # -- kinds
     async def register_kind(self, kind: str, *, max_attempts: int, lease: float,
                             backoff: Sequence[float], jitter: float = 0.1, description: str = "",
-                            overwrite: bool = True) -> None:
-        """overwrite=False only adds a kind not registered yet (see sql/functions/30_submit.sql)."""
+                            overwrite: bool = True, priority: int = 0, max_running: int | None = None,
+                            max_running_per_key: int | None = None,
+                            rate: tuple[int, float] | None = None) -> None:
+        """overwrite=False only adds a kind not registered yet (see sql/functions/30_submit.sql).
+        rate is (starts, per seconds)."""
         await self._fetch("register_kind", kind, max_attempts, _seconds(lease),
-                          [_seconds(b) for b in backoff], jitter, description, overwrite)
+                          [_seconds(b) for b in backoff], jitter, description, overwrite,
+                          priority, max_running, max_running_per_key,
+                          rate[0] if rate else None, _seconds(rate[1]) if rate else None)
         self._known.add(kind)
 
     async def list_kinds(self) -> list[dict]:
@@ -174,24 +179,27 @@ class Queue:
 
     # -- submitting and reading
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
-                     run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                     run_after: dt.datetime | None = None, priority: int | None = None,
+                     concurrency_key: str | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
                      requester: str | None = None, notify_url: str | None = None,
                      request: bool = False, force: bool = False) -> Submission:
-        """Submit, deduplicated by (kind, target). With requester=, notify_url=
+        """Submit, deduplicated by (kind, target). run_after: not claimed before
+        then; priority: None is the kind's default. With requester=, notify_url=
         or request=True a request is recorded too (see leave()), and the kind's
         reuse_for applies (force=True skips it); without, the call is as cheap
         as a bare submission."""
         if request or requester is not None or notify_url is not None:
             job_id, created, _, request_id, reused = await self.submit_request_json(
-                kind, target, payload, run_after=run_after, max_payload=max_payload,
-                requester=requester, notify_url=notify_url, force=force)
+                kind, target, payload, run_after=run_after, priority=priority, concurrency_key=concurrency_key,
+                max_payload=max_payload, requester=requester, notify_url=notify_url, force=force)
             return Submission(job_id, created, reused, request_id)
-        job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
-                                                    max_payload=max_payload)
+        job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after, priority=priority,
+                                                    concurrency_key=concurrency_key, max_payload=max_payload)
         return Submission(job_id, created)
 
     async def submit_request_json(self, kind: str, target: str, payload: dict | None = None, *,
-                                  run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                                  run_after: dt.datetime | None = None, priority: int | None = None,
+                                  concurrency_key: str | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
                                   requester: str | None = None, notify_url: str | None = None,
                                   max_active: int | None = None,
                                   force: bool = False) -> tuple[uuid.UUID, bool, str, uuid.UUID, bool]:
@@ -201,44 +209,51 @@ class Queue:
         text = json.dumps(payload if payload is not None else {})
         await self._add_kind(kind)
         rows = await self._fetch("submit_request", kind, target, text, run_after, max_payload,
-                                 requester, notify_url, max_active, force)
+                                 requester, notify_url, max_active, force, priority, concurrency_key)
         r = rows[0]
         return r["id"], r["created"], r["view"], r["request_id"], r["reused"]
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
-                          run_after: dt.datetime | None = None,
+                          run_after: dt.datetime | None = None, priority: int | None = None,
+                          concurrency_key: str | None = None,
                           max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool, str]:
         """submit(), also answering the job's public view as JSON text."""
         text = json.dumps(payload if payload is not None else {})
         await self._add_kind(kind)
-        rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
+        rows = await self._fetch("submit", kind, target, text, run_after, max_payload, priority, concurrency_key)
         return rows[0]["id"], rows[0]["created"], rows[0]["view"]
 
     async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
-                          run_after: dt.datetime | None = None,
+                          run_after: dt.datetime | None = None, priority: int | None = None,
+                          concurrency_key: str | None = None,
                           max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool]]:
         """Submit (target, payload) pairs of one kind in one statement; answers
         (job id, created) per item, in order, deduplicated as submit() is."""
         if not items:
             return []
         await self._add_kind(kind)
-        rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload)
+        rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload,
+                                 priority, concurrency_key)
         return [(r["id"], r["created"]) for r in rows]
 
     async def submit_many_json(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
+                               run_after: dt.datetime | None = None, priority: int | None = None,
+                               concurrency_key: str | None = None,
                                max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool, str]]:
         """submit_many(), also answering each job's public view as JSON text."""
         if not items:
             return []
         await self._add_kind(kind)
-        rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload)
+        rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload,
+                                 run_after, priority, concurrency_key)
         return [(r["id"], r["created"], r["view"]) for r in rows]
 
     async def submit_many_requests_json(
             self, kind: str, items: Sequence[tuple[str, dict | None]], *, requesters: Sequence[str | None],
             notify_urls: Sequence[str | None], max_payload: int = MAX_PAYLOAD_BYTES,
-            max_active: int | None = None,
-            forces: Sequence[bool] | None = None) -> list[tuple[uuid.UUID, bool, str, uuid.UUID, bool]]:
+            max_active: int | None = None, forces: Sequence[bool] | None = None,
+            run_after: dt.datetime | None = None, priority: int | None = None,
+            concurrency_key: str | None = None) -> list[tuple[uuid.UUID, bool, str, uuid.UUID, bool]]:
         """submit_many_json() recording one request per item (the API's group
         commit). Any requester over max_active refuses the whole batch."""
         if not items:
@@ -246,7 +261,7 @@ class Queue:
         await self._add_kind(kind)
         rows = await self._fetch("submit_many_requests", kind, *_batch(items), max_payload,
                                  list(requesters), list(notify_urls), max_active,
-                                 None if forces is None else list(forces))
+                                 None if forces is None else list(forces), run_after, priority, concurrency_key)
         return [(r["id"], r["created"], r["view"], r["request_id"], r["reused"]) for r in rows]
 
     async def leave_json(self, request_id: uuid.UUID) -> str:
@@ -351,6 +366,38 @@ class Queue:
     async def cancel(self, job_id: uuid.UUID) -> dict:
         return json.loads(await self._fetchval("cancel", job_id))
 
+    async def set_kind_paused(self, kind: str, paused: bool) -> dict:
+        """Pause or resume a kind (QueueError not_found); answers the kind's view."""
+        return json.loads(await self._fetchval("set_kind_paused", kind, paused))
+
+    async def bulk(self, action: str, *, state: str | None = None, kind: str | None = None,
+                   error_code: str | None = None, ids: Sequence[uuid.UUID] | None = None,
+                   batch: int = 500) -> int:
+        """Retry or cancel ("retry" | "cancel") every job matching the filter, in
+        batches of `batch` jobs, one transaction each; answers how many changed.
+        QueueError filter_required when the filter is empty. Safe to repeat."""
+        if action not in ("retry", "cancel"):
+            raise ValueError(f"unknown bulk action {action!r}")
+        ids = None if ids is None else list(ids)
+        total, after = 0, None
+        while True:
+            rows = await self._fetch(f"bulk_{action}", state, kind, error_code, ids, after, batch)
+            changed, picked, after = rows[0]
+            total += changed
+            if picked < batch:
+                return total
+
+    # -- periodic jobs (worker/schedules.py)
+    async def register_schedule(self, kind: str, schedule: str | None, timezone: str, every: float | None) -> None:
+        await self._fetch("register_schedule", kind, schedule, timezone, _seconds(every))
+
+    async def enqueue_slot(self, kind: str, slot: dt.datetime, now: dt.datetime | None = None) -> uuid.UUID | None:
+        """The slot's new job, or None when the slot was taken already."""
+        return await self._fetchval("enqueue_slot", kind, slot, now)
+
+    async def list_schedules(self) -> list[dict]:
+        return [json.loads(r[0]) for r in await self._fetch("list_schedules")]
+
     # -- worker side: every write is fenced by (id, generation); False = lease lost
     async def claim(self, kinds: Sequence[str], limit: int, worker_id: str,
                     lease: float | None = None) -> list[Job]:
@@ -359,6 +406,35 @@ class Queue:
         return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
                     r[9])
                 for r in rows]
+
+    async def job_timings(self, ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
+        """(id, kind, wait, age, traceparent) of claimed jobs: seconds waited once
+        due and seconds since submitted (metrics), the submitter's trace context."""
+        return await self._fetch("job_timings", list(ids))
+
+    async def set_traceparent(self, job_id: uuid.UUID, traceparent: str) -> None:
+        await self._fetch("set_traceparent", job_id, traceparent)
+
+    async def worker_beat(self, worker_id: str, host: str, kinds: Sequence[str], concurrency: int,
+                          running: int, lease: float) -> None:
+        await self._fetch("worker_beat", worker_id, host, list(kinds), concurrency, running, _seconds(lease))
+
+    async def worker_stopped(self, worker_id: str) -> None:
+        await self._fetch("worker_stopped", worker_id)
+
+    async def list_workers(self) -> list[dict]:
+        """Workers seen in the last hour: id, host, kinds, concurrency, running,
+        started_at, last_seen, lost (silent for two leases)."""
+        return json.loads(await self._fetchval("list_workers"))
+
+    async def sample_depth(self) -> int:
+        """Record queue depth by kind now (the sweeper, each round)."""
+        return await self._fetchval("sample_depth")
+
+    async def charts(self) -> dict:
+        """The dashboard's charts over the last hour: depth samples, wait p50/p95
+        by kind, failures by kind and code."""
+        return json.loads(await self._fetchval("charts"))
 
     async def next_due(self, kinds: Sequence[str]) -> float | None:
         """Seconds until the next job of these kinds is claimable (<= 0: now)."""

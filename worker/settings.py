@@ -87,6 +87,23 @@ def check_admin_token(token: str | None, name: str = "JOBFEED_ADMIN_TOKEN") -> N
         raise SettingError(f"{name}: the admin token must be at least {MIN_ADMIN_TOKEN} characters long")
 
 
+def parse_port(text: str, name: str) -> int:
+    port = parse_positive_int(text, name)
+    if port > 65535:
+        raise SettingError(f"{name}: {port} is not a port number")
+    return port
+
+
+LOG_FORMATS = ("text", "json")
+
+
+def parse_choice(text: str, name: str, choices: tuple[str, ...]) -> str:
+    value = str(text).strip().lower()
+    if value not in choices:
+        raise SettingError(f"{name}: {text!r} is not one of {', '.join(choices)}")
+    return value
+
+
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "jobfeed"
@@ -126,6 +143,8 @@ class Settings:
     max_header_bytes: int = 64 * 1024
     request_timeout: float = 30.0   # to finish a request's headers and body
     metrics_token: str | None = None
+    metrics_port: int | None = None  # workers and sweepers serve /metrics here when set
+    log_format: str = "text"          # or "json": one object per line (worker/logs.py)
 
     def __post_init__(self):
         check_admin_token(self.admin_token)
@@ -141,10 +160,7 @@ class Settings:
         if env.get("JOBFEED_HOST"):
             values["host"] = env["JOBFEED_HOST"]
         if env.get("JOBFEED_PORT"):
-            port = parse_positive_int(env["JOBFEED_PORT"], "JOBFEED_PORT")
-            if port > 65535:
-                raise SettingError(f"JOBFEED_PORT: {port} is not a port number")
-            values["port"] = port
+            values["port"] = parse_port(env["JOBFEED_PORT"], "JOBFEED_PORT")
         for key, field in (("JOBFEED_ADMIN_TOKEN", "admin_token"), ("JOBFEED_API_TOKEN", "api_token")):
             if env.get(key):
                 values[field] = env[key]
@@ -198,5 +214,9 @@ class Settings:
                                             if h.strip())
         if env.get("JOBFEED_WEBHOOK_SECRET"):
             values["webhook_secret"] = check_webhook_secret(env["JOBFEED_WEBHOOK_SECRET"])
+        if env.get("JOBFEED_METRICS_PORT"):
+            values["metrics_port"] = parse_port(env["JOBFEED_METRICS_PORT"], "JOBFEED_METRICS_PORT")
+        if env.get("JOBFEED_LOG_FORMAT"):
+            values["log_format"] = parse_choice(env["JOBFEED_LOG_FORMAT"], "JOBFEED_LOG_FORMAT", LOG_FORMATS)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

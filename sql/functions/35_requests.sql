@@ -84,12 +84,22 @@ begin
     end if;
 end $$;
 
--- submit() that also records a request: answers the job, whether it was made,
--- its public view (requesters counted) and the request's id.
+-- Earlier (unreleased) signatures of submit_request/submit_many_requests, before
+-- they took the scheduling fields: gone, so that calls are never ambiguous.
+drop function if exists jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, boolean,
+                                               timestamptz);
+drop function if exists jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, boolean[],
+                                                     timestamptz);
+
+-- submit_v2() that also records a request, in the same statement: answers the
+-- job, whether it was made, its public view (requesters counted) and the
+-- request's id. The scheduling fields (run_after, priority, concurrency key)
+-- go to submit_v2 as they are.
 create or replace function jobfeed.submit_request(
     p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
     p_max_payload int default 65536, p_requester text default null, p_notify_url text default null,
-    p_max_active int default null, p_force boolean default false, p_now timestamptz default null)
+    p_max_active int default null, p_force boolean default false, p_now timestamptz default null,
+    p_priority int default null, p_concurrency_key text default null)
 returns table (id uuid, created boolean, view jsonb, request_id uuid, reused boolean)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
@@ -112,7 +122,8 @@ begin
     end if;
     loop
         select s.id, s.created into v_id, v_created
-          from jobfeed.submit(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now) s;
+          from jobfeed.submit_v2(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
+                                 p_priority, p_concurrency_key) s;
         -- The row lock a leave also takes: if the last requester left and the
         -- job was canceled meanwhile, it is no longer unfinished: submit again.
         update jobfeed.jobs j set requesters = j.requesters + 1, notify = j.notify or p_notify_url is not null
@@ -132,13 +143,15 @@ begin
     return query select v_id, v_created, jobfeed.public_view(v_job), v_request, false;
 end $$;
 
--- submit_many_views() that records one request per item (the API's group
--- commit: every HTTP submission is a request). p_requesters and p_notify_urls
--- are per item (null: none).
+-- submit_many_views_v2() that records one request per item (the API's group
+-- commit: every HTTP submission is a request, and may carry scheduling fields;
+-- the batch shares one run_after, priority and concurrency key). p_requesters
+-- and p_notify_urls are per item (null: none).
 create or replace function jobfeed.submit_many_requests(
     p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536,
     p_requesters text[] default null, p_notify_urls text[] default null, p_max_active int default null,
-    p_forces boolean[] default null, p_now timestamptz default null)
+    p_forces boolean[] default null, p_now timestamptz default null,
+    p_run_after timestamptz default null, p_priority int default null, p_concurrency_key text default null)
 returns table (n int, id uuid, created boolean, view jsonb, request_id uuid, reused boolean)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
@@ -182,9 +195,9 @@ begin
     while cardinality(v_pending) > 0 loop
         for v_round in
             select p.k, s.id, s.created
-              from jobfeed.submit_many(p_kind, array(select p_targets[k] from unnest(v_pending) k),
-                                       array(select p_payloads[k] from unnest(v_pending) k),
-                                       null, p_max_payload, p_now) s
+              from jobfeed.submit_many_v2(p_kind, array(select p_targets[k] from unnest(v_pending) k),
+                                          array(select p_payloads[k] from unnest(v_pending) k),
+                                          p_run_after, p_max_payload, p_now, p_priority, p_concurrency_key) s
               join unnest(v_pending) with ordinality p(k, n) on p.n = s.n
         loop
             v_ids[v_round.k] := v_round.id;
