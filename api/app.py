@@ -40,6 +40,8 @@ def routes() -> list[BaseRoute]:
         Route("/api/jobs", jobs.submit, methods=["POST"]),
         Route("/api/jobs/{job_id}", jobs.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/events", jobs.job_events, methods=["GET"]),
+        Route("/api/requests/{request_id}", jobs.leave_request, methods=["DELETE"]),
+        Route("/api/requests/{request_id}/leave", jobs.leave_request, methods=["POST"]),
         Route("/api/kinds", jobs.list_kinds, methods=["GET"]),
         Route("/api/admin/jobs", admin.list_jobs, methods=["GET"]),
         Route("/api/admin/jobs/retry", admin.bulk_retry, methods=["POST"]),
@@ -94,7 +96,8 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
         try:
             svc.queue = Queue(svc.pool, settings=settings)
             svc.batcher = SubmitBatcher(svc.queue, max_payload=settings.max_payload,
-                                        max_batch=settings.submit_batch)
+                                        max_batch=settings.submit_batch,
+                                        max_active=settings.max_active_per_requester)
             await tasks.register_kinds(svc.queue, settings, overwrite=False)
             svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
                             health_interval=settings.listener_health)

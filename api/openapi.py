@@ -39,6 +39,17 @@ _BODY_ERRORS = {
 _CSRF = {"403": _err("signed in by cookie, but the request did not come from this server's pages (csrf)")}
 _TOO_MANY_STREAMS = {"429": _err("too many open streams from this client, or in this process (too_many_streams); "
                                  "see Retry-After")}
+_REQUEST_ID = {"name": "request_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+# JOBFEED_JOB_ACCESS=requesters: how a caller shows it requested the job.
+_PRESENTED = [{"name": "X-Jobfeed-Request", "in": "header", "schema": {"type": "string", "format": "uuid"},
+               "description": "one of the job's request ids (JOBFEED_JOB_ACCESS=requesters)"},
+              {"name": "request", "in": "query", "schema": {"type": "string", "format": "uuid"},
+               "description": "the same, where headers cannot be sent (EventSource)"}]
+_LEAVE = {
+    "parameters": [_REQUEST_ID],
+    "responses": {"200": _json({"type": "object", "properties": {"job": _ref("JobView")}},
+                               "left (also when it had left before): the job's public view"),
+                  "404": _err("no such request")}}
 _SSE = {"description": "a stream of server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
 _HTML = {"description": "a page of the web UI", "content": {"text/html": {"schema": {"type": "string"}}}}
 
@@ -49,17 +60,31 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Submission")}}},
         "responses": {
             "201": _json(_ref("SubmitResult"), "a new job; Location names it"),
-            "200": _json(_ref("SubmitResult"), "an unfinished job already held the target (deduplicated: true)"),
+            "200": _json(_ref("SubmitResult"), "an unfinished job already held the target (deduplicated: true), "
+                                               "or a recent completion is reused (reused: true)"),
             **_BODY_ERRORS,
             "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
+            "409": _err("the kind rejects a duplicate with a different payload (payload_conflict)"),
             "413": _err("payload or body too large (payload_too_large)"),
             "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload, invalid_run_at, "
-                        "invalid_delay, invalid_priority or invalid_concurrency_key"),
+                        "invalid_delay, invalid_priority, invalid_concurrency_key or notify_url_not_allowed"),
+            "429": _err("this requester already waits for JOBFEED_MAX_ACTIVE_PER_REQUESTER jobs "
+                        "(too_many_jobs); see Retry-After"),
         }},
     ("GET", "/api/jobs/{job_id}"): {
-        "summary": "A job's public view",
-        "parameters": [_JOB_ID],
-        "responses": {"200": _json(_ref("JobView"), "the job"), "404": _err("no such job")}},
+        "summary": "A job's public view; with ?wait=, once it is final or the time is up",
+        "parameters": [_JOB_ID,
+                       {"name": "wait", "in": "query", "schema": {"type": "string"},
+                        "description": "a duration (30s) or seconds; at most 60 s (longer is clamped)"},
+                       *_PRESENTED],
+        "responses": {"200": _json(_ref("JobView"), "the job"),
+                      "404": _err("no such job (or, with JOBFEED_JOB_ACCESS=requesters, not yours)"),
+                      "422": _err("wait is not a duration (invalid_query)")}},
+    ("DELETE", "/api/requests/{request_id}"): {
+        "summary": "Leave: this request no longer waits for its job (the last to leave abandons it)",
+        **_LEAVE},
+    ("POST", "/api/requests/{request_id}/leave"): {
+        "summary": "Leave, as a POST without a body (a closing page's navigator.sendBeacon)", **_LEAVE},
     ("GET", "/api/jobs/{job_id}/events"): {
         "summary": "Server-sent events of a job's public view until it finishes",
         "description": "event: job, id: the view's version, data: the public view. The first event "
@@ -67,7 +92,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                        "version; ': ping' comments keep the connection open; the stream ends after a "
                        "completed, failed or canceled view.",
         "parameters": [_JOB_ID, {"name": "last_event_id", "in": "query", "schema": {"type": "integer"}},
-                       {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"}}],
+                       {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"}}, *_PRESENTED],
         "responses": {"200": _SSE, "204": {"description": "the client already has the final view"},
                       "404": _err("no such job"), **_TOO_MANY_STREAMS}},
     ("GET", "/api/kinds"): {
@@ -212,6 +237,7 @@ _PUBLIC = {
     "result": {"nullable": True}, "error": {**_ERROR_OBJ, "nullable": True},
     "created_at": _TIME, "updated_at": _TIME, "finished_at": {**_TIME, "nullable": True},
     "version": {"type": "integer"},
+    "requesters": {"type": "integer", "description": "active requests (changes go out under the same version)"},
     "scheduled_for": {**_TIME, "nullable": True,
                       "description": "the run_at/delay asked for, until the first start; null when due now"},
 }
@@ -223,6 +249,11 @@ SCHEMAS = {
                                   "target": {"type": "string", "minLength": 1,
                                              "description": f"1 to {MAX_TARGET_BYTES} bytes"},
                                   "payload": {"type": "object", "default": {}},
+                                  "force": {"type": "boolean", "default": False,
+                                            "description": "skip the kind's reuse_for"},
+                                  "notify_url": {"type": "string", "format": "uri",
+                                                 "description": "POSTed the final view (Standard Webhooks); "
+                                                                "its host must be in JOBFEED_WEBHOOK_HOSTS"},
                                   "run_at": {**_TIME, "description": "RFC 3339 with an offset; not with delay"},
                                   "delay": {"type": "string", "example": "90s",
                                             "description": "a duration (500ms, 90s, 5m, 1h, 7d); not with run_at"},
@@ -232,7 +263,9 @@ SCHEMAS = {
                                                       "description": "the kind's max_running_per_key applies "
                                                                      "per key"}}},
     "JobView": {"type": "object", "properties": _PUBLIC},
-    "SubmitResult": {"type": "object", "properties": {**_PUBLIC, "deduplicated": {"type": "boolean"}}},
+    "SubmitResult": {"type": "object", "properties": {
+        **_PUBLIC, "deduplicated": {"type": "boolean"}, "reused": {"type": "boolean"},
+        "request_id": {"type": "string", "format": "uuid", "description": "leave with DELETE /api/requests/{id}"}}},
     "AdminJobView": {"type": "object", "properties": {
         **_PUBLIC,
         "state": {"type": "string", "enum": list(STATES)},

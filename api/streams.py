@@ -87,7 +87,7 @@ async def job_stream(request: Request, job_id) -> Response:
                 # EventSource to stop reconnecting.
                 sub.close()
                 return Response(status_code=204)
-            sub.skip_to(view.version)
+            sub.skip_to(view.version, view.extra)
         else:
             svc.feed.seed(sub, view)
         retry_ms = int(svc.settings.sse_retry * 1000)

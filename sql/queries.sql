@@ -16,6 +16,23 @@ select id, created from jobfeed.submit_many_v2($1, $2, $3::jsonb[], $4, $5, null
 -- name: submit_many_views
 select id, created, view::text from jobfeed.submit_many_views_v2($1, $2, $3::jsonb[], $4, $5, $6, $7);
 
+-- name: submit_request
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_request($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, null, $10, $11);
+
+-- name: submit_many_requests
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_many_requests($1, $2, $3::jsonb[], $4, $5, $6, $7, $8, null, $9, $10, $11);
+
+-- name: leave
+select jobfeed.leave($1)::text;
+
+-- name: may_view
+select jobfeed.may_view($1, $2, $3);
+
+-- name: set_kind_request_policy
+select jobfeed.set_kind_request_policy($1, $2, $3, $4);
+
 -- name: get_job
 select jobfeed.get_job($1)::text;
 

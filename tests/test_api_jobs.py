@@ -12,7 +12,7 @@ from jobfeed.api.app import create_app
 from servers import asgi_client, make_settings
 
 PUBLIC_FIELDS = {"id", "kind", "target", "status", "progress", "result", "error", "created_at",
-                 "updated_at", "finished_at", "version", "scheduled_for"}
+                 "updated_at", "finished_at", "version", "requesters", "scheduled_for"}
 
 
 @pytest.fixture
@@ -30,13 +30,14 @@ async def test_submit_creates_then_shares_the_unfinished_job(client, queue):
     assert first.status_code == 201
     job = first.json()
     assert first.headers["location"] == f"/api/jobs/{job['id']}"
-    assert set(job) == PUBLIC_FIELDS | {"deduplicated"}
-    assert job["deduplicated"] is False
+    assert set(job) == PUBLIC_FIELDS | {"deduplicated", "request_id"}
+    assert job["deduplicated"] is False and job["requesters"] == 1
     assert (job["kind"], job["target"], job["status"], job["version"]) == ("demo", "video-1", "queued", 1)
 
     again = await client.post("/api/jobs", json={"kind": "demo", "target": "video-1"})
     assert again.status_code == 200
     assert again.json()["id"] == job["id"] and again.json()["deduplicated"] is True
+    assert again.json()["request_id"] != job["request_id"] and again.json()["requesters"] == 2
     assert again.headers["location"] == f"/api/jobs/{job['id']}"
 
     other = await client.post("/api/jobs", json={"kind": "demo", "target": "video-2"})

@@ -368,6 +368,33 @@ async def test_errors_from_the_server_are_shown(api, new_page):
     await shot(page, "job-not-found")
 
 
+async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, http):
+    """Two people wait for one job: each page says it is shared; one leaves with
+    the button, the other closes the tab, and with nobody left the job is
+    canceled (its kind's on_abandon, cancel for demo)."""
+    first = await new_page()
+    url = await submit(first, "shared-leave", '{"steps": 100, "step_ms": 200}')
+    job_id = JOB_URL.search(url).group(1)
+    await expect(first.locator("#requesters")).to_have_text("Only you are waiting for this job.")
+    second = await new_page(PHONE)
+    await submit(second, "shared-leave")
+    for page in (first, second):
+        await expect(page.locator("#requesters")).to_have_text("Shared with 1 other.")
+    await shot(second, "job-shared-with")
+    await second.click("#leave")
+    await expect(second.locator("#left-note")).to_be_visible()
+    await expect(second.locator("#leave-row")).to_be_hidden()
+    await expect(first.locator("#requesters")).to_have_text("Only you are waiting for this job.")
+    assert (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "processing"
+
+    await first.close()  # the beacon leaves: nobody is waiting any more
+
+    async def canceled():
+        return (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "canceled"
+    await eventually(canceled, timeout=10, interval=0.1, what="the abandoned job canceled")
+    await expect(second.locator("#status")).to_have_text("canceled")
+
+
 async def test_dashboard_panels_match_the_database(worker, new_page, http, pool):
     """A live worker running one long job and a planted worker silent for more
     than two leases: the panel shows each as the database has it, live or lost.

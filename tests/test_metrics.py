@@ -116,7 +116,8 @@ async def test_up_serves_every_part_and_the_histograms_move(dsn):
 @pytest.mark.full
 async def test_a_standalone_worker_serves_its_metrics_port(dsn, queue, demo_kind):
     port = free_port()
-    env = worker_env(dsn, JOBFEED_METRICS_PORT=str(port))
+    # A lease long enough that a loaded machine never reclaims the job (one claim is asserted).
+    env = worker_env(dsn, JOBFEED_METRICS_PORT=str(port), JOBFEED_LEASE="30s")
     proc = await Process(JOBFEED + ["worker", "--kinds", "demo", "--poll", "200ms"], env).start(
         ready=r"metrics on http://", timeout=60)
     try:

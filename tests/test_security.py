@@ -20,6 +20,11 @@ CALLS = {
     "submit": "select * from jobfeed.submit('k', gen_random_uuid()::text)",
     "submit_many": "select * from jobfeed.submit_many('k', array[gen_random_uuid()::text])",
     "submit_many_views": "select * from jobfeed.submit_many_views('k', array[gen_random_uuid()::text], null)",
+    "submit_request": "select * from jobfeed.submit_request('k', gen_random_uuid()::text)",
+    "submit_many_requests": "select * from jobfeed.submit_many_requests('k', array[gen_random_uuid()::text], null)",
+    "leave": "select jobfeed.leave(gen_random_uuid())",
+    "may_view": "select jobfeed.may_view(gen_random_uuid(), 'x', null)",
+    "set_kind_request_policy": "select jobfeed.set_kind_request_policy('k', 'keep')",
     "register_kind_v2": "select jobfeed.register_kind_v2('k')",
     "submit_v2": "select * from jobfeed.submit_v2('k', gen_random_uuid()::text)",
     "submit_many_v2": "select * from jobfeed.submit_many_v2('k', array[gen_random_uuid()::text])",
@@ -82,6 +87,11 @@ CALLS = {
     "lock_held": "select jobfeed.lock_held('{}', '{}')",
     "notify_due": "select jobfeed.notify_due('k', 1)",
     "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
+    "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
+    "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
+    "reusable": "select jobfeed.reusable('k', 't', now())",
+    "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",
+    "queue_webhooks": "select jobfeed.queue_webhooks()",  # a trigger's: callable by nobody
 }
 
 ALLOWED = {
@@ -89,16 +99,18 @@ ALLOWED = {
                     "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel", "list_workers", "charts", "set_traceparent",
                     "open_admin_session", "admin_session_valid", "close_admin_session",
                     "register_kind_v2", "submit_v2", "submit_many_v2", "submit_many_views_v2",
-                    "set_kind_paused", "bulk_retry", "bulk_cancel", "list_schedules"},
+                    "set_kind_paused", "bulk_retry", "bulk_cancel", "list_schedules",
+                    "submit_request", "submit_many_requests", "leave", "may_view"},
     "jobfeed_worker": {"register_kind", "register_kind_v2", "list_kinds", "claim", "claim_v2", "next_due",
                        "extend_many", "extend", "register_schedule", "enqueue_slot", "list_schedules",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped",
-                       "set_traceparent"},
+                       "set_traceparent", "set_kind_request_policy"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions", "stats_snapshot", "workers", "depth_samples")
+TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions", "admin_sessions",
+          "stats_snapshot", "workers", "depth_samples")
 
 
 def as_user(url: str, user: str) -> str:

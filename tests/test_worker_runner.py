@@ -52,7 +52,7 @@ async def test_lost_lease_cancels_the_handler_and_drops_its_outcome(queue, pool,
         return {"never": True}
 
     runner = await run(spec("slow", slow, lease=60), heartbeat_by_hand=True)
-    job_id, _ = await queue.submit("slow", "x")
+    job_id = (await queue.submit("slow", "x")).id
     await asyncio.wait_for(entered.wait(), 5)
     await queue.cancel(job_id)
     await runner.signals.heartbeat.asked()

@@ -10,7 +10,7 @@ import sys
 
 from . import logs, migrate as migrations
 from .flow_commands import cmd_pause, cmd_resume, cmd_schedules
-from .job_commands import cmd_show, cmd_submit
+from .job_commands import cmd_leave, cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
 from .settings import SettingError, Settings, parse_duration, parse_positive_int
@@ -88,6 +88,10 @@ def parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("schedules", help="periodic kinds with their last and next run")
     sc.add_argument("--json", action="store_true", help="one JSON object per schedule")
 
+    lv = sub.add_parser("leave", help="a request leaves its job (the job is canceled when it was the last)")
+    lv.add_argument("request_id")
+    lv.add_argument("--json", action="store_true", help="print the job's public view as one JSON line")
+
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
@@ -97,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
             "submit": cmd_submit, "show": cmd_show, "top": cmd_top, "pause": cmd_pause, "resume": cmd_resume,
-            "schedules": cmd_schedules}
+            "schedules": cmd_schedules, "leave": cmd_leave}
 
 
 def main(argv: list[str] | None = None) -> int:

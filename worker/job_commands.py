@@ -1,4 +1,4 @@
-"""The commands about one job: `jobfeed submit` and `jobfeed show`."""
+"""The commands about one job: `jobfeed submit`, `jobfeed show` and `jobfeed leave`."""
 
 from __future__ import annotations
 
@@ -74,4 +74,23 @@ async def cmd_show(settings: Settings, args) -> int:
         err = a.get("error") or {}
         print(f"  #{a['attempt']} gen {a['generation']} {a['worker_id']} {a['started_at']} -> "
               f"{a['finished_at'] or 'running'} {a['outcome'] or ''} {err.get('code') or ''}")
+    return 0
+
+
+async def cmd_leave(settings: Settings, args) -> int:
+    try:
+        request_id = uuid.UUID(args.request_id)
+    except ValueError:
+        raise UsageError(f"{args.request_id!r} is not a request id") from None
+    dsn = await db.resolve_dsn(settings)
+    await migrations.require_schema(dsn)
+    pool = await db.create_pool(dsn, min_size=1, max_size=1, name="jobfeed-leave")
+    try:
+        view = await Queue(pool).leave(request_id)  # QueueError not_found: exit 2
+    finally:
+        await pool.close()
+    if args.json:
+        print(json.dumps(view))
+    else:
+        print(f"left; job {view['id']} is {view['status']} ({view['requesters']} requesters left)")
     return 0

@@ -4,6 +4,7 @@ raised by the functions turned into QueueError. No queue rule lives here."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -18,9 +19,10 @@ import asyncpg
 from .limits import MAX_PAYLOAD_BYTES
 from .settings import Settings
 from .sql import query
+from .states import TERMINAL
 
 # SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
-_HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422}
+_HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422, "JF429": 429}
 
 
 class QueueError(Exception):
@@ -99,6 +101,28 @@ class Job:
     lease: float | None = None  # seconds: the lease the claim granted (the heartbeat's pace)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Submission:
+    """What a submission got: the job's id, whether this call made it (False: an
+    unfinished job already held the target, and the caller shares it), whether
+    it is a completed job reused, and the request's id (None unless one was
+    recorded: Queue.submit records one only when asked)."""
+    id: uuid.UUID
+    created: bool
+    reused: bool = False
+    request_id: uuid.UUID | None = None
+
+    # `job_id, created = await queue.submit(...)` (and [0], [1]) keep working as before.
+    def __iter__(self):
+        return iter((self.id, self.created))
+
+    def __getitem__(self, index):
+        return (self.id, self.created)[index]
+
+    def __len__(self) -> int:
+        return 2
+
+
 class Queue:
     """The queue's functions, called on a pool, or on one connection: then each
     call runs on it, inside its transaction if one is open. Submitting in the
@@ -156,14 +180,38 @@ class Queue:
     # -- submitting and reading
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
                      run_after: dt.datetime | None = None, priority: int | None = None,
-                     concurrency_key: str | None = None,
-                     max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[uuid.UUID, bool]:
-        """-> (job id, created). created is False when an unfinished job already
-        held (kind, target): the caller shares that job. run_after: not claimed
-        before then; priority: None is the kind's default."""
+                     concurrency_key: str | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                     requester: str | None = None, notify_url: str | None = None,
+                     request: bool = False, force: bool = False) -> Submission:
+        """Submit, deduplicated by (kind, target). run_after: not claimed before
+        then; priority: None is the kind's default. With requester=, notify_url=
+        or request=True a request is recorded too (see leave()), and the kind's
+        reuse_for applies (force=True skips it); without, the call is as cheap
+        as a bare submission."""
+        if request or requester is not None or notify_url is not None:
+            job_id, created, _, request_id, reused = await self.submit_request_json(
+                kind, target, payload, run_after=run_after, priority=priority, concurrency_key=concurrency_key,
+                max_payload=max_payload, requester=requester, notify_url=notify_url, force=force)
+            return Submission(job_id, created, reused, request_id)
         job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after, priority=priority,
                                                     concurrency_key=concurrency_key, max_payload=max_payload)
-        return job_id, created
+        return Submission(job_id, created)
+
+    async def submit_request_json(self, kind: str, target: str, payload: dict | None = None, *,
+                                  run_after: dt.datetime | None = None, priority: int | None = None,
+                                  concurrency_key: str | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                                  requester: str | None = None, notify_url: str | None = None,
+                                  max_active: int | None = None,
+                                  force: bool = False) -> tuple[uuid.UUID, bool, str, uuid.UUID, bool]:
+        """submit() recording a request: (job id, created, public view as JSON
+        text, request id, reused). max_active: refuse (QueueError too_many_jobs,
+        429) when the requester would wait for more jobs than that."""
+        text = json.dumps(payload if payload is not None else {})
+        await self._add_kind(kind)
+        rows = await self._fetch("submit_request", kind, target, text, run_after, max_payload,
+                                 requester, notify_url, max_active, force, priority, concurrency_key)
+        r = rows[0]
+        return r["id"], r["created"], r["view"], r["request_id"], r["reused"]
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
                           run_after: dt.datetime | None = None, priority: int | None = None,
@@ -200,6 +248,41 @@ class Queue:
                                  run_after, priority, concurrency_key)
         return [(r["id"], r["created"], r["view"]) for r in rows]
 
+    async def submit_many_requests_json(
+            self, kind: str, items: Sequence[tuple[str, dict | None]], *, requesters: Sequence[str | None],
+            notify_urls: Sequence[str | None], max_payload: int = MAX_PAYLOAD_BYTES,
+            max_active: int | None = None, forces: Sequence[bool] | None = None,
+            run_after: dt.datetime | None = None, priority: int | None = None,
+            concurrency_key: str | None = None) -> list[tuple[uuid.UUID, bool, str, uuid.UUID, bool]]:
+        """submit_many_json() recording one request per item (the API's group
+        commit). Any requester over max_active refuses the whole batch."""
+        if not items:
+            return []
+        await self._add_kind(kind)
+        rows = await self._fetch("submit_many_requests", kind, *_batch(items), max_payload,
+                                 list(requesters), list(notify_urls), max_active,
+                                 None if forces is None else list(forces), run_after, priority, concurrency_key)
+        return [(r["id"], r["created"], r["view"], r["request_id"], r["reused"]) for r in rows]
+
+    async def leave_json(self, request_id: uuid.UUID) -> str:
+        """The request leaves (idempotent); answers its job's public view as JSON
+        text. QueueError not_found for an unknown request."""
+        return await self._fetchval("leave", request_id)
+
+    async def leave(self, request_id: uuid.UUID) -> dict:
+        """The request leaves. When it was the last active request of an
+        unfinished job, the kind's on_abandon decides: cancel (the default) or
+        keep. Answers the job's public view."""
+        return json.loads(await self.leave_json(request_id))
+
+    async def may_view(self, job_id: uuid.UUID, requester: str | None, request_id: uuid.UUID | None) -> bool:
+        """Did this identity, or the holder of this request id, ever request the job?"""
+        return await self._fetchval("may_view", job_id, requester, request_id)
+
+    async def set_kind_request_policy(self, kind: str, *, on_abandon: str = "cancel", on_duplicate: str = "join",
+                                      reuse_for: float | None = None) -> None:
+        await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for))
+
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""
         return await self._fetchval("get_job", job_id)
@@ -207,6 +290,52 @@ class Queue:
     async def get_job(self, job_id: uuid.UUID) -> dict | None:
         text = await self.get_job_json(job_id)
         return None if text is None else json.loads(text)
+
+    async def wait(self, job_id: uuid.UUID, timeout: float) -> dict | None:
+        """The job's public view once it is final, or as it is after `timeout`
+        seconds; None for an unknown job. Listens for the job's change
+        notifications on one connection (of the pool, held meanwhile) and
+        re-reads only when one names the job: it never polls. On a Connection
+        inside a transaction, LISTEN starts only at commit: wait outside one."""
+        key = str(job_id)
+        changed = asyncio.Event()
+
+        def on_change(_conn, _pid, _channel, payload: str) -> None:
+            if key in payload:
+                changed.set()
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.0)
+        async with self._listening("jobfeed_changed", on_change) as conn:
+            while True:
+                changed.clear()  # before reading: a change after the read wakes us
+                text = await conn.fetchval(query("get_job"), job_id)
+                view = None if text is None else json.loads(text)
+                if view is None or view["status"] in TERMINAL:
+                    return view
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return view
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+
+    @contextlib.asynccontextmanager
+    async def _listening(self, channel: str, callback):
+        if isinstance(self.pool, asyncpg.Pool):
+            async with self.pool.acquire() as conn:
+                await conn.add_listener(channel, callback)
+                try:
+                    yield conn
+                finally:
+                    await conn.remove_listener(channel, callback)
+        else:
+            await self.pool.add_listener(channel, callback)
+            try:
+                yield self.pool
+            finally:
+                await self.pool.remove_listener(channel, callback)
 
     async def get_jobs_json(self, job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         return [r[0] for r in await self._fetch("get_jobs", list(job_ids))]

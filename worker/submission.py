@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from .limits import MAX_TARGET_BYTES
 from .settings import SettingError, parse_duration
@@ -84,6 +85,14 @@ def check_submission(kind: object, target: object, payload: object) -> tuple[str
     return kind, target, payload
 
 
+def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
+    """A notify_url: http(s) to one of the allowed host names (JOBFEED_WEBHOOK_HOSTS, any port)."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(host) and host in hosts
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """When and how a job runs: not before run_after, priority (None: the

@@ -21,6 +21,8 @@ returns jsonb language sql stable as $$
         'updated_at', j.updated_at,
         'finished_at', j.finished_at,
         'version', j.version,
+        -- active requests: a request stops being one when its job is final
+        'requesters', case when j.state in ('queued', 'running') then j.requesters else 0 end,
         -- The time asked for with run_at/delay, until the first start. After a
         -- start it stays null: a retry's delay is not the public's business.
         'scheduled_for', case when j.generation = 0 and j.state = 'queued' and j.run_after > j.updated_at

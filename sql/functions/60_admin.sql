@@ -21,13 +21,17 @@ begin
     begin
         update jobfeed.jobs j
            set state = 'queued', attempts = 0, run_after = v_now, lease_until = null, finished_at = null,
-               result = null, updated_at = v_now, version = j.version + 1
+               result = null, updated_at = v_now, version = j.version + 1,
+               requesters = 0  -- its requests ended when it was final
          where j.id = p_id
         returning j.version, j.kind into v_ver, v_kind;
     exception when unique_violation then
         perform jobfeed.raise_error('JF409', 'target_busy',
                                     'another unfinished job already holds this kind and target');
     end;
+    -- Its requests ended when it was final: one leaving later must not count
+    -- against those who request the retried run.
+    update jobfeed.requests r set left_at = v_now where r.job_id = p_id and r.left_at is null;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
     perform jobfeed.notify_due(v_kind, 1);
     return jobfeed.admin_get_job(p_id);
@@ -129,9 +133,11 @@ begin
         begin  -- as retry(): a target held by an unfinished job again is left alone
             update jobfeed.jobs j
                set state = 'queued', attempts = 0, run_after = v_now, lease_until = null, finished_at = null,
-                   result = null, updated_at = v_now, version = j.version + 1
+                   result = null, updated_at = v_now, version = j.version + 1,
+                   requesters = 0  -- as retry(): its requests ended when it was final
              where j.id = v_id
             returning j.version, j.kind into v_ver, v_kind;
+            update jobfeed.requests r set left_at = v_now where r.job_id = v_id and r.left_at is null;
             v_done := v_done || v_id;
             v_vers := v_vers || v_ver;
             v_kinds := v_kinds || v_kind;

@@ -29,11 +29,18 @@ grant execute on function
     jobfeed.open_admin_session(interval, timestamptz),
     jobfeed.admin_session_valid(uuid, timestamptz),
     jobfeed.close_admin_session(uuid),
+    jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, boolean, timestamptz, int, text),
+    jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, boolean[], timestamptz,
+                                 timestamptz, int, text),
+    jobfeed.leave(uuid, timestamptz),
+    jobfeed.may_view(uuid, text, uuid),
     jobfeed.set_kind_paused(text, boolean),
     jobfeed.list_schedules(),
     jobfeed.bulk_retry(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz),
     jobfeed.bulk_cancel(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz)
 to jobfeed_api;
+
+grant execute on function jobfeed.set_kind_request_policy(text, text, text, interval) to jobfeed_worker;
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
