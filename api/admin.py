@@ -3,10 +3,13 @@ dashboard feed) and the session cookie a browser uses for them."""
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from jobfeed.worker.schedules import Periodic
 from jobfeed.worker.states import STATES
 
 from . import auth, streams
@@ -80,6 +83,16 @@ async def stats(request: Request) -> Response:
     return JSONResponse(await services(request).queue.stats(max_age=DASHBOARD_STATS_AGE))
 
 
+async def workers(request: Request) -> Response:
+    await _admin(request)
+    return JSONResponse({"workers": await services(request).queue.list_workers()})
+
+
+async def charts(request: Request) -> Response:
+    await _admin(request)
+    return JSONResponse(await services(request).queue.charts())
+
+
 async def events(request: Request) -> Response:
     await _admin(request)
     return await streams.admin_stream(request)
@@ -124,3 +137,78 @@ async def sign_out(request: Request) -> Response:
     response.delete_cookie(name, path=_cookie_path(request), httponly=True, samesite="strict",
                            secure=request.url.scheme == "https")
     return response
+
+
+async def _kind_paused(request: Request, paused: bool) -> Response:
+    await _admin(request)
+    kind = request.path_params["kind"]
+    if "\x00" in kind:
+        raise ApiError(404, "not_found", "no such kind")
+    return JSONResponse(await services(request).queue.set_kind_paused(kind, paused))
+
+
+async def pause_kind(request: Request) -> Response:
+    return await _kind_paused(request, True)
+
+
+async def resume_kind(request: Request) -> Response:
+    return await _kind_paused(request, False)
+
+
+_BULK_FIELDS = {"state", "kind", "error_code", "ids"}
+MAX_BULK_IDS = 10_000
+
+
+def _bulk_filter(body) -> dict:
+    """{"state"?, "kind"?, "error_code"?, "ids"?} -> Queue.bulk's filter; an
+    empty one is refused (it would touch every job)."""
+    if not isinstance(body, dict):
+        raise ApiError(422, "invalid_request", "the body must be a JSON object")
+    unknown = sorted(set(body) - _BULK_FIELDS)
+    if unknown:
+        raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
+    found = {k: v for k, v in body.items() if v is not None}
+    if not found:
+        raise ApiError(422, "filter_required", "name at least one of state, kind, error_code or ids")
+    state = found.get("state")
+    if state is not None and state not in STATES:
+        raise ApiError(422, "invalid_request", f"state must be one of {', '.join(STATES)}")
+    for name in ("kind", "error_code"):
+        value = found.get(name)
+        if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
+            raise ApiError(422, "invalid_request", f"{name} must be a non-empty string")
+    ids = found.get("ids")
+    if ids is not None:
+        if not isinstance(ids, list) or len(ids) > MAX_BULK_IDS:
+            raise ApiError(422, "invalid_request", f"ids must be a list of at most {MAX_BULK_IDS} job ids")
+        try:
+            ids = [uuid.UUID(i) for i in ids]
+        except (TypeError, ValueError, AttributeError):
+            raise ApiError(422, "invalid_request", "ids must be job ids") from None
+    return {"state": state, "kind": found.get("kind"), "error_code": found.get("error_code"), "ids": ids}
+
+
+async def _bulk(request: Request, action: str) -> Response:
+    await _admin(request)
+    svc = services(request)
+    where = _bulk_filter(await read_json(request, 1 << 20))
+    return JSONResponse({"count": await svc.queue.bulk(action, **where)})
+
+
+async def bulk_retry(request: Request) -> Response:
+    return await _bulk(request, "retry")
+
+
+async def bulk_cancel(request: Request) -> Response:
+    return await _bulk(request, "cancel")
+
+
+async def schedules(request: Request) -> Response:
+    """Periodic kinds with their last slot (and its job) and their next slot."""
+    await _admin(request)
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = await services(request).queue.list_schedules()
+    for row in rows:
+        p = Periodic(row["kind"], row["schedule"], row["timezone"], row["every_seconds"])
+        row["next_slot"] = p.next(now).isoformat().replace("+00:00", "Z")
+    return JSONResponse({"schedules": rows})

@@ -41,12 +41,21 @@ def routes() -> list[BaseRoute]:
         Route("/api/jobs/{job_id}", jobs.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/events", jobs.job_events, methods=["GET"]),
         Route("/api/jobs/{job_id}/signals/{name}", jobs.signal, methods=["POST"]),
+        Route("/api/requests/{request_id}", jobs.leave_request, methods=["DELETE"]),
+        Route("/api/requests/{request_id}/leave", jobs.leave_request, methods=["POST"]),
         Route("/api/kinds", jobs.list_kinds, methods=["GET"]),
         Route("/api/admin/jobs", admin.list_jobs, methods=["GET"]),
+        Route("/api/admin/jobs/retry", admin.bulk_retry, methods=["POST"]),
+        Route("/api/admin/jobs/cancel", admin.bulk_cancel, methods=["POST"]),
         Route("/api/admin/jobs/{job_id}", admin.get_job, methods=["GET"]),
         Route("/api/admin/jobs/{job_id}/retry", admin.retry, methods=["POST"]),
         Route("/api/admin/jobs/{job_id}/cancel", admin.cancel, methods=["POST"]),
+        Route("/api/admin/kinds/{kind}/pause", admin.pause_kind, methods=["POST"]),
+        Route("/api/admin/kinds/{kind}/resume", admin.resume_kind, methods=["POST"]),
+        Route("/api/admin/schedules", admin.schedules, methods=["GET"]),
         Route("/api/admin/stats", admin.stats, methods=["GET"]),
+        Route("/api/admin/workers", admin.workers, methods=["GET"]),
+        Route("/api/admin/charts", admin.charts, methods=["GET"]),
         Route("/api/admin/events", admin.events, methods=["GET"]),
         Route("/api/admin/session", admin.sign_in, methods=["POST"]),
         Route("/api/admin/session", admin.sign_out, methods=["DELETE"]),
@@ -88,7 +97,8 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
         try:
             svc.queue = Queue(svc.pool, settings=settings)
             svc.batcher = SubmitBatcher(svc.queue, max_payload=settings.max_payload,
-                                        max_batch=settings.submit_batch)
+                                        max_batch=settings.submit_batch,
+                                        max_active=settings.max_active_per_requester)
             await tasks.register_kinds(svc.queue, settings, overwrite=False)
             svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
                             health_interval=settings.listener_health)

@@ -4,8 +4,9 @@ Each submission is a durable commit: alone, a request pays a round trip, a
 function call and a WAL flush of its own, and PostgreSQL's CPU per request is
 what limits how many a process answers. Submissions that arrive while earlier
 ones are being written wait in `pending`; the next flush writes them all with
-one `submit_many_views` per kind (one statement, one commit) and answers each
-request from its row. A request that finds nothing in flight is written at the
+one `submit_many_requests` per kind and schedule (one statement, one commit) and answers each
+request from its row. Each submission is also a request (who waits for the
+job): its row is written by the same statement. A request that finds nothing in flight is written at the
 next turn of the event loop, so a lone request waits no longer than before.
 
 Nothing about a submission changes: the answer is sent only after its commit,
@@ -24,8 +25,11 @@ import uuid
 import asyncpg
 
 from jobfeed.worker.queue import Queue, QueueError
+from jobfeed.worker.submission import Schedule
 
-Answer = tuple[uuid.UUID, bool, str]  # (job id, created, public view as JSON text)
+# (job id, created, public view as JSON text, request id, reused)
+Answer = tuple[uuid.UUID, bool, str, uuid.UUID, bool]
+NOW = Schedule()  # due now, the kind's priority, no concurrency key
 
 
 @dataclasses.dataclass
@@ -33,13 +37,19 @@ class _Item:
     kind: str
     target: str
     payload: dict
+    schedule: Schedule
     answer: asyncio.Future
+    requester: str | None = None
+    notify_url: str | None = None
+    force: bool = False
 
 
 class SubmitBatcher:
-    def __init__(self, queue: Queue, *, max_payload: int, max_batch: int = 256, max_flushes: int = 4):
+    def __init__(self, queue: Queue, *, max_payload: int, max_batch: int = 256, max_flushes: int = 4,
+                 max_active: int | None = None):
         self.queue = queue
         self.max_payload = max_payload
+        self.max_active = max_active  # per requester (JOBFEED_MAX_ACTIVE_PER_REQUESTER)
         self.max_batch = max(1, max_batch)
         self.max_flushes = max(1, max_flushes)  # statements in flight at once (pool connections)
         self._pending: list[_Item] = []
@@ -49,8 +59,10 @@ class SubmitBatcher:
         self.batches = 0  # statements written (for /metrics)
         self.items = 0
 
-    async def submit(self, kind: str, target: str, payload: dict) -> Answer:
-        item = _Item(kind, target, payload, asyncio.get_running_loop().create_future())
+    async def submit(self, kind: str, target: str, payload: dict, schedule: Schedule = NOW, *,
+                     requester: str | None = None, notify_url: str | None = None, force: bool = False) -> Answer:
+        item = _Item(kind, target, payload, schedule, asyncio.get_running_loop().create_future(), requester,
+                     notify_url, force)
         self._pending.append(item)
         self._schedule()
         return await item.answer
@@ -71,24 +83,27 @@ class SubmitBatcher:
 
     async def _flush(self, batch: list[_Item]) -> None:
         try:
-            by_kind: dict[str, list[_Item]] = {}
+            # one statement per kind and schedule (most submissions have none)
+            by_kind: dict[tuple[str, Schedule], list[_Item]] = {}
             for item in batch:
-                by_kind.setdefault(item.kind, []).append(item)
-            for kind, items in by_kind.items():
-                await self._write(kind, items)
+                by_kind.setdefault((item.kind, item.schedule), []).append(item)
+            for (kind, schedule), items in by_kind.items():
+                await self._write(kind, schedule, items)
         finally:
             self._flushing -= 1
             self._schedule()
 
-    async def _write(self, kind: str, items: list[_Item]) -> None:
+    async def _write(self, kind: str, schedule: Schedule, items: list[_Item]) -> None:
         self.batches += 1
         self.items += len(items)
         if len(items) == 1:
             await self._alone(items[0])
             return
         try:
-            answers = await self.queue.submit_many_json(
-                kind, [(i.target, i.payload) for i in items], max_payload=self.max_payload)
+            answers = await self.queue.submit_many_requests_json(
+                kind, [(i.target, i.payload) for i in items], requesters=[i.requester for i in items],
+                notify_urls=[i.notify_url for i in items], max_payload=self.max_payload,
+                max_active=self.max_active, forces=[i.force for i in items], **schedule.kwargs())
         except QueueError as exc:
             if exc.code == "unknown_kind":  # true of every item alike
                 for item in items:
@@ -114,8 +129,10 @@ class SubmitBatcher:
 
     async def _alone(self, item: _Item) -> None:
         try:
-            answer = await self.queue.submit_json(item.kind, item.target, item.payload,
-                                                  max_payload=self.max_payload)
+            answer = await self.queue.submit_request_json(
+                item.kind, item.target, item.payload, max_payload=self.max_payload,
+                requester=item.requester, notify_url=item.notify_url, max_active=self.max_active,
+                force=item.force, **item.schedule.kwargs())
         except Exception as exc:
             _settle(item.answer, exc=exc)
         else:

@@ -2,6 +2,9 @@
 of SSE streams.
 
 A notification on `jobfeed_changed` carries "id:version,..."; it is only a hint.
+A version marked "7r" says that only who waits changed (requesters): the view
+is re-read and sent again under the same version (SSE id), which never moves
+for such changes.
 Ids nobody here watches are dropped after parsing. Watched ids whose version is
 newer than what was last offered are collected for a few milliseconds and
 re-read in one get_jobs query. Each subscriber holds at most one pending view,
@@ -12,18 +15,20 @@ while disconnected costs latency, never a change."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import re
 import time
-from typing import NamedTuple
 
 import anyio
 import asyncpg
+from sse_starlette import ServerSentEvent
 
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.states import TERMINAL
+from jobfeed.worker.testsignal import Signal, Timer
 
 from .parse import digits
 
@@ -45,29 +50,52 @@ class TooManyStreams(Exception):
         self.scope = scope
 
 
-class View(NamedTuple):
-    """A public view as PostgreSQL wrote it, with what the feed needs to know."""
-    job_id: str
-    version: int
-    terminal: bool
-    text: str
+class View:
+    """A public view as PostgreSQL wrote it, with what the feed needs to know.
+    One View is offered to every watcher of its job, so its SSE frame is encoded
+    once, by the first stream that sends it, and the others send the same bytes."""
+
+    __slots__ = ("job_id", "version", "terminal", "text", "extra", "changed_at", "_frame")
+
+    def __init__(self, job_id: str, version: int, terminal: bool, text: str, extra: tuple = (),
+                 changed_at: float | None = None):
+        self.job_id = job_id
+        self.version = version
+        self.terminal = terminal
+        self.text = text
+        self.extra = extra  # fields that change without a new version (requesters)
+        self.changed_at = changed_at  # updated_at as epoch seconds: the SSE lag metric
+        self._frame: bytes | None = None
 
     @classmethod
     def parse(cls, text: str) -> "View":
         data = json.loads(text)
-        return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text)
+        updated = data.get("updated_at")
+        changed_at = dt.datetime.fromisoformat(updated).timestamp() if isinstance(updated, str) else None
+        return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text,
+                   (data.get("requesters"),), changed_at)
+
+    def newer_than(self, version: int, extra: tuple) -> bool:
+        return self.version > version or (self.version == version and self.extra != extra)
+
+    def frame(self, sep: str) -> bytes:
+        """The `job` event carrying this view, as bytes on the wire (no retry field)."""
+        if self._frame is None:
+            self._frame = ServerSentEvent(self.text, event="job", id=str(self.version), sep=sep).encode()
+        return self._frame
 
 
 class JobSubscription:
     """One stream's interest in one job: the version it last sent and the newest
     view it has not sent yet."""
 
-    __slots__ = ("job_id", "sent", "_pending", "_wake", "_closed", "_feed", "_client")
+    __slots__ = ("job_id", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client")
 
     def __init__(self, feed: "Feed", job_id: str, client: str | None = None):
         self.job_id = job_id
         self._client = client
         self.sent = 0
+        self.sent_extra: tuple = ()
         self._pending: View | None = None
         self._wake = asyncio.Event()
         self._closed = False
@@ -78,13 +106,16 @@ class JobSubscription:
         return self._pending.version if self._pending is not None else self.sent
 
     def offer(self, view: View) -> None:
-        if not self._closed and view.version > self.newest:
+        newest = self._pending if self._pending is not None else None
+        version, extra = (newest.version, newest.extra) if newest is not None else (self.sent, self.sent_extra)
+        if not self._closed and view.newer_than(version, extra):
             self._pending = view  # replaces an older pending view: coalesce
             self._wake.set()
 
-    def skip_to(self, version: int) -> None:
+    def skip_to(self, version: int, extra: tuple = ()) -> None:
         """The client already has this version (Last-Event-ID)."""
-        self.sent = max(self.sent, version)
+        if version >= self.sent:
+            self.sent, self.sent_extra = version, extra
         if self._pending is not None and self._pending.version <= self.sent:
             self._pending = None
 
@@ -96,7 +127,7 @@ class JobSubscription:
             self._wake.clear()
             await self._wake.wait()
         view, self._pending = self._pending, None
-        self.sent = view.version
+        self.sent, self.sent_extra = view.version, view.extra
         return view
 
     def close(self) -> None:
@@ -156,6 +187,18 @@ class AdminSubscription:
             self._feed._release(self._client)
 
 
+class FeedSignals:
+    """Test hooks (worker/testsignal.py), inert unless a test enables them."""
+
+    __slots__ = ("connected", "reread", "reread_failed", "retry")
+
+    def __init__(self) -> None:
+        self.connected = Signal()      # the listener (re)connected and the resync is asked for
+        self.reread = Signal()         # a re-read was offered to the streams (True: a resync)
+        self.reread_failed = Signal()  # a re-read failed (the exception); it will be retried...
+        self.retry = Timer()           # ...after this wait
+
+
 class Feed:
     def __init__(self, dsn: str | asyncpg.Pool, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
                  name: str = "jobfeed-api-feed"):
@@ -164,7 +207,8 @@ class Feed:
         self.listener = Listener(dsn, {CHANNEL: self._on_notify}, on_connect=self._on_connect,
                                  health_interval=health_interval, name=name)
         self._watch: dict[str, set[JobSubscription]] = {}
-        self._known: dict[str, int] = {}  # newest version offered to the watchers of a job
+        # newest (version, extra) offered to the watchers of a job
+        self._known: dict[str, tuple[int, tuple]] = {}
         self._admins: set[AdminSubscription] = set()
         self._dirty: set[str] = set()
         self._admin_dirty: set[str] = set()
@@ -180,6 +224,7 @@ class Feed:
         self._bad_logged = 0.0
         self.rereads = 0
         self.reconnects = 0
+        self.signals = FeedSignals()
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -260,7 +305,9 @@ class Feed:
 
     def seed(self, sub: JobSubscription, view: View) -> None:
         """Offer the snapshot read after subscribing."""
-        self._known[view.job_id] = max(self._known.get(view.job_id, 0), view.version)
+        known = self._known.get(view.job_id)
+        if known is None or view.newer_than(*known):
+            self._known[view.job_id] = (view.version, view.extra)
         sub.offer(view)
 
     def subscribe_admin(self, limit: int = 1000, client: str | None = None, *, per_client: int | None = None,
@@ -285,7 +332,8 @@ class Feed:
         admins = bool(self._admins)
         for item in payload.split(","):
             job_id, _, version_text = item.partition(":")
-            version = digits(version_text, 19)
+            who_only = version_text.endswith("r")  # requesters changed, the version did not
+            version = digits(version_text[:-1] if who_only else version_text, 19)
             if version is None or not _JOB_ID.match(job_id):
                 self._skip(payload)
                 continue
@@ -295,7 +343,7 @@ class Feed:
                 continue
             # A version no newer than what was offered means the public view did
             # not change (a retry's private bookkeeping): nothing to send.
-            if version <= self._known.get(job_id, 0):
+            if not who_only and version <= self._known.get(job_id, (0, ()))[0]:
                 continue
             self._dirty.add(job_id)
         if self._dirty or self._admin_dirty:
@@ -316,6 +364,7 @@ class Feed:
         for admin in self._admins:
             admin.resync()
         self._wake.set()
+        self.signals.connected.signal(self.reconnects)
 
     async def _run(self) -> None:
         while True:
@@ -328,12 +377,14 @@ class Feed:
             admin_ids, self._admin_dirty = self._admin_dirty, set()
             try:
                 await self._reread(ids, admin_ids)
+                self.signals.reread.signal(resync)
             except Exception as exc:  # the database may be restarting: try again
                 log.warning("feed: re-reading %d jobs failed (%s); retrying", len(ids) + len(admin_ids), exc)
                 self._resync = self._resync or resync
                 self._dirty |= ids
                 self._admin_dirty |= admin_ids
-                await asyncio.sleep(0.5)
+                self.signals.reread_failed.signal(exc)
+                await self.signals.retry.sleep(0.5)
                 self._wake.set()
 
     async def _reread(self, ids: set[str], admin_ids: set[str]) -> None:
@@ -342,9 +393,10 @@ class Feed:
             self.rereads += 1
             for text in await self.queue.get_jobs_json(watched[start:start + REREAD_CHUNK]):
                 view = View.parse(text)
-                if view.version <= self._known.get(view.job_id, 0):
+                known = self._known.get(view.job_id)
+                if known is not None and not view.newer_than(*known):
                     continue
-                self._known[view.job_id] = view.version
+                self._known[view.job_id] = (view.version, view.extra)
                 for sub in list(self._watch.get(view.job_id, ())):
                     sub.offer(view)
         admin_list = list(admin_ids) if self._admins else []

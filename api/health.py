@@ -7,10 +7,11 @@ import ipaddress
 import logging
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker import migrate
 
+from .metrics import CONTENT_TYPE
 from . import auth
 from .errors import ApiError
 from .state import services
@@ -62,5 +63,6 @@ def _metrics_access(request: Request) -> None:
 async def metrics(request: Request) -> Response:
     _metrics_access(request)
     svc = services(request)
-    text = svc.metrics.render(await svc.queue.stats(), svc.feed, svc.batcher)
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    # list_kinds reads the small kinds table (for the paused gauge), never the jobs
+    text = svc.metrics.render(await svc.queue.stats(), await svc.queue.list_kinds(), svc.feed, svc.batcher)
+    return Response(text, media_type=CONTENT_TYPE)

@@ -6,25 +6,49 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from jobfeed.worker.submission import InvalidSubmission, check_submission, parse_after, parse_signals, storable
+from jobfeed.worker import tracing
+from jobfeed.worker.queue import QueueError
+from jobfeed.worker.submission import (InvalidSubmission, Schedule, check_schedule, check_submission, host_allowed,
+                                       parse_after, parse_signals, storable)
 
-from . import auth, streams
+from . import access, auth, streams, waiting
 from .body import read_json
 from .errors import ApiError, json_text
 from .state import services
-from .views import parse_job_id, with_flag
+from .views import parse_job_id, parse_request_id, with_field, with_flag
 
-_FIELDS = {"kind", "target", "payload", "after", "await_signals", "signal_timeout"}
+_FIELDS = {"kind", "target", "payload", "run_at", "delay", "priority", "concurrency_key", "force", "notify_url",
+           "after", "await_signals", "signal_timeout"}
+RETRY_AFTER_TOO_MANY = 10  # seconds; when one of the requester's jobs ends is unknowable
 
 
-def _check_submission(body) -> tuple[str, str, dict]:
+def _force(body) -> bool:
+    force = body.get("force", False)
+    if not isinstance(force, bool):
+        raise ApiError(422, "invalid_request", "force must be true or false")
+    return force
+
+
+def _notify_url(body, hosts: tuple[str, ...]) -> str | None:
+    url = body.get("notify_url")
+    if url is None:
+        return None
+    if not isinstance(url, str) or len(url) > 2048 or not host_allowed(url, hosts):
+        raise ApiError(422, "notify_url_not_allowed",
+                       "notify_url must be an http(s) URL on a host in JOBFEED_WEBHOOK_HOSTS")
+    return url
+
+
+def _check_submission(body) -> tuple[str, str, dict, Schedule]:
     if not isinstance(body, dict):
         raise ApiError(422, "invalid_request", "the body must be a JSON object with kind, target and payload")
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
     try:
-        return check_submission(body.get("kind"), body.get("target"), body.get("payload", {}))
+        kind, target, payload = check_submission(body.get("kind"), body.get("target"), body.get("payload", {}))
+        return kind, target, payload, check_schedule(body.get("run_at"), body.get("delay"), body.get("priority"),
+                                                     body.get("concurrency_key"))
     except InvalidSubmission as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None
 
@@ -32,38 +56,82 @@ def _check_submission(body) -> tuple[str, str, dict]:
 async def submit(request: Request) -> Response:
     svc = services(request)
     auth.require_api_token(request, svc.settings.api_token)
+    with tracing.span("POST /api/jobs", parent=request.headers.get("traceparent"), server=True):
+        return await _submit(request, svc)
+
+
+async def _submit(request: Request, svc) -> Response:
     body = await read_json(request, svc.body_limit)
-    kind, target, payload = _check_submission(body)
+    kind, target, payload, schedule = _check_submission(body)
+    force = _force(body)
+    notify_url = _notify_url(body, svc.settings.webhook_hosts)
     try:
         after = parse_after(body.get("after", []))
         signals, signal_timeout = parse_signals(body.get("await_signals", []), body.get("signal_timeout"))
     except InvalidSubmission as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None
-    try:
-        if after or signals:
-            # rare, and it locks its dependencies: outside the group commit
-            job_id, created, text = await svc.queue.submit_json(kind, target, payload, after=after,
-                                                                await_signals=signals,
-                                                                signal_timeout=signal_timeout)
-        else:
-            job_id, created, text = await svc.batcher.submit(kind, target, payload)
-    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
-        # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
-        raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
-    return json_text(with_flag(text, "deduplicated", not created), 201 if created else 200,
+    if (after or signals) and notify_url is not None:
+        raise ApiError(422, "invalid_request", "notify_url does not combine with after or await_signals")
+    tracing.annotate({"jobfeed.kind": kind})
+    traceparent = tracing.current_traceparent()  # this request's span: every run of the job joins its trace
+    with svc.metrics.submitting() as timed:
+        try:
+            with tracing.span("jobfeed submit", attributes={"jobfeed.kind": kind}):
+                if after or signals:
+                    # rare, and it locks its dependencies: outside the group commit (no request recorded)
+                    job_id, created, text = await svc.queue.submit_json(
+                        kind, target, payload, max_payload=svc.settings.max_payload, after=after,
+                        await_signals=signals, signal_timeout=signal_timeout, **schedule.kwargs())
+                    request_id, reused = None, False
+                else:
+                    job_id, created, text, request_id, reused = await svc.batcher.submit(
+                        kind, target, payload, schedule, requester=svc.requester(request), force=force,
+                        notify_url=notify_url)
+                if traceparent and created:
+                    await svc.queue.set_traceparent(job_id, traceparent)
+        except QueueError as exc:
+            if exc.code == "too_many_jobs":  # a job of theirs must finish or be left first
+                raise ApiError(429, exc.code, exc.message,
+                               headers={"Retry-After": str(RETRY_AFTER_TOO_MANY)}) from None
+            raise
+        except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
+            # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
+            raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
+        timed["kind"] = kind
+    text = with_flag(text, "deduplicated", not created and not reused)
+    if request_id is not None:
+        text = with_field(text, "request_id", str(request_id))
+    if reused:
+        text = with_flag(text, "reused", True)
+    return json_text(text, 201 if created else 200,
                      headers={"Location": f"{request.scope.get('root_path', '')}/api/jobs/{job_id}"})
 
 
 async def get_job(request: Request) -> Response:
     job_id = parse_job_id(request.path_params["job_id"])
-    text = await services(request).queue.get_job_json(job_id)
+    svc = services(request)
+    seconds = waiting.wait_seconds(request.query_params.get("wait"))
+    await access.require_view(svc, request, job_id)
+    if seconds:
+        text = await waiting.wait_for_final(svc, job_id, seconds)
+    else:
+        text = await svc.queue.get_job_json(job_id)
     if text is None:
         raise ApiError(404, "not_found", "no such job")
     return json_text(text)
 
 
+async def leave_request(request: Request) -> Response:
+    """DELETE /api/requests/{id} and POST .../leave (a closing page's sendBeacon)."""
+    request_id = parse_request_id(request.path_params["request_id"])
+    text = await services(request).queue.leave_json(request_id)  # QueueError not_found -> 404
+    return json_text('{"job": ' + text + "}")
+
+
 async def job_events(request: Request) -> Response:
-    return await streams.job_stream(request, parse_job_id(request.path_params["job_id"]))
+    job_id = parse_job_id(request.path_params["job_id"])
+    await access.require_view(services(request), request, job_id)
+    return await streams.job_stream(request, job_id)
 
 
 async def list_kinds(request: Request) -> Response:

@@ -1,28 +1,114 @@
-"""Prometheus text exposition, written by hand (a few counters and gauges do
-not need a client library): requests by route, open streams, the feed's health,
-and jobs by kind and state from the stats query."""
+"""The API's Prometheus metrics (prometheus-client), in a registry per app:
+requests by route, submit latency, open streams and their delivery lag, the
+feed's health, and jobs by kind and state from the stats query (a snapshot,
+never a scan per scrape). /metrics shows them with the process's own
+(jobfeed.worker.metrics.PROCESS): in `jobfeed up` that is the worker's and the
+sweeper's too."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import time
 from typing import Iterator
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobfeed.worker import metrics as process_metrics
+
+# Submissions and stream deliveries take milliseconds, more under load.
+FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, float("inf"))
+STREAMS = ("job", "admin")
+
+
+class _Live(Collector):
+    """Figures read when scraped: the feed's counters, the batcher's, and the
+    stats snapshot the scrape fetched."""
+
+    def __init__(self) -> None:
+        self.stats: dict = {}
+        self.kinds: list[dict] = []
+        self.feed = None
+        self.batcher = None
+
+    def collect(self):
+        jobs = GaugeMetricFamily("jobfeed_jobs", "Jobs by kind and true state.", labels=["kind", "state"])
+        for kind, states in sorted(self.stats.get("counts", {}).items()):
+            for state, n in sorted(states.items()):
+                jobs.add_metric([kind, state], n)
+        yield jobs
+        paused = GaugeMetricFamily("jobfeed_kind_paused", "1 while a kind is paused (nothing of it is claimed).",
+                                   labels=["kind"])
+        for k in self.kinds:
+            paused.add_metric([k["kind"]], 1 if k.get("paused") else 0)
+        yield paused
+        yield GaugeMetricFamily("jobfeed_oldest_due_seconds", "Age of the oldest queued job that is due.",
+                                value=self.stats.get("oldest_due_seconds") or 0)
+        feed, batcher = self.feed, self.batcher
+        if feed is not None:
+            yield GaugeMetricFamily("jobfeed_feed_connected", "1 while the feed's LISTEN connection is up.",
+                                    value=1 if feed.connected else 0)
+            yield GaugeMetricFamily("jobfeed_feed_watched_jobs", "Jobs with at least one open stream here.",
+                                    value=feed.watched_jobs)
+            yield CounterMetricFamily("jobfeed_feed_notifications", "Change notifications received.",
+                                      value=feed.notifications)
+            yield CounterMetricFamily("jobfeed_feed_rereads", "Batched re-reads of changed jobs.",
+                                      value=feed.rereads)
+            yield CounterMetricFamily("jobfeed_feed_connects", "(Re)connects of the feed's listener.",
+                                      value=feed.reconnects)
+        if batcher is not None:
+            yield CounterMetricFamily(
+                "jobfeed_submit_statements",
+                "Statements that wrote POST /api/jobs submissions (several per statement under load).",
+                value=batcher.batches)
+            yield CounterMetricFamily("jobfeed_submit_items", "Submissions written by those statements.",
+                                      value=batcher.items)
 
 
 class Metrics:
-    def __init__(self):
-        self.requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
-        self.streams: collections.Counter[str] = collections.Counter()
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("jobfeed_http_requests", "HTTP requests by method, route and status.",
+                                ["method", "route", "status"], registry=self.registry)
+        self.submit_seconds = Histogram("jobfeed_submit_seconds",
+                                        "POST /api/jobs from its body read to its answer, by kind.",
+                                        ["kind"], buckets=FAST_BUCKETS, registry=self.registry)
+        self.sse_lag = Histogram("jobfeed_sse_lag_seconds",
+                                 "From a change's commit to its event being written to a stream.",
+                                 ["stream"], buckets=FAST_BUCKETS, registry=self.registry)
+        self.streams = Gauge("jobfeed_sse_streams", "Open server-sent event streams.", ["stream"],
+                             registry=self.registry)
+        for name in STREAMS:
+            self.streams.labels(name)  # shown at 0 before the first stream opens
+        self._live = _Live()
+        self.registry.register(self._live)
 
     @contextlib.contextmanager
     def stream(self, name: str) -> Iterator[None]:
-        self.streams[name] += 1
+        gauge = self.streams.labels(name)
+        gauge.inc()
         try:
             yield
         finally:
-            self.streams[name] -= 1
+            gauge.dec()
+
+    @contextlib.contextmanager
+    def submitting(self) -> Iterator[dict]:
+        """Times a submission; the handler sets ["kind"] once it is known, and
+        only a submission that got that far is observed."""
+        labels: dict = {}
+        start = time.perf_counter()
+        yield labels
+        if "kind" in labels:
+            self.submit_seconds.labels(labels["kind"]).observe(time.perf_counter() - start)
+
+    def delivered(self, stream: str, changed_at: float | None) -> None:
+        """An event about a change committed at `changed_at` (epoch seconds, the
+        database's clock) was written to a stream."""
+        if changed_at is not None:
+            self.sse_lag.labels(stream).observe(max(time.time() - changed_at, 0.0))
 
     def middleware(self, app: ASGIApp) -> ASGIApp:
         """Count each HTTP request by method, route template and status. Counted
@@ -36,61 +122,15 @@ class Metrics:
                 if message["type"] == "http.response.start":
                     route = scope.get("route")
                     path = getattr(route, "path", None) or "unmatched"
-                    self.requests[(scope["method"], path, message["status"])] += 1
+                    self.requests.labels(scope["method"], path, str(message["status"])).inc()
                 await send(message)
 
             await app(scope, receive, sending)
         return counted
 
-    def render(self, stats: dict, feed, batcher) -> str:
-        out: list[str] = []
-
-        def family(name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
-                out.append(f"{name}{_labels(labels)} {_number(value)}")
-
-        family("jobfeed_jobs", "gauge", "Jobs by kind and true state.",
-               [({"kind": kind, "state": state}, n)
-                for kind, states in sorted(stats.get("counts", {}).items())
-                for state, n in sorted(states.items())])
-        oldest = stats.get("oldest_due_seconds")
-        family("jobfeed_oldest_due_seconds", "gauge", "Age of the oldest queued job that is due.",
-               [({}, oldest or 0)])
-        family("jobfeed_http_requests_total", "counter", "HTTP requests by method, route and status.",
-               [({"method": m, "route": r, "status": str(s)}, n)
-                for (m, r, s), n in sorted(self.requests.items())])
-        family("jobfeed_sse_streams", "gauge", "Open server-sent event streams.",
-               [({"stream": name}, self.streams.get(name, 0)) for name in ("job", "admin")])
-        family("jobfeed_feed_connected", "gauge", "1 while the feed's LISTEN connection is up.",
-               [({}, 1 if feed.connected else 0)])
-        family("jobfeed_feed_watched_jobs", "gauge", "Jobs with at least one open stream here.",
-               [({}, feed.watched_jobs)])
-        family("jobfeed_feed_notifications_total", "counter", "Change notifications received.",
-               [({}, feed.notifications)])
-        family("jobfeed_feed_rereads_total", "counter", "Batched re-reads of changed jobs.",
-               [({}, feed.rereads)])
-        family("jobfeed_feed_connects_total", "counter", "(Re)connects of the feed's listener.",
-               [({}, feed.reconnects)])
-        family("jobfeed_submit_statements_total", "counter",
-               "Statements that wrote POST /api/jobs submissions (several per statement under load).",
-               [({}, batcher.batches)])
-        family("jobfeed_submit_items_total", "counter", "Submissions written by those statements.",
-               [({}, batcher.items)])
-        return "\n".join(out) + "\n"
+    def render(self, stats: dict, kinds: list[dict], feed, batcher) -> bytes:
+        self._live.stats, self._live.kinds, self._live.feed, self._live.batcher = stats, kinds, feed, batcher
+        return process_metrics.render(self.registry, process_metrics.PROCESS)
 
 
-def _labels(labels: dict) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+CONTENT_TYPE = process_metrics.CONTENT_TYPE

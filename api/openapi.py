@@ -25,6 +25,8 @@ def _ref(name: str) -> dict:
 
 
 _JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+_TIME = {"type": "string", "format": "date-time"}
+_KIND = {"name": "kind", "in": "path", "required": True, "schema": {"type": "string"}}
 _ADMIN: list[dict] = [{"bearer": []}, {"session": []}]
 _UNAUTHORIZED = {"401": _err("no valid admin token or session")}
 # What every JSON body may be refused for before it is looked at.
@@ -37,6 +39,17 @@ _BODY_ERRORS = {
 _CSRF = {"403": _err("signed in by cookie, but the request did not come from this server's pages (csrf)")}
 _TOO_MANY_STREAMS = {"429": _err("too many open streams from this client, or in this process (too_many_streams); "
                                  "see Retry-After")}
+_REQUEST_ID = {"name": "request_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+# JOBFEED_JOB_ACCESS=requesters: how a caller shows it requested the job.
+_PRESENTED = [{"name": "X-Jobfeed-Request", "in": "header", "schema": {"type": "string", "format": "uuid"},
+               "description": "one of the job's request ids (JOBFEED_JOB_ACCESS=requesters)"},
+              {"name": "request", "in": "query", "schema": {"type": "string", "format": "uuid"},
+               "description": "the same, where headers cannot be sent (EventSource)"}]
+_LEAVE = {
+    "parameters": [_REQUEST_ID],
+    "responses": {"200": _json({"type": "object", "properties": {"job": _ref("JobView")}},
+                               "left (also when it had left before): the job's public view"),
+                  "404": _err("no such request")}}
 _SSE = {"description": "a stream of server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
 _HTML = {"description": "a page of the web UI", "content": {"text/html": {"schema": {"type": "string"}}}}
 
@@ -47,17 +60,31 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Submission")}}},
         "responses": {
             "201": _json(_ref("SubmitResult"), "a new job; Location names it"),
-            "200": _json(_ref("SubmitResult"), "an unfinished job already held the target (deduplicated: true)"),
+            "200": _json(_ref("SubmitResult"), "an unfinished job already held the target (deduplicated: true), "
+                                               "or a recent completion is reused (reused: true)"),
             **_BODY_ERRORS,
             "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
+            "409": _err("the kind rejects a duplicate with a different payload (payload_conflict)"),
             "413": _err("payload or body too large (payload_too_large)"),
-            "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload or "
-                        "unknown_dependency"),
+            "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload, invalid_run_at, "
+                        "invalid_delay, invalid_priority, invalid_concurrency_key, notify_url_not_allowed or unknown_dependency"),
+            "429": _err("this requester already waits for JOBFEED_MAX_ACTIVE_PER_REQUESTER jobs "
+                        "(too_many_jobs); see Retry-After"),
         }},
     ("GET", "/api/jobs/{job_id}"): {
-        "summary": "A job's public view",
-        "parameters": [_JOB_ID],
-        "responses": {"200": _json(_ref("JobView"), "the job"), "404": _err("no such job")}},
+        "summary": "A job's public view; with ?wait=, once it is final or the time is up",
+        "parameters": [_JOB_ID,
+                       {"name": "wait", "in": "query", "schema": {"type": "string"},
+                        "description": "a duration (30s) or seconds; at most 60 s (longer is clamped)"},
+                       *_PRESENTED],
+        "responses": {"200": _json(_ref("JobView"), "the job"),
+                      "404": _err("no such job (or, with JOBFEED_JOB_ACCESS=requesters, not yours)"),
+                      "422": _err("wait is not a duration (invalid_query)")}},
+    ("DELETE", "/api/requests/{request_id}"): {
+        "summary": "Leave: this request no longer waits for its job (the last to leave abandons it)",
+        **_LEAVE},
+    ("POST", "/api/requests/{request_id}/leave"): {
+        "summary": "Leave, as a POST without a body (a closing page's navigator.sendBeacon)", **_LEAVE},
     ("GET", "/api/jobs/{job_id}/events"): {
         "summary": "Server-sent events of a job's public view until it finishes",
         "description": "event: job, id: the view's version, data: the public view. The first event "
@@ -65,7 +92,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                        "version; ': ping' comments keep the connection open; the stream ends after a "
                        "completed, failed or canceled view.",
         "parameters": [_JOB_ID, {"name": "last_event_id", "in": "query", "schema": {"type": "integer"}},
-                       {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"}}],
+                       {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer"}}, *_PRESENTED],
         "responses": {"200": _SSE, "204": {"description": "the client already has the final view"},
                       "404": _err("no such job"), **_TOO_MANY_STREAMS}},
     ("POST", "/api/jobs/{job_id}/signals/{name}"): {
@@ -115,10 +142,62 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "security": _ADMIN, "parameters": [_JOB_ID],
         "responses": {"200": _json(_ref("AdminJobView"), "the job, canceled"), **_UNAUTHORIZED, **_CSRF,
                       "404": _err("no such job"), "409": _err("already finished (invalid_state)")}},
+    ("POST", "/api/admin/kinds/{kind}/pause"): {
+        "summary": "Pause a kind: submissions are still taken, nothing of it is claimed, running jobs finish",
+        "security": _ADMIN, "parameters": [_KIND],
+        "responses": {"200": _json(_ref("Kind"), "the kind, paused"), **_UNAUTHORIZED, **_CSRF,
+                      "404": _err("no such kind (not_found)")}},
+    ("POST", "/api/admin/kinds/{kind}/resume"): {
+        "summary": "Resume a paused kind",
+        "security": _ADMIN, "parameters": [_KIND],
+        "responses": {"200": _json(_ref("Kind"), "the kind, claimed again"), **_UNAUTHORIZED, **_CSRF,
+                      "404": _err("no such kind (not_found)")}},
+    ("POST", "/api/admin/jobs/retry"): {
+        "summary": "Re-run every failed or canceled job matching the filter (in bounded batches)",
+        "security": _ADMIN,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkFilter")}}},
+        "responses": {"200": _json(_ref("BulkCount"), "how many jobs were queued again"), **_UNAUTHORIZED, **_CSRF, **_BODY_ERRORS,
+                      "422": _err("an empty filter (filter_required) or a bad one (invalid_request)")}},
+    ("POST", "/api/admin/jobs/cancel"): {
+        "summary": "Cancel every unfinished job matching the filter (in bounded batches)",
+        "security": _ADMIN,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BulkFilter")}}},
+        "responses": {"200": _json(_ref("BulkCount"), "how many jobs were canceled"), **_UNAUTHORIZED, **_CSRF, **_BODY_ERRORS,
+                      "422": _err("an empty filter (filter_required) or a bad one (invalid_request)")}},
+    ("GET", "/api/admin/schedules"): {
+        "summary": "Periodic kinds with their last and next run",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {"schedules": {"type": "array", "items": {
+            "type": "object", "properties": {
+                "kind": {"type": "string"}, "schedule": {"type": "string", "nullable": True},
+                "timezone": {"type": "string"}, "every_seconds": {"type": "number", "nullable": True},
+                "since": _TIME, "last_slot": {**_TIME, "nullable": True},
+                "last_job": {"type": "string", "format": "uuid", "nullable": True},
+                "last_status": {"type": "string", "nullable": True}, "next_slot": _TIME}}}}},
+            "the schedules"), **_UNAUTHORIZED}},
     ("GET", "/api/admin/stats"): {
         "summary": "Counts by kind and state, oldest due job age, throughput per minute",
         "security": _ADMIN,
         "responses": {"200": _json(_ref("Stats"), "the numbers"), **_UNAUTHORIZED}},
+    ("GET", "/api/admin/workers"): {
+        "summary": "Workers seen in the last hour; lost once silent for two leases",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {"workers": {"type": "array", "items": {
+            "type": "object", "properties": {
+                "id": {"type": "string"}, "host": {"type": "string"},
+                "kinds": {"type": "array", "items": {"type": "string"}},
+                "concurrency": {"type": "integer"}, "running": {"type": "integer"},
+                "started_at": {"type": "string", "format": "date-time"},
+                "last_seen": {"type": "string", "format": "date-time"}, "lost": {"type": "boolean"}}}}}},
+            "the workers"), **_UNAUTHORIZED}},
+    ("GET", "/api/admin/charts"): {
+        "summary": "The last hour: depth by kind (sampled by the sweeper), wait p50/p95 by kind, failures by code",
+        "security": _ADMIN,
+        "responses": {"200": _json({"type": "object", "properties": {
+            "now": {"type": "string", "format": "date-time"},
+            "depth": {"type": "array", "items": {"type": "object"}},
+            "wait": {"type": "array", "items": {"type": "object"}},
+            "failures": {"type": "array", "items": {"type": "object"}}}}, "the charts' data"), **_UNAUTHORIZED}},
     ("GET", "/api/admin/events"): {
         "summary": "Server-sent events of every change, with true views (for the dashboard)",
         "description": "event: ready once subscribed; event: job with an admin view per change; "
@@ -164,7 +243,6 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "responses": {"200": {"description": "a file"}, "404": _err("no such file")}},
 }
 
-_TIME = {"type": "string", "format": "date-time"}
 _ERROR_OBJ = {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}
 _PUBLIC = {
     "id": {"type": "string", "format": "uuid"}, "kind": {"type": "string"}, "target": {"type": "string"},
@@ -175,6 +253,9 @@ _PUBLIC = {
     "result": {"nullable": True}, "error": {**_ERROR_OBJ, "nullable": True},
     "created_at": _TIME, "updated_at": _TIME, "finished_at": {**_TIME, "nullable": True},
     "version": {"type": "integer"},
+    "requesters": {"type": "integer", "description": "active requests (changes go out under the same version)"},
+    "scheduled_for": {**_TIME, "nullable": True,
+                      "description": "the run_at/delay asked for, until the first start; null when due now"},
 }
 
 SCHEMAS = {
@@ -195,9 +276,24 @@ SCHEMAS = {
                                                                    "/api/jobs/{id}/signals/{name})"},
                                   "signal_timeout": {"oneOf": [{"type": "string"}, {"type": "number"}],
                                                      "description": "e.g. 10m: fail with signal_timeout "
-                                                                    "unless all signals arrived by then"}}},
+                                                                    "unless all signals arrived by then"},
+                                  "force": {"type": "boolean", "default": False,
+                                            "description": "skip the kind's reuse_for"},
+                                  "notify_url": {"type": "string", "format": "uri",
+                                                 "description": "POSTed the final view (Standard Webhooks); "
+                                                                "its host must be in JOBFEED_WEBHOOK_HOSTS"},
+                                  "run_at": {**_TIME, "description": "RFC 3339 with an offset; not with delay"},
+                                  "delay": {"type": "string", "example": "90s",
+                                            "description": "a duration (500ms, 90s, 5m, 1h, 7d); not with run_at"},
+                                  "priority": {"type": "integer", "description": "higher is claimed first; "
+                                               "default: the kind's"},
+                                  "concurrency_key": {"type": "string", "minLength": 1,
+                                                      "description": "the kind's max_running_per_key applies "
+                                                                     "per key"}}},
     "JobView": {"type": "object", "properties": _PUBLIC},
-    "SubmitResult": {"type": "object", "properties": {**_PUBLIC, "deduplicated": {"type": "boolean"}}},
+    "SubmitResult": {"type": "object", "properties": {
+        **_PUBLIC, "deduplicated": {"type": "boolean"}, "reused": {"type": "boolean"},
+        "request_id": {"type": "string", "format": "uuid", "description": "leave with DELETE /api/requests/{id}"}}},
     "SignalResult": {"type": "object", "properties": {**_PUBLIC, "first": {"type": "boolean"}}},
     "AdminJobView": {"type": "object", "properties": {
         **_PUBLIC,
@@ -206,6 +302,7 @@ SCHEMAS = {
         "run_after": _TIME, "lease_until": {**_TIME, "nullable": True},
         "worker_id": {"type": "string", "nullable": True}, "started_at": {**_TIME, "nullable": True},
         "last_error": {**_ERROR_OBJ, "nullable": True}, "payload": {"type": "object"},
+        "priority": {"type": "integer"}, "concurrency_key": {"type": "string", "nullable": True},
         "attempts_log": {"type": "array", "items": {"type": "object"}}}},
     "JobsPage": {"type": "object", "properties": {
         "jobs": {"type": "array", "items": _ref("AdminJobView")},
@@ -213,7 +310,18 @@ SCHEMAS = {
     "Kind": {"type": "object", "properties": {
         "kind": {"type": "string"}, "description": {"type": "string"}, "max_attempts": {"type": "integer"},
         "lease_seconds": {"type": "number"}, "backoff_seconds": {"type": "array", "items": {"type": "number"}},
-        "jitter": {"type": "number"}}},
+        "jitter": {"type": "number"}, "priority": {"type": "integer"}, "paused": {"type": "boolean"},
+        "max_running": {"type": "integer", "nullable": True},
+        "max_running_per_key": {"type": "integer", "nullable": True},
+        "rate": {"type": "object", "nullable": True, "properties": {
+            "count": {"type": "integer"}, "period_seconds": {"type": "number"}}}}},
+    "BulkFilter": {"type": "object", "additionalProperties": False, "minProperties": 1,
+                   "description": "at least one field; all given must match",
+                   "properties": {"state": {"type": "string", "enum": list(STATES)}, "kind": {"type": "string"},
+                                  "error_code": {"type": "string", "description": "the job's last error code"},
+                                  "ids": {"type": "array", "maxItems": 10000,
+                                          "items": {"type": "string", "format": "uuid"}}}},
+    "BulkCount": {"type": "object", "properties": {"count": {"type": "integer"}}},
     "Stats": {"type": "object", "properties": {
         "now": _TIME,
         "as_of": _TIME,

@@ -9,6 +9,7 @@ import contextlib
 import uvicorn
 from starlette.applications import Starlette
 
+from jobfeed.worker import logs
 from jobfeed.worker.settings import Settings
 
 from .http_protocol import uvicorn_options
@@ -23,7 +24,8 @@ def serve_processes(settings: Settings, workers: int) -> None:
     app from the environment. Limits go by name, read from the environment:
     each of uvicorn's worker processes imports the protocol anew."""
     uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=workers, log_level="info", timeout_graceful_shutdown=5, **uvicorn_options())
+                workers=workers, log_level="info", timeout_graceful_shutdown=5, **uvicorn_options(),
+                log_config=logs.uvicorn_log_config(settings.log_format))
 
 
 class SharedLoopServer:
@@ -37,8 +39,9 @@ class SharedLoopServer:
             def capture_signals(self):
                 return contextlib.nullcontext()
 
+        # log_config=None: uvicorn's records go to the root logger `jobfeed up` set up
         self.server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                                            timeout_graceful_shutdown=5, lifespan="on",
+                                            log_config=None, timeout_graceful_shutdown=5, lifespan="on",
                                             **uvicorn_options(settings)))
 
     async def serve(self) -> None:

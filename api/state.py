@@ -38,8 +38,13 @@ class Services:
         return self.settings.max_payload + 16 * 1024
 
     def requester(self, request: Request) -> str | None:
-        """Who sent this request, by the host's identify hook (None without one)."""
-        return self.identify(request) if self.identify is not None else None
+        """Who sent this request: the host's identify hook, else the header a
+        trusted proxy sets (JOBFEED_REQUESTER_HEADER); None for nobody known."""
+        if self.identify is not None:
+            return self.identify(request)
+        if self.settings.requester_header is not None:
+            return request.headers.get(self.settings.requester_header) or None
+        return None
 
 
 def services(request: Request) -> Services:

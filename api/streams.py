@@ -87,7 +87,7 @@ async def job_stream(request: Request, job_id) -> Response:
                 # EventSource to stop reconnecting.
                 sub.close()
                 return Response(status_code=204)
-            sub.skip_to(view.version)
+            sub.skip_to(view.version, view.extra)
         else:
             svc.feed.seed(sub, view)
         retry_ms = int(svc.settings.sse_retry * 1000)
@@ -97,7 +97,7 @@ async def job_stream(request: Request, job_id) -> Response:
         raise
 
 
-async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> AsyncIterator[ServerSentEvent]:
+async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> AsyncIterator[ServerSentEvent | bytes]:
     with svc.metrics.stream("job"):
         try:
             retry: int | None = retry_ms
@@ -105,8 +105,12 @@ async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> Asy
                 yield ServerSentEvent(retry=retry, sep=SEP)
                 retry = None
             while (view := await sub.next()) is not None:
-                yield ServerSentEvent(view.text, event="job", id=str(view.version), retry=retry, sep=SEP)
-                retry = None
+                if retry is not None:  # the first event also says how soon to reconnect
+                    yield ServerSentEvent(view.text, event="job", id=str(view.version), retry=retry, sep=SEP)
+                    retry = None
+                else:  # a change, not the snapshot read at subscribing: the same bytes for every watcher
+                    yield view.frame(SEP)
+                    svc.metrics.delivered("job", view.changed_at)
                 if view.terminal:
                     return  # nothing follows a final status
         finally:

@@ -19,6 +19,14 @@ def with_flag(view_text: str, name: str, value: bool) -> str:
     return f'{body[:-1]}{sep}"{name}": {"true" if value else "false"}}}'
 
 
+def with_field(view_text: str, name: str, value) -> str:
+    """Add one field (any JSON value) to a JSON object given as text."""
+    body = view_text.rstrip()
+    assert body.endswith("}")
+    sep = "" if body[:-1].rstrip().endswith("{") else ", "
+    return f'{body[:-1]}{sep}{json.dumps(name)}: {json.dumps(value)}}}'
+
+
 def jobs_page(view_texts: list[str], next_cursor: str | None) -> str:
     return '{"jobs": [' + ", ".join(view_texts) + '], "next_cursor": ' + json.dumps(next_cursor) + "}"
 
@@ -44,3 +52,12 @@ def parse_job_id(text: str) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         raise ApiError(404, "not_found", "no such job") from None
+
+
+def parse_request_id(text: str) -> uuid.UUID:
+    try:
+        if len(text) > 64:
+            raise ValueError
+        return uuid.UUID(text)
+    except ValueError:
+        raise ApiError(404, "not_found", "no such request") from None

@@ -99,6 +99,14 @@ async def latency(server: pg.Server, system: System, rate: float, seconds: float
     when it started. Enqueue-to-start = handler start - the producer's clock just
     before its enqueue call (same machine, same clock)."""
     url = await _fresh(server, system, "latency")
+    res = await latency_on(url, system, rate, seconds, settings)
+    await server.drop_database(url)
+    return res
+
+
+async def latency_on(url: str, system: System, rate: float, seconds: float,
+                     settings: dict[str, str] | None = None, completed_sql: str | None = None) -> dict:
+    """latency() on a database made beforehand (completed_sql counts this run's jobs)."""
     with tempfile.TemporaryDirectory(prefix="bench-lat-") as tmp:
         starts_file = os.path.join(tmp, "starts.json")
         enq_file = os.path.join(tmp, "enqueued.json")
@@ -106,7 +114,7 @@ async def latency(server: pg.Server, system: System, rate: float, seconds: float
             await asyncio.sleep(1.0)
             produced = await run_driver(system, url, "produce", "--rate", str(rate), "--seconds", str(seconds),
                                         "--out", enq_file)
-            count, _ = await wait_count(url, system.completed_sql, produced["n"], 30)
+            count, _ = await wait_count(url, completed_sql or system.completed_sql, produced["n"], 30)
             await asyncio.sleep(0.2)
             stopped = await worker.stop()
         with open(enq_file) as f:
@@ -125,7 +133,6 @@ async def latency(server: pg.Server, system: System, rate: float, seconds: float
         "max_ms": max(lat) if lat else None, "mean_ms": statistics.fmean(lat) if lat else None,
         "settings": worker.ready.get("settings", {}), "worker_exit": stopped,
     }
-    await server.drop_database(url)
     return res
 
 

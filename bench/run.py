@@ -17,11 +17,11 @@ import time
 import traceback
 from pathlib import Path
 
-from . import pg, queue_scenarios, report, web_scenarios
+from . import history, pg, queue_scenarios, report, web_scenarios
 from .systems import ALL, System
 
 log = logging.getLogger("bench")
-SCENARIOS = ("enqueue", "drain", "latency", "http", "sse", "depth")
+SCENARIOS = ("enqueue", "drain", "latency", "http", "sse", "depth", "history")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
@@ -43,13 +43,17 @@ class Sizes:
     depth_deep: int = 1_000_000
     depth_future: int = 100_000
     depth_drain: int = 10_000
+    history_n: int = 10_000_000  # finished jobs planted; --history-n 1000000 for a quicker run
+    history_expired: int = 1_000_000  # of them past retention, deleted by the sweeper during the last case
+    history_submit: int = 5_000
+    history_drain: int = 20_000
     trials: int = 3  # enqueue, drain, latency, depth: interleaved trials; the median one counts
 
 
 QUICK = Sizes(enqueue_n=300, enqueue_batch=100, drain_n=500, latency_rate=50, latency_seconds=1,
               http_seconds=1, http_connections=4, http_dup_targets=10, sse_watchers=60, sse_hot=10,
               sse_jobs=10, sse_rounds=2, depth_base=500, depth_deep=2_000, depth_future=1_000, depth_drain=500,
-              trials=1)
+              history_n=3_000, history_expired=1_000, history_submit=200, history_drain=300, trials=1)
 
 
 def environment(systems: list[System]) -> dict:
@@ -149,6 +153,11 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
                 await repeated(scenario, lambda: queue_scenarios.depth(
                     server, base=sizes.depth_base, deep=sizes.depth_deep, future=sizes.depth_future,
                     drain_n=sizes.depth_drain, settings=jobfeed_settings))
+            elif scenario == "history":
+                await attempt(scenario, history.history(
+                    server, history_n=sizes.history_n, expired=sizes.history_expired, submit_n=sizes.history_submit,
+                    drain_n=sizes.history_drain, latency_rate=sizes.latency_rate,
+                    latency_seconds=sizes.latency_seconds, settings=jobfeed_settings))
     result["seconds"] = time.monotonic() - started
     result["environment"]["loadavg_after"] = os.getloadavg()[0]
     result["targets"] = report.targets(result)

@@ -17,7 +17,7 @@ import psutil
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
-from . import pg
+from . import naive_app, pg
 from .queue_scenarios import percentile
 from .systems import JOBFEED, ROOT, run_driver
 
@@ -83,13 +83,18 @@ class ApiProcess:
 
 
 def jobfeed_api(dsn: str) -> ApiProcess:
-    # Every bench client connects from 127.0.0.1: the per-client stream cap is raised explicitly.
+    # Every bench client connects from 127.0.0.1: both stream caps are raised explicitly.
     return ApiProcess("jobfeed.api.app:create_app", {"DATABASE_URL": dsn, "JOBFEED_TASKS": "bench.jobfeed_tasks",
-                                                     "JOBFEED_MAX_STREAMS_PER_CLIENT": "1000000"})
+                                                     "JOBFEED_MAX_STREAMS_PER_CLIENT": "1000000",
+                                                     "JOBFEED_MAX_STREAMS": "1000000"})
 
 
 def bare_api() -> ApiProcess:
     return ApiProcess("bench.bare_app:create_app")
+
+
+def naive_api(dsn: str) -> ApiProcess:
+    return ApiProcess("bench.naive_app:create_app", {"DATABASE_URL": dsn})
 
 
 async def loadgen(*args: str, timeout: float = 300) -> dict:
@@ -104,15 +109,42 @@ async def loadgen(*args: str, timeout: float = 300) -> dict:
 
 # ---------------------------------------------------------------- HTTP submit
 
+async def _naive(url: str, common: list[str], dup_targets: int) -> tuple[dict, dict]:
+    """The naive route on a fresh table: new targets, then duplicates of targets made beforehand."""
+    await pg.execute(url, "drop table if exists naive_jobs")
+    await naive_app.setup(url)
+    async with naive_api(url) as api:
+        new = await loadgen("http", "--url", api.url, "--mode", "new", *common)
+        await loadgen("http", "--url", api.url, "--mode", "dup", "--connections", "1", "--seconds", "0.5",
+                      "--warmup", "0", "--dup-targets", str(dup_targets))
+        dup = await loadgen("http", "--url", api.url, "--mode", "dup", *common)
+    in_db = await pg.fetchval(url, "select count(*) from naive_jobs where target like 'n%'")
+    dups = await pg.fetchval(url, "select count(*) from naive_jobs where target like 'd%'")
+    new["ok"] = set(new["statuses"]) == {"201"} and in_db >= new["statuses"]["201"]
+    dup["ok"] = set(dup["statuses"]) == {"200"} and dups == dup_targets
+    return new, dup
+
+
+def _mean_of(before: dict, after: dict) -> dict:
+    return {**after, "rate": (before["rate"] + after["rate"]) / 2,
+            "requests": before["requests"] + after["requests"],
+            "statuses": {k: before["statuses"].get(k, 0) + after["statuses"].get(k, 0)
+                         for k in set(before["statuses"]) | set(after["statuses"])},
+            "rate_before": before["rate"], "rate_after": after["rate"],
+            "ok": before.get("ok", True) and after.get("ok", True)}
+
+
 async def http(server: pg.Server, *, seconds: float, connections: int, dup_targets: int = 100) -> dict:
     url = await server.new_database("http_jobfeed")
+    naive_url = await server.new_database("http_naive")
     await run_driver(JOBFEED, url, "setup")
     common = ["--connections", str(connections), "--seconds", str(seconds), "--warmup", "1",
               "--dup-targets", str(dup_targets)]
-    # The bare route runs before and after jobfeed's (the mean is the reference),
-    # so a burst of other work on the machine skews both sides alike.
+    # The references run before and after jobfeed's (the mean counts), so a
+    # burst of other work on the machine skews both sides alike.
     async with bare_api() as api:
         bare_before = await loadgen("http", "--url", api.url, "--mode", "new", *common)
+    naive_new_before, naive_dup_before = await _naive(naive_url, common, dup_targets)
     async with jobfeed_api(url) as api:
         # The targets the duplicate run hits, made beforehand.
         await loadgen("http", "--url", api.url, "--mode", "dup", "--connections", "1", "--seconds", "0.5",
@@ -122,13 +154,10 @@ async def http(server: pg.Server, *, seconds: float, connections: int, dup_targe
         new_in_db = await pg.fetchval(url, "select count(*) from jobfeed.jobs where target like 'n%'")
         dup = await loadgen("http", "--url", api.url, "--mode", "dup", *common)
         dup_in_db = await pg.fetchval(url, "select count(*) from jobfeed.jobs where target like 'd%'")
+    naive_new_after, naive_dup_after = await _naive(naive_url, common, dup_targets)
     async with bare_api() as api:
         bare_after = await loadgen("http", "--url", api.url, "--mode", "new", *common)
-    bare = {**bare_after, "rate": (bare_before["rate"] + bare_after["rate"]) / 2,
-            "requests": bare_before["requests"] + bare_after["requests"],
-            "statuses": {k: bare_before["statuses"].get(k, 0) + bare_after["statuses"].get(k, 0)
-                         for k in set(bare_before["statuses"]) | set(bare_after["statuses"])},
-            "rate_before": bare_before["rate"], "rate_after": bare_after["rate"]}
+    bare = _mean_of(bare_before, bare_after)
     # Requests still in flight when the window closed also created jobs: at
     # least the 201s counted, at most one more per connection (plus the warm-up).
     new["created_in_db"] = new_in_db
@@ -137,7 +166,10 @@ async def http(server: pg.Server, *, seconds: float, connections: int, dup_targe
     dup["ok"] = set(dup["statuses"]) == {"200"} and dup_in_db == made == dup_targets
     bare["ok"] = set(bare["statuses"]) == {"201"}
     await server.drop_database(url)
+    await server.drop_database(naive_url)
     return {"jobfeed_new": new, "jobfeed_dup": dup, "bare": bare,
+            "naive_new": _mean_of(naive_new_before, naive_new_after),
+            "naive_dup": _mean_of(naive_dup_before, naive_dup_after),
             "server": "uvicorn, 1 process, " + " ".join(UVICORN[2:])}
 
 
@@ -271,13 +303,39 @@ async def sse(server: pg.Server, *, watchers: int, hot: int, jobs: int, rounds: 
         out["ok"] = ok
 
         # The bare sse-starlette endpoint, same server settings, same number of streams.
+        # and the reference latency: one event broadcast to every stream (one put per client queue).
         async with bare_api() as api:
             client, opened, mem = await _open_and_measure(api, ["/events"] * watchers, tmp, ["/events"] * 200)
-            await _close_client(client)
-        out["bare"] = {"opened": opened, "memory": mem, "ok": opened["opened"] == watchers}
+            try:
+                await asyncio.sleep(0.3)
+                await _ask(client, "mark")
+                t = time.time()
+                published = await _post(api.url, "/publish")
+                got = await _ask(client, "wait 30 *")
+                dump = os.path.join(tmp, "bare.json")
+                await _ask(client, f"dump {dump}")
+                lat = _latencies(dump, t)
+            finally:
+                await _close_client(client)
+        out["bare"] = {"opened": opened, "memory": mem, "published_to": published, "got": got,
+                       "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99), "max_ms": max(lat, default=None),
+                       "ok": opened["opened"] == watchers == got["got"]}
     await pool.close()
     await server.drop_database(url)
     return out
+
+
+async def _post(url: str, path: str) -> int:
+    """POST with an empty body; -> the response body as an int (the bare app's count of clients)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                     .encode())
+        data = await reader.read()
+    finally:
+        writer.close()
+    return int(data.split(b"\r\n\r\n", 1)[1])
 
 
 def claimed_id(claimed, job_id: str):

@@ -2,13 +2,13 @@
 -- sql/functions/, so the rules stay in the database.
 
 -- name: register_kind
-select jobfeed.register_kind($1, $2, $3, $4, $5, $6, $7);
+select jobfeed.register_kind_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
 
 -- name: list_kinds
 select k::text from jobfeed.list_kinds() k;
 
 -- name: submit
-select id, created, view::text from jobfeed.submit($1, $2, $3::jsonb, $4, $5);
+select id, created, view::text from jobfeed.submit_v2($1, $2, $3::jsonb, $4, $5, null, $6, $7);
 
 -- name: submit_waiting
 select id, created, view::text from jobfeed.submit_waiting($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7);
@@ -17,10 +17,27 @@ select id, created, view::text from jobfeed.submit_waiting($1, $2, $3::jsonb, $4
 select first, view::text from jobfeed.signal($1, $2, $3::jsonb);
 
 -- name: submit_many
-select id, created from jobfeed.submit_many($1, $2, $3::jsonb[], $4, $5);
+select id, created from jobfeed.submit_many_v2($1, $2, $3::jsonb[], $4, $5, null, $6, $7);
 
 -- name: submit_many_views
-select id, created, view::text from jobfeed.submit_many_views($1, $2, $3::jsonb[], $4);
+select id, created, view::text from jobfeed.submit_many_views_v2($1, $2, $3::jsonb[], $4, $5, $6, $7);
+
+-- name: submit_request
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_request($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, null, $10, $11);
+
+-- name: submit_many_requests
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_many_requests($1, $2, $3::jsonb[], $4, $5, $6, $7, $8, null, $9, $10, $11);
+
+-- name: leave
+select jobfeed.leave($1)::text;
+
+-- name: may_view
+select jobfeed.may_view($1, $2, $3);
+
+-- name: set_kind_request_policy
+select jobfeed.set_kind_request_policy($1, $2, $3, $4);
 
 -- name: get_job
 select jobfeed.get_job($1)::text;
@@ -46,6 +63,15 @@ select jobfeed.retry($1)::text;
 -- name: cancel
 select jobfeed.cancel($1)::text;
 
+-- name: set_kind_paused
+select jobfeed.set_kind_paused($1, $2)::text;
+
+-- name: bulk_retry
+select changed, picked, last_id from jobfeed.bulk_retry($1::jobfeed.job_state, $2, $3, $4, $5, $6);
+
+-- name: bulk_cancel
+select changed, picked, last_id from jobfeed.bulk_cancel($1::jobfeed.job_state, $2, $3, $4, $5, $6);
+
 -- name: claim
 with c as materialized (select * from jobfeed.claim_v2($1, $2, $3, $4) with ordinality),
      s as (select * from jobfeed.signals_of(array(select c.id from c)))
@@ -53,6 +79,27 @@ select c.id, c.kind, c.target, c.payload::text, c.attempts, c.max_attempts, c.ge
        c.checkpoint::text, extract(epoch from c.lease)::float8, s.signals::text
   from c left join s on s.job_id = c.id
  order by c.ordinality;
+
+-- name: job_timings
+select id, kind, wait, age, traceparent from jobfeed.job_timings($1);
+
+-- name: set_traceparent
+select jobfeed.set_traceparent($1, $2);
+
+-- name: worker_beat
+select jobfeed.worker_beat($1, $2, $3, $4, $5, $6);
+
+-- name: worker_stopped
+select jobfeed.worker_stopped($1);
+
+-- name: list_workers
+select jobfeed.list_workers()::text;
+
+-- name: sample_depth
+select jobfeed.sample_depth();
+
+-- name: charts
+select jobfeed.charts()::text;
 
 -- name: next_due
 select jobfeed.next_due($1), now();
@@ -95,3 +142,12 @@ select jobfeed.admin_session_valid($1);
 
 -- name: close_admin_session
 select jobfeed.close_admin_session($1);
+
+-- name: register_schedule
+select jobfeed.register_schedule($1, $2, $3, $4);
+
+-- name: enqueue_slot
+select jobfeed.enqueue_slot($1, $2, $3);
+
+-- name: list_schedules
+select v::text from jobfeed.list_schedules() v;

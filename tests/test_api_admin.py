@@ -17,7 +17,10 @@ SOME_ID = str(uuid.uuid4())
 ADMIN_ROUTES = [
     ("GET", "/api/admin/jobs"), ("GET", f"/api/admin/jobs/{SOME_ID}"),
     ("POST", f"/api/admin/jobs/{SOME_ID}/retry"), ("POST", f"/api/admin/jobs/{SOME_ID}/cancel"),
-    ("GET", "/api/admin/stats"), ("GET", "/api/admin/events"),
+    ("GET", "/api/admin/stats"), ("GET", "/api/admin/events"), ("GET", "/api/admin/workers"),
+    ("GET", "/api/admin/charts"),
+    ("POST", "/api/admin/kinds/demo/pause"), ("POST", "/api/admin/kinds/demo/resume"),
+    ("POST", "/api/admin/jobs/retry"), ("POST", "/api/admin/jobs/cancel"),
 ]
 
 

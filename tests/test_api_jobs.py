@@ -12,7 +12,7 @@ from jobfeed.api.app import create_app
 from servers import asgi_client, make_settings
 
 PUBLIC_FIELDS = {"id", "kind", "target", "status", "progress", "result", "error", "created_at",
-                 "updated_at", "finished_at", "version"}
+                 "updated_at", "finished_at", "version", "requesters", "scheduled_for"}
 
 
 @pytest.fixture
@@ -30,13 +30,14 @@ async def test_submit_creates_then_shares_the_unfinished_job(client, queue):
     assert first.status_code == 201
     job = first.json()
     assert first.headers["location"] == f"/api/jobs/{job['id']}"
-    assert set(job) == PUBLIC_FIELDS | {"deduplicated"}
-    assert job["deduplicated"] is False
+    assert set(job) == PUBLIC_FIELDS | {"deduplicated", "request_id"}
+    assert job["deduplicated"] is False and job["requesters"] == 1
     assert (job["kind"], job["target"], job["status"], job["version"]) == ("demo", "video-1", "queued", 1)
 
     again = await client.post("/api/jobs", json={"kind": "demo", "target": "video-1"})
     assert again.status_code == 200
     assert again.json()["id"] == job["id"] and again.json()["deduplicated"] is True
+    assert again.json()["request_id"] != job["request_id"] and again.json()["requesters"] == 2
     assert again.headers["location"] == f"/api/jobs/{job['id']}"
 
     other = await client.post("/api/jobs", json={"kind": "demo", "target": "video-2"})
@@ -82,7 +83,9 @@ async def test_kinds_lists_registered_kinds(client, queue):
     kinds = {k["kind"]: k for k in response.json()["kinds"]}
     assert kinds["demo"]["lease_seconds"] == 1 and kinds["demo"]["backoff_seconds"] == [0.2]
     assert kinds["fetch_email"] == {"kind": "fetch_email", "description": "from elsewhere", "max_attempts": 3,
-                                    "lease_seconds": 60, "backoff_seconds": [1, 2], "jitter": 0}
+                                    "lease_seconds": 60, "backoff_seconds": [1, 2], "jitter": 0,
+                                    "priority": 0, "paused": False, "max_running": None,
+                                    "max_running_per_key": None, "rate": None}
 
 
 async def test_kind_known_only_to_the_database_is_accepted(client, queue):
@@ -105,7 +108,19 @@ BAD = [
     (b"null", 422, "invalid_request"),
     (b'{"target": "a"}', 422, "invalid_request"),
     (b'{"kind": 5, "target": "a"}', 422, "invalid_request"),
-    (b'{"kind": "demo", "target": "a", "priority": 1}', 422, "invalid_request"),
+    (b'{"kind": "demo", "target": "a", "urgency": 1}', 422, "invalid_request"),
+    (b'{"kind": "demo", "target": "a", "run_at": "tomorrow"}', 422, "invalid_run_at"),
+    (b'{"kind": "demo", "target": "a", "run_at": "2030-01-01T00:00:00"}', 422, "invalid_run_at"),
+    (b'{"kind": "demo", "target": "a", "run_at": 1893456000}', 422, "invalid_run_at"),
+    (b'{"kind": "demo", "target": "a", "delay": "soon"}', 422, "invalid_delay"),
+    (b'{"kind": "demo", "target": "a", "delay": -5}', 422, "invalid_delay"),
+    (b'{"kind": "demo", "target": "a", "delay": "5m", "run_at": "2030-01-01T00:00:00Z"}', 422, "invalid_request"),
+    (b'{"kind": "demo", "target": "a", "priority": "high"}', 422, "invalid_priority"),
+    (b'{"kind": "demo", "target": "a", "priority": 1.5}', 422, "invalid_priority"),
+    (b'{"kind": "demo", "target": "a", "priority": true}', 422, "invalid_priority"),
+    (b'{"kind": "demo", "target": "a", "priority": 9999999999}', 422, "invalid_priority"),
+    (b'{"kind": "demo", "target": "a", "concurrency_key": ""}', 422, "invalid_concurrency_key"),
+    (b'{"kind": "demo", "target": "a", "concurrency_key": 5}', 422, "invalid_concurrency_key"),
     (b'{"kind": "nope", "target": "a"}', 422, "unknown_kind"),
     (b'{"kind": "", "target": "a"}', 422, "unknown_kind"),
     (b'{"kind": "de\\u0000mo", "target": "a"}', 422, "unknown_kind"),

@@ -65,10 +65,11 @@ async def test_metrics(client):
     assert 'jobfeed_http_requests_total{method="GET",route="/api/jobs/{job_id}",status="404"} 1' in text
     assert 'jobfeed_sse_streams{stream="job"} 0' in text
     assert "jobfeed_feed_connected 1" in text
-    # Every sample line is "name{labels} number" under a TYPE line.
+    # Every sample line is "name{labels} number" under a TYPE line (numbers as
+    # prometheus-client writes them: 2.0, 6.4e-06, +Inf).
     for line in text.splitlines():
         if not line.startswith("#"):
-            assert re.fullmatch(r'[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)+\})? -?[0-9.e+]+', line), line
+            assert re.fullmatch(r'[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)+\})? (-?[0-9.e+-]+|[+-]Inf|NaN)', line), line
 
 
 def _route_operations() -> set[tuple[str, str]]:

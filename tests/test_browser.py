@@ -13,6 +13,7 @@ CI=true, where they fail."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -365,3 +366,148 @@ async def test_errors_from_the_server_are_shown(api, new_page):
     await expect(page.locator("#job")).to_be_hidden()
     await page.set_viewport_size(DESKTOP)
     await shot(page, "job-not-found")
+
+
+async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, http):
+    """Two people wait for one job: each page says it is shared; one leaves with
+    the button, the other closes the tab, and with nobody left the job is
+    canceled (its kind's on_abandon, cancel for demo)."""
+    first = await new_page()
+    url = await submit(first, "shared-leave", '{"steps": 100, "step_ms": 200}')
+    job_id = JOB_URL.search(url).group(1)
+    await expect(first.locator("#requesters")).to_have_text("Only you are waiting for this job.")
+    second = await new_page(PHONE)
+    await submit(second, "shared-leave")
+    for page in (first, second):
+        await expect(page.locator("#requesters")).to_have_text("Shared with 1 other.")
+    await shot(second, "job-shared-with")
+    await second.click("#leave")
+    await expect(second.locator("#left-note")).to_be_visible()
+    await expect(second.locator("#leave-row")).to_be_hidden()
+    await expect(first.locator("#requesters")).to_have_text("Only you are waiting for this job.")
+    assert (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "processing"
+
+    await first.close()  # the beacon leaves: nobody is waiting any more
+
+    async def canceled():
+        return (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "canceled"
+    await eventually(canceled, timeout=10, interval=0.1, what="the abandoned job canceled")
+    await expect(second.locator("#status")).to_have_text("canceled")
+
+
+async def test_dashboard_panels_match_the_database(worker, new_page, http, pool):
+    """A live worker running one long job and a planted worker silent for more
+    than two leases: the panel shows each as the database has it, live or lost.
+    The charts (depth samples, some planted earlier in the hour; wait p50/p95;
+    failures by code) show the numbers jobfeed.charts() gives."""
+    await pool.execute("select jobfeed.worker_beat('gone-host:1:old', 'gone-host', array['demo'], 2, 1, "
+                       "'1 second', now() - interval '10 seconds')")
+    finished = []
+    for target, payload in (("ok-1", {"steps": 1}), ("ok-2", {"steps": 2}), ("bad-1", {"fail": ["permanent"]})):
+        finished.append((await http.post("/api/jobs", json={"kind": "demo", "target": target,
+                                                            "payload": payload})).json()["id"])
+
+    async def all_finished():
+        states = [(await http.get(f"/api/jobs/{i}")).json()["status"] for i in finished]
+        return all(s in ("completed", "failed") for s in states)
+    await eventually(all_finished, what="the short jobs to finish")
+    for minutes, queued in ((45, 3), (30, 7), (15, 2)):
+        await pool.execute("insert into jobfeed.depth_samples values (now() - make_interval(mins => $1), 'demo', $2, 1)",
+                           minutes, queued)
+    created = await http.post("/api/jobs", json={"kind": "demo", "target": "long-1",
+                                                 "payload": {"steps": 300, "step_ms": 100}})
+    assert created.status_code == 201
+
+    async def running():
+        listed = json.loads(await pool.fetchval("select jobfeed.list_workers()::text"))
+        return listed if any(w["running"] == 1 and not w["lost"] for w in listed) else None
+    workers = await eventually(running, what="the worker to report its running job")
+    assert len(workers) == 2 and sum(w["lost"] for w in workers) == 1
+
+    page = await new_page(DESKTOP)
+    await page.goto("/admin")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#connection")).to_contain_text("Live")
+    await expect(page.locator("#workers tbody tr")).to_have_count(len(workers))
+    for w in workers:
+        row = page.locator(f'#workers tr[data-worker="{w["id"]}"]')
+        await expect(row.locator('[data-field="running"]')).to_have_text(str(w["running"]))
+        await expect(row.locator('[data-field="concurrency"]')).to_have_text(str(w["concurrency"]))
+        await expect(row.locator('[data-field="status"]')).to_have_text("lost" if w["lost"] else "live")
+        await expect(row).to_contain_text(", ".join(w["kinds"]))
+    await expect(page.locator("#workers-summary")).to_have_text(
+        "1 live, 1 lost; 1 running of 4 slots.")
+    running_in_db = await pool.fetchval("select count(*) from jobfeed.jobs where state = 'running'")
+    await expect(page.locator('#counts td[data-state="running"]')).to_have_text(str(running_in_db))
+
+    charts = json.loads(await pool.fetchval("select jobfeed.charts()::text"))
+    [failure] = charts["failures"]
+    assert (failure["code"], failure["jobs"]) == ("demo_permanent", 1)
+    await expect(page.locator(f'#failures-table tr[data-code="{failure["code"]}"] [data-field="jobs"]')).to_have_text(
+        str(failure["jobs"]))
+    [wait] = charts["wait"]
+    assert wait["jobs"] == 3
+    wait_row = page.locator('#wait-table tr[data-kind="demo"]')
+    await expect(wait_row.locator('[data-field="p50"]')).to_have_attribute("data-value", f"{wait['p50']:.3f}")
+    await expect(wait_row.locator('[data-field="p95"]')).to_have_attribute("data-value", f"{wait['p95']:.3f}")
+    await expect(wait_row.locator('[data-field="jobs"]')).to_have_text("3")
+    depth = [s for s in charts["depth"] if s["kind"] == "demo"]
+    await expect(page.locator("#depth-chart svg")).to_have_attribute(
+        "aria-label", f"Queued now by kind: demo {depth[-1]['queued']}; peak 7.")
+    points = await page.locator('#depth-chart polyline[data-kind="demo"]').get_attribute("points")
+    assert len(points.split()) == len(depth)
+    await shot(page, "dashboard")
+
+    # The failed job's detail: its attempts on a time line, as the database logged them.
+    outcomes = [r["outcome"] for r in await pool.fetch(
+        "select outcome from jobfeed.attempts where job_id = $1::uuid order by generation", finished[2])]
+    assert outcomes == ["permanent"]
+    await page.locator(f'#jobs tr[data-job-id="{finished[2]}"] button').click()
+    bars = page.locator('#timeline rect[data-part="attempt"]')
+    await expect(bars).to_have_count(len(outcomes))
+    assert [await bars.nth(i).get_attribute("data-outcome") for i in range(len(outcomes))] == outcomes
+    await expect(page.locator('#timeline rect[data-part="queued"]')).to_have_count(1)
+    await page.locator("#timeline").screenshot(path=SHOTS / "dashboard-timeline.png")
+
+
+async def test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk(api, new_page, http, pool):
+    """Flow control on the dashboard: pause and resume a kind, the periodic
+    schedules with their next run, and a bulk cancel that says how many jobs
+    it will cancel before it is confirmed."""
+    for n in range(3):
+        assert (await http.post("/api/jobs", json={"kind": "demo", "target": f"bulk-{n}"})).status_code == 201
+    await pool.execute("select jobfeed.register_kind('nightly')")
+    await pool.execute("select jobfeed.register_schedule('nightly', '0 3 * * *', 'Europe/Paris', null)")
+
+    page = await new_page(DESKTOP)
+    await page.goto("/admin")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+
+    demo = page.locator('#kinds tr[data-kind="demo"]')
+    await demo.get_by_role("button", name="Pause demo").click()
+    await expect(demo.locator(".badge")).to_have_text("paused")
+    kinds = {k["kind"]: k for k in (await http.get("/api/kinds")).json()["kinds"]}
+    assert kinds["demo"]["paused"] is True
+    await demo.get_by_role("button", name="Resume demo").click()
+    await expect(demo.get_by_role("button", name="Pause demo")).to_be_visible()
+    assert {k["kind"]: k for k in (await http.get("/api/kinds")).json()["kinds"]}["demo"]["paused"] is False
+
+    schedule = page.locator("#schedules tbody tr")
+    await expect(schedule).to_have_count(1)
+    await expect(schedule.first).to_contain_text("0 3 * * * (Europe/Paris)")
+    await expect(schedule.first).to_contain_text("never")
+    await shot(page, "admin-flow")
+
+    await page.select_option("#filter-kind", "demo")
+    await page.select_option("#filter-state", "queued")
+    await page.click("#bulk-cancel")
+    await expect(page.locator("#bulk-question")).to_have_text("Cancel 3 jobs (demo, queued)?")
+    await page.click("#bulk-no")  # nothing happens
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 0
+    await page.click("#bulk-cancel")
+    await page.click("#bulk-yes")
+    await expect(page.locator("#bulk-message")).to_have_text("Canceled 3 jobs.")
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 3
+    await expect(page.locator("#jobs tbody tr")).to_have_count(0)

@@ -113,7 +113,7 @@ async def test_follow_shows_progress_and_exits_by_outcome(dsn, pool):
 
 
 async def test_show_prints_the_admin_view(dsn, queue, pool, demo_kind):
-    job_id, _ = await queue.submit("demo", "t2", {"steps": 1})
+    job_id = (await queue.submit("demo", "t2", {"steps": 1})).id
     [job] = await queue.claim(["demo"], 1, "w-test")
     await queue.fail_transient(job.id, job.generation, "http_503", "upstream down")
     out = jobfeed(dsn, "show", str(job_id), "--json")
@@ -154,3 +154,16 @@ def test_up_on_a_taken_port_says_so(dsn):
         out = jobfeed(dsn, "up", "--port", str(taken.getsockname()[1]), "--grace", "1s")
     assert out.returncode == 2, out.stderr
     assert "could not listen on 127.0.0.1:" in out.stderr and "Traceback" not in out.stderr
+
+
+async def test_leave_a_request(dsn, pool, queue, demo_kind):
+    s = await queue.submit("demo", "left", request=True)
+    out = jobfeed(dsn, "leave", str(s.request_id), "--json")
+    assert out.returncode == 0, out.stderr
+    view = json.loads(out.stdout)
+    assert (view["id"], view["status"], view["requesters"]) == (str(s.id), "canceled", 0)
+    again = jobfeed(dsn, "leave", str(s.request_id))
+    assert again.returncode == 0 and "canceled" in again.stdout
+    for bad, message in ((str(uuid.uuid4()), "not_found"), ("nope", "not a request id")):
+        out = jobfeed(dsn, "leave", bad)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

@@ -12,7 +12,7 @@ from jobfeed.worker.queue import QueueError
 
 
 async def test_submit_many_creates_in_order_and_dedupes(queue, pool, demo_kind):
-    existing, _ = await queue.submit("demo", "old")
+    existing = (await queue.submit("demo", "old")).id
     answer = await queue.submit_many("demo", [("a", {"n": 1}), ("old", None), ("b", None), ("a", {"n": 2})])
     ids = [i for i, _ in answer]
     assert [c for _, c in answer] == [True, False, True, False]
@@ -23,7 +23,7 @@ async def test_submit_many_creates_in_order_and_dedupes(queue, pool, demo_kind):
 
 
 async def test_submit_many_after_the_holder_finished_makes_a_new_job(queue, demo_kind):
-    first, _ = await queue.submit("demo", "x")
+    first = (await queue.submit("demo", "x")).id
     [job] = await queue.claim(["demo"], 1, "w")
     await queue.complete(job.id, job.generation, None)
     [(again, created)] = await queue.submit_many("demo", [("x", None)])
@@ -95,7 +95,7 @@ async def test_batch_ids_are_version_7_time_ordered_and_distinct(queue, demo_kin
     assert len(set(ids)) == 1000
     assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
     assert max(i for i, _ in first) < min(i for i, _ in second)
-    single, _ = await queue.submit("demo", "c")
+    single = (await queue.submit("demo", "c")).id
     assert single > max(ids)
 
 
@@ -135,7 +135,7 @@ async def test_submitting_on_a_connection_joins_its_transaction(dsn, pool, demo_
     queue = Queue(conn)
     try:
         async with conn.transaction():
-            kept, _ = await queue.submit("demo", "kept")
+            await queue.submit("demo", "kept")
             await queue.submit_many("demo", [("kept-2", None)])
             assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
             assert await listen.take() == []

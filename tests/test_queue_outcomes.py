@@ -315,10 +315,8 @@ async def test_bad_submission_is_refused_and_changes_nothing(pool, queue, k):
 
 
 async def test_target_limit_is_bytes_inclusive(pool, queue, k):
-    _, created = await queue.submit("k", "x" * 512)
-    assert created
-    _, created = await queue.submit("k", "é" * 256)  # 512 bytes
-    assert created
+    assert (await queue.submit("k", "x" * 512)).created
+    assert (await queue.submit("k", "é" * 256)).created  # 512 bytes
     with pytest.raises(QueueError):
         await queue.submit("k", "x" * 513)
     with pytest.raises(QueueError) as e:

@@ -33,9 +33,9 @@ async def test_200_concurrent_submits_share_one_job(dsn, k):
     try:
         q = Queue(big)
         results = await asyncio.gather(*(q.submit("k", "same", {"n": i}) for i in range(200)))
-        ids = {jid for jid, _ in results}
+        ids = {r.id for r in results}
         assert len(ids) == 1
-        assert sum(created for _, created in results) == 1
+        assert sum(r.created for r in results) == 1
         assert await big.fetchval("select count(*) from jobfeed.jobs") == 1
         assert await big.fetchval("select id from jobfeed.jobs") in ids
     finally:

@@ -20,6 +20,24 @@ CALLS = {
     "submit": "select * from jobfeed.submit('k', gen_random_uuid()::text)",
     "submit_many": "select * from jobfeed.submit_many('k', array[gen_random_uuid()::text])",
     "submit_many_views": "select * from jobfeed.submit_many_views('k', array[gen_random_uuid()::text], null)",
+    "submit_request": "select * from jobfeed.submit_request('k', gen_random_uuid()::text)",
+    "submit_many_requests": "select * from jobfeed.submit_many_requests('k', array[gen_random_uuid()::text], null)",
+    "leave": "select jobfeed.leave(gen_random_uuid())",
+    "may_view": "select jobfeed.may_view(gen_random_uuid(), 'x', null)",
+    "set_kind_request_policy": "select jobfeed.set_kind_request_policy('k', 'keep')",
+    "register_kind_v2": "select jobfeed.register_kind_v2('k')",
+    "submit_v2": "select * from jobfeed.submit_v2('k', gen_random_uuid()::text)",
+    "submit_many_v2": "select * from jobfeed.submit_many_v2('k', array[gen_random_uuid()::text])",
+    "submit_many_views_v2": "select * from jobfeed.submit_many_views_v2('k', array[gen_random_uuid()::text], null)",
+    "set_kind_paused": "select jobfeed.set_kind_paused('nothing', true)",
+    "bulk_retry": "select * from jobfeed.bulk_retry(null, 'nothing', null, null)",
+    "bulk_cancel": "select * from jobfeed.bulk_cancel(null, 'nothing', null, null)",
+    "bulk_problem": "select jobfeed.bulk_problem(null, 'k', null, null)",
+    "limits_lock": "select jobfeed.limits_lock('k')",
+    "register_schedule": "select jobfeed.register_schedule('nothing', null, 'UTC', '1 hour')",
+    "enqueue_slot": "select jobfeed.enqueue_slot('nothing', now())",
+    "list_schedules": "select * from jobfeed.list_schedules()",
+    "claim_limited": "select * from jobfeed.claim_limited('k', 1, 'w', '1 minute', now(), false, 1, null, null, null)",
     "get_job": "select jobfeed.get_job(gen_random_uuid())",
     "get_jobs": "select * from jobfeed.get_jobs(array[gen_random_uuid()])",
     "admin_get_job": "select jobfeed.admin_get_job(gen_random_uuid())",
@@ -44,6 +62,13 @@ CALLS = {
     "submit_waiting": "select * from jobfeed.submit_waiting('k', gen_random_uuid()::text, '{}', '{}', '{a}')",
     "signal": "select * from jobfeed.signal(gen_random_uuid(), 'a', '{}')",
     "signals_of": "select * from jobfeed.signals_of(array[gen_random_uuid()])",
+    "job_timings": "select * from jobfeed.job_timings(array[gen_random_uuid()])",
+    "worker_beat": "select jobfeed.worker_beat('w', 'h', array['k'], 1, 0, '1 minute')",
+    "worker_stopped": "select jobfeed.worker_stopped('w')",
+    "list_workers": "select jobfeed.list_workers()",
+    "charts": "select jobfeed.charts()",
+    "set_traceparent": "select jobfeed.set_traceparent(gen_random_uuid(), 'x')",
+    "sample_depth": "select jobfeed.sample_depth()",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
     # internal helpers: nobody outside the queue's functions
@@ -68,21 +93,31 @@ CALLS = {
     "fail_signal_timeouts": "select jobfeed.fail_signal_timeouts(now())",
     "notify_due": "select jobfeed.notify_due('k', 1)",
     "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
+    "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
+    "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
+    "reusable": "select jobfeed.reusable('k', 't', now())",
+    "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",
+    "queue_webhooks": "select jobfeed.queue_webhooks()",  # a trigger's: callable by nobody
 }
 
 ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
-                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel",
+                    "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel", "list_workers", "charts", "set_traceparent",
                     "open_admin_session", "admin_session_valid", "close_admin_session",
+                    "register_kind_v2", "submit_v2", "submit_many_v2", "submit_many_views_v2",
+                    "set_kind_paused", "bulk_retry", "bulk_cancel", "list_schedules",
+                    "submit_request", "submit_many_requests", "leave", "may_view",
                     "submit_waiting", "signal"},
-    "jobfeed_worker": {"register_kind", "list_kinds", "claim", "claim_v2", "next_due", "extend_many", "extend",
+    "jobfeed_worker": {"register_kind", "register_kind_v2", "list_kinds", "claim", "claim_v2", "next_due",
+                       "extend_many", "extend", "register_schedule", "enqueue_slot", "list_schedules",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
-                       "fail_permanent", "release", "submit_waiting", "signal", "signals_of"},
-    "jobfeed_sweeper": {"sweep_expired", "delete_finished"},
+                       "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped",
+                       "set_traceparent", "set_kind_request_policy", "submit_waiting", "signal", "signals_of"},
+    "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
 }
 
-TABLES = ("jobs", "kinds", "attempts", "schema_migrations", "schema_functions", "admin_sessions", "stats_snapshot", "job_deps",
-          "job_signals")
+TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions", "admin_sessions",
+          "stats_snapshot", "workers", "depth_samples", "job_deps", "job_signals")
 
 
 def as_user(url: str, user: str) -> str:

@@ -41,10 +41,10 @@ async def test_only_finished_jobs_past_retention_are_deleted(queue, pool, demo_k
 
 
 async def test_sweeper_fails_expired_leases_with_no_attempts_left(queue, pool, demo_kind):
-    job_id, _ = await queue.submit("demo", "x")
+    job_id = (await queue.submit("demo", "x")).id
     await pool.execute("update jobfeed.jobs set state = 'running', attempts = max_attempts, generation = 5, "
                        "lease_until = now() - interval '1 s' where id = $1", job_id)
-    other, _ = await queue.submit("demo", "y")
+    other = (await queue.submit("demo", "y")).id
     await pool.execute("update jobfeed.jobs set state = 'running', attempts = 1, generation = 1, "
                        "lease_until = now() - interval '1 s' where id = $1", other)
     result = await Sweeper(queue, retention=86400).sweep_once()
@@ -65,7 +65,7 @@ async def test_concurrent_sweepers_delete_each_job_once(queue, pool, demo_kind):
 
 
 async def test_deleting_a_job_deletes_its_attempts(queue, pool, demo_kind):
-    job_id, _ = await queue.submit("demo", "x")
+    job_id = (await queue.submit("demo", "x")).id
     [job] = await queue.claim(["demo"], 1, "w")
     assert await queue.complete(job.id, job.generation, {"ok": True})
     await pool.execute("update jobfeed.jobs set finished_at = now() - interval '8 days' where id = $1", job_id)

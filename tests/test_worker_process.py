@@ -34,6 +34,14 @@ def run_to_exit(proc: subprocess.Popen, timeout: float) -> str:
     return stop(proc)
 
 
+async def end_lease_now(pool, job_id) -> None:
+    """Plant the end of a running job's lease (as if it had run out) and wake the
+    workers, instead of waiting the lease out."""
+    await pool.execute("update jobfeed.jobs set lease_until = now() - interval '1 millisecond' "
+                       "where id = $1 and state = 'running'", job_id)
+    await pool.execute("select pg_notify('jobfeed_due', 'demo')")
+
+
 async def attempts_log(queue, job_id) -> list[dict]:
     return (await queue.admin_get_job(job_id))["attempts_log"]
 
@@ -64,6 +72,12 @@ CASES = {
 async def test_demo_scripts_end_to_end(case, dsn, queue, pool, worker):
     fail, final, outcomes = CASES[case]
     job_id, _ = await queue.submit("demo", f"t-{case}", {"steps": 3, "step_ms": 20, "fail": fail})
+    if case == "hang":
+        # The hanging handler renews nothing: its lease may end at once.
+        await eventually(lambda: pool.fetchval("select generation = 1 and state = 'running' "
+                                               "from jobfeed.jobs where id = $1", job_id),
+                         timeout=20, what="first run")
+        await end_lease_now(pool, job_id)
     await wait_state(pool, job_id, final, timeout=20)
     view = await queue.admin_get_job(job_id)
     assert [a["outcome"] for a in view["attempts_log"]] == outcomes
@@ -89,9 +103,9 @@ async def test_kill_9_mid_job_is_reclaimed_and_finishes(dsn, queue, pool):
         first.wait(timeout=5)
     finally:
         stop(first)
+    await end_lease_now(pool, job_id)  # the dead worker's lease, run out
     second = start_worker(dsn, "--concurrency", "1", "--poll", "200ms")
     try:
-        # lease is 1 s in tests: the second worker takes over once it expires
         await wait_state(pool, job_id, "completed", timeout=20)
     finally:
         stop(second)
@@ -138,7 +152,7 @@ async def test_budget_mode_handles_at_most_max_jobs_then_exits(dsn, queue, pool)
     out = run_to_exit(proc, 15)
     assert proc.returncode == 0, out
     states = [await pool.fetchval("select state::text from jobfeed.jobs where id = $1", i) for i in ids]
-    assert sorted(states) == ["completed"] * 3 + ["queued"] * 2
+    assert sorted(states) == ["completed"] * 3 + ["queued"] * 2, out
 
 
 async def test_budget_mode_exits_when_nothing_is_due(dsn):

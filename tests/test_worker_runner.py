@@ -22,11 +22,14 @@ async def run(queue, dsn):
     """Start a Runner for the given specs (registered in the database first)."""
     started: list[tuple[Runner, asyncio.Task]] = []
 
-    async def start(*specs: TaskSpec, **kw) -> Runner:
+    async def start(*specs: TaskSpec, heartbeat_by_hand: bool = False, **kw) -> Runner:
         for s in specs:
             await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease,
                                       backoff=s.backoff, jitter=s.jitter)
         runner = Runner(queue, dsn, list(specs), poll_interval=0.2, grace=1.0, **kw)
+        if heartbeat_by_hand:  # the test fires each heartbeat (worker/testsignal.py)
+            runner.signals.heartbeat.enable()
+            runner.signals.renewed.enable()
         started.append((runner, asyncio.create_task(runner.run())))
         return runner
 
@@ -48,10 +51,14 @@ async def test_lost_lease_cancels_the_handler_and_drops_its_outcome(queue, pool,
             raise
         return {"never": True}
 
-    await run(spec("slow", slow, lease=0.3))
-    job_id, _ = await queue.submit("slow", "x")
+    runner = await run(spec("slow", slow, lease=60), heartbeat_by_hand=True)
+    job_id = (await queue.submit("slow", "x")).id
     await asyncio.wait_for(entered.wait(), 5)
-    await queue.cancel(job_id)  # the heartbeat (every lease/3) finds the lease lost
+    await queue.cancel(job_id)
+    await runner.signals.heartbeat.asked()
+    runner.signals.heartbeat.fire()  # the next heartbeat finds the lease lost
+    renewed, lost = await runner.signals.renewed.wait()
+    assert lost == {job_id}
     await asyncio.wait_for(cancelled.wait(), 5)
     view = await queue.admin_get_job(job_id)
     assert view["state"] == "canceled" and view["result"] is None

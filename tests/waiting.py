@@ -25,7 +25,33 @@ async def job_state(pool, job_id) -> str | None:
 
 
 async def wait_state(pool, job_id, *states: str, timeout: float = 15.0) -> str:
-    async def probe():
-        s = await job_state(pool, job_id)
-        return s if s in states else None
-    return await eventually(probe, timeout=timeout, what=f"job {job_id} in {states}")
+    """Wait for the job to reach one of the states: woken by the job's own
+    notifications (every state change sends one), re-checked on each, with a
+    slow poll only as a safety net."""
+    changed = asyncio.Event()
+    prefix = f"{job_id}:"
+
+    def on_changed(_conn, _pid, _channel, payload: str) -> None:
+        if prefix in payload:
+            changed.set()
+
+    deadline = time.monotonic() + timeout
+    last = None
+    async with pool.acquire() as conn:
+        await conn.add_listener("jobfeed_changed", on_changed)
+        try:
+            while True:
+                changed.clear()
+                last = await job_state(pool, job_id)
+                if last in states:
+                    return last
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(changed.wait(), min(left, 1.0))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            await conn.remove_listener("jobfeed_changed", on_changed)
+    raise AssertionError(f"timed out after {timeout}s waiting for job {job_id} in {states}; last seen: {last!r}")

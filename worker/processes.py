@@ -3,13 +3,34 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+from typing import AsyncIterator
 
 from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
 from .startup import admin_token, make_runner, make_sweeper, on_signals, prepare, run
+
+
+@contextlib.asynccontextmanager
+async def metrics_port(settings: Settings) -> AsyncIterator:
+    """/metrics on JOBFEED_METRICS_PORT while the block runs (when it is set);
+    yields what stops it."""
+    if settings.metrics_port is None:
+        yield lambda: None
+        return
+    from .metrics import MetricsServer
+
+    server = MetricsServer(settings.host, settings.metrics_port, settings.metrics_token)
+    serving = asyncio.create_task(server.serve(), name="jobfeed-metrics")
+    try:
+        yield server.stop
+    finally:
+        server.stop()
+        await asyncio.gather(serving, return_exceptions=True)
 
 
 async def cmd_migrate(settings: Settings, args) -> int:
@@ -26,8 +47,9 @@ async def cmd_worker(settings: Settings, args) -> int:
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=True)
         runner = make_runner(queue, dsn, settings, args)
-        on_signals(runner.stop)
-        await runner.run()
+        async with metrics_port(settings) as stop_metrics:
+            on_signals(runner.stop, stop_metrics)
+            await runner.run()
     finally:
         await pool.close()
     return 0
@@ -41,8 +63,9 @@ async def cmd_sweeper(settings: Settings, args) -> int:
         if args.once:
             print(json.dumps(await sweeper.sweep_once()))
             return 0
-        on_signals(sweeper.stop)
-        await sweeper.run()
+        async with metrics_port(settings) as stop_metrics:
+            on_signals(sweeper.stop, stop_metrics)
+            await sweeper.run()
     finally:
         await pool.close()
     return 0

@@ -4,6 +4,7 @@ raised by the functions turned into QueueError. No queue rule lives here."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -18,9 +19,10 @@ import asyncpg
 from .limits import MAX_PAYLOAD_BYTES
 from .settings import Settings
 from .sql import query
+from .states import TERMINAL
 
 # SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
-_HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422}
+_HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422, "JF429": 429}
 
 
 class QueueError(Exception):
@@ -100,6 +102,28 @@ class Job:
     signals: dict | None = None  # the signals it awaited: name -> data (None: it awaited none)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Submission:
+    """What a submission got: the job's id, whether this call made it (False: an
+    unfinished job already held the target, and the caller shares it), whether
+    it is a completed job reused, and the request's id (None unless one was
+    recorded: Queue.submit records one only when asked)."""
+    id: uuid.UUID
+    created: bool
+    reused: bool = False
+    request_id: uuid.UUID | None = None
+
+    # `job_id, created = await queue.submit(...)` (and [0], [1]) keep working as before.
+    def __iter__(self):
+        return iter((self.id, self.created))
+
+    def __getitem__(self, index):
+        return (self.id, self.created)[index]
+
+    def __len__(self) -> int:
+        return 2
+
+
 class Queue:
     """The queue's functions, called on a pool, or on one connection: then each
     call runs on it, inside its transaction if one is open. Submitting in the
@@ -140,10 +164,15 @@ class Queue:
     # -- kinds
     async def register_kind(self, kind: str, *, max_attempts: int, lease: float,
                             backoff: Sequence[float], jitter: float = 0.1, description: str = "",
-                            overwrite: bool = True) -> None:
-        """overwrite=False only adds a kind not registered yet (see sql/functions/30_submit.sql)."""
+                            overwrite: bool = True, priority: int = 0, max_running: int | None = None,
+                            max_running_per_key: int | None = None,
+                            rate: tuple[int, float] | None = None) -> None:
+        """overwrite=False only adds a kind not registered yet (see sql/functions/30_submit.sql).
+        rate is (starts, per seconds)."""
         await self._fetch("register_kind", kind, max_attempts, _seconds(lease),
-                          [_seconds(b) for b in backoff], jitter, description, overwrite)
+                          [_seconds(b) for b in backoff], jitter, description, overwrite,
+                          priority, max_running, max_running_per_key,
+                          rate[0] if rate else None, _seconds(rate[1]) if rate else None)
         self._known.add(kind)
 
     async def list_kinds(self) -> list[dict]:
@@ -151,23 +180,58 @@ class Queue:
 
     # -- submitting and reading
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
-                     run_after: dt.datetime | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                     run_after: dt.datetime | None = None, priority: int | None = None,
+                     concurrency_key: str | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                     requester: str | None = None, notify_url: str | None = None,
+                     request: bool = False, force: bool = False,
                      after: Sequence[uuid.UUID | str] | None = None,
                      await_signals: Sequence[str] | None = None,
-                     signal_timeout: float | None = None) -> tuple[uuid.UUID, bool]:
-        """-> (job id, created). created is False when an unfinished job already
-        held (kind, target): the caller shares that job. A new job may wait:
-        after (ids of jobs it runs after; it fails with dependency_failed if
-        one does not complete) and await_signals (names delivered with
-        signal(); signal_timeout seconds, else it fails with signal_timeout).
-        run_after does not combine with them."""
-        job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
-                                                    max_payload=max_payload, after=after,
-                                                    await_signals=await_signals, signal_timeout=signal_timeout)
-        return job_id, created
+                     signal_timeout: float | None = None) -> Submission:
+        """Submit, deduplicated by (kind, target). run_after: not claimed before
+        then; priority: None is the kind's default. With requester=, notify_url=
+        or request=True a request is recorded too (see leave()), and the kind's
+        reuse_for applies (force=True skips it); without, the call is as cheap
+        as a bare submission. A new job may wait: after (ids of jobs it runs
+        after; it fails with dependency_failed if one does not complete) and
+        await_signals (names delivered with signal(); signal_timeout seconds,
+        else it fails with signal_timeout); these record no request and do not
+        combine with run_after, priority or concurrency_key."""
+        if after or await_signals:
+            if request or requester is not None or notify_url is not None:
+                raise QueueError("invalid_request", "after and await_signals do not record requests", 422)
+            job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
+                                                        priority=priority, concurrency_key=concurrency_key,
+                                                        max_payload=max_payload, after=after,
+                                                        await_signals=await_signals, signal_timeout=signal_timeout)
+            return Submission(job_id, created)
+        if request or requester is not None or notify_url is not None:
+            job_id, created, _, request_id, reused = await self.submit_request_json(
+                kind, target, payload, run_after=run_after, priority=priority, concurrency_key=concurrency_key,
+                max_payload=max_payload, requester=requester, notify_url=notify_url, force=force)
+            return Submission(job_id, created, reused, request_id)
+        job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after, priority=priority,
+                                                    concurrency_key=concurrency_key, max_payload=max_payload)
+        return Submission(job_id, created)
+
+    async def submit_request_json(self, kind: str, target: str, payload: dict | None = None, *,
+                                  run_after: dt.datetime | None = None, priority: int | None = None,
+                                  concurrency_key: str | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                                  requester: str | None = None, notify_url: str | None = None,
+                                  max_active: int | None = None,
+                                  force: bool = False) -> tuple[uuid.UUID, bool, str, uuid.UUID, bool]:
+        """submit() recording a request: (job id, created, public view as JSON
+        text, request id, reused). max_active: refuse (QueueError too_many_jobs,
+        429) when the requester would wait for more jobs than that."""
+        text = json.dumps(payload if payload is not None else {})
+        await self._add_kind(kind)
+        rows = await self._fetch("submit_request", kind, target, text, run_after, max_payload,
+                                 requester, notify_url, max_active, force, priority, concurrency_key)
+        r = rows[0]
+        return r["id"], r["created"], r["view"], r["request_id"], r["reused"]
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
-                          run_after: dt.datetime | None = None,
+                          run_after: dt.datetime | None = None, priority: int | None = None,
+                          concurrency_key: str | None = None,
                           max_payload: int = MAX_PAYLOAD_BYTES,
                           after: Sequence[uuid.UUID | str] | None = None,
                           await_signals: Sequence[str] | None = None,
@@ -176,33 +240,40 @@ class Queue:
         text = json.dumps(payload if payload is not None else {})
         await self._add_kind(kind)
         if after or await_signals:
-            if run_after is not None:
-                raise QueueError("invalid_request", "after and await_signals do not combine with run_after", 422)
+            if run_after is not None or priority is not None or concurrency_key is not None:
+                raise QueueError("invalid_request", "after and await_signals do not combine with run_after, "
+                                 "priority or concurrency_key", 422)
             ids = [a if isinstance(a, uuid.UUID) else uuid.UUID(str(a)) for a in after or ()]
             rows = await self._fetch("submit_waiting", kind, target, text, ids, list(await_signals or ()),
                                      _seconds(signal_timeout), max_payload)
         else:
-            rows = await self._fetch("submit", kind, target, text, run_after, max_payload)
+            rows = await self._fetch("submit", kind, target, text, run_after, max_payload, priority,
+                                     concurrency_key)
         return rows[0]["id"], rows[0]["created"], rows[0]["view"]
 
     async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
-                          run_after: dt.datetime | None = None,
+                          run_after: dt.datetime | None = None, priority: int | None = None,
+                          concurrency_key: str | None = None,
                           max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool]]:
         """Submit (target, payload) pairs of one kind in one statement; answers
         (job id, created) per item, in order, deduplicated as submit() is."""
         if not items:
             return []
         await self._add_kind(kind)
-        rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload)
+        rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload,
+                                 priority, concurrency_key)
         return [(r["id"], r["created"]) for r in rows]
 
     async def submit_many_json(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
+                               run_after: dt.datetime | None = None, priority: int | None = None,
+                               concurrency_key: str | None = None,
                                max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool, str]]:
         """submit_many(), also answering each job's public view as JSON text."""
         if not items:
             return []
         await self._add_kind(kind)
-        rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload)
+        rows = await self._fetch("submit_many_views", kind, *_batch(items), max_payload,
+                                 run_after, priority, concurrency_key)
         return [(r["id"], r["created"], r["view"]) for r in rows]
 
     async def signal(self, job_id: uuid.UUID | str, name: str, data: Any = None) -> tuple[bool, dict]:
@@ -218,6 +289,41 @@ class Queue:
         rows = await self._fetch("signal", job_id, name, json.dumps(data))
         return rows[0]["first"], rows[0]["view"]
 
+    async def submit_many_requests_json(
+            self, kind: str, items: Sequence[tuple[str, dict | None]], *, requesters: Sequence[str | None],
+            notify_urls: Sequence[str | None], max_payload: int = MAX_PAYLOAD_BYTES,
+            max_active: int | None = None, forces: Sequence[bool] | None = None,
+            run_after: dt.datetime | None = None, priority: int | None = None,
+            concurrency_key: str | None = None) -> list[tuple[uuid.UUID, bool, str, uuid.UUID, bool]]:
+        """submit_many_json() recording one request per item (the API's group
+        commit). Any requester over max_active refuses the whole batch."""
+        if not items:
+            return []
+        await self._add_kind(kind)
+        rows = await self._fetch("submit_many_requests", kind, *_batch(items), max_payload,
+                                 list(requesters), list(notify_urls), max_active,
+                                 None if forces is None else list(forces), run_after, priority, concurrency_key)
+        return [(r["id"], r["created"], r["view"], r["request_id"], r["reused"]) for r in rows]
+
+    async def leave_json(self, request_id: uuid.UUID) -> str:
+        """The request leaves (idempotent); answers its job's public view as JSON
+        text. QueueError not_found for an unknown request."""
+        return await self._fetchval("leave", request_id)
+
+    async def leave(self, request_id: uuid.UUID) -> dict:
+        """The request leaves. When it was the last active request of an
+        unfinished job, the kind's on_abandon decides: cancel (the default) or
+        keep. Answers the job's public view."""
+        return json.loads(await self.leave_json(request_id))
+
+    async def may_view(self, job_id: uuid.UUID, requester: str | None, request_id: uuid.UUID | None) -> bool:
+        """Did this identity, or the holder of this request id, ever request the job?"""
+        return await self._fetchval("may_view", job_id, requester, request_id)
+
+    async def set_kind_request_policy(self, kind: str, *, on_abandon: str = "cancel", on_duplicate: str = "join",
+                                      reuse_for: float | None = None) -> None:
+        await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for))
+
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""
         return await self._fetchval("get_job", job_id)
@@ -225,6 +331,52 @@ class Queue:
     async def get_job(self, job_id: uuid.UUID) -> dict | None:
         text = await self.get_job_json(job_id)
         return None if text is None else json.loads(text)
+
+    async def wait(self, job_id: uuid.UUID, timeout: float) -> dict | None:
+        """The job's public view once it is final, or as it is after `timeout`
+        seconds; None for an unknown job. Listens for the job's change
+        notifications on one connection (of the pool, held meanwhile) and
+        re-reads only when one names the job: it never polls. On a Connection
+        inside a transaction, LISTEN starts only at commit: wait outside one."""
+        key = str(job_id)
+        changed = asyncio.Event()
+
+        def on_change(_conn, _pid, _channel, payload: str) -> None:
+            if key in payload:
+                changed.set()
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.0)
+        async with self._listening("jobfeed_changed", on_change) as conn:
+            while True:
+                changed.clear()  # before reading: a change after the read wakes us
+                text = await conn.fetchval(query("get_job"), job_id)
+                view = None if text is None else json.loads(text)
+                if view is None or view["status"] in TERMINAL:
+                    return view
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return view
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+
+    @contextlib.asynccontextmanager
+    async def _listening(self, channel: str, callback):
+        if isinstance(self.pool, asyncpg.Pool):
+            async with self.pool.acquire() as conn:
+                await conn.add_listener(channel, callback)
+                try:
+                    yield conn
+                finally:
+                    await conn.remove_listener(channel, callback)
+        else:
+            await self.pool.add_listener(channel, callback)
+            try:
+                yield self.pool
+            finally:
+                await self.pool.remove_listener(channel, callback)
 
     async def get_jobs_json(self, job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         return [r[0] for r in await self._fetch("get_jobs", list(job_ids))]
@@ -255,6 +407,38 @@ class Queue:
     async def cancel(self, job_id: uuid.UUID) -> dict:
         return json.loads(await self._fetchval("cancel", job_id))
 
+    async def set_kind_paused(self, kind: str, paused: bool) -> dict:
+        """Pause or resume a kind (QueueError not_found); answers the kind's view."""
+        return json.loads(await self._fetchval("set_kind_paused", kind, paused))
+
+    async def bulk(self, action: str, *, state: str | None = None, kind: str | None = None,
+                   error_code: str | None = None, ids: Sequence[uuid.UUID] | None = None,
+                   batch: int = 500) -> int:
+        """Retry or cancel ("retry" | "cancel") every job matching the filter, in
+        batches of `batch` jobs, one transaction each; answers how many changed.
+        QueueError filter_required when the filter is empty. Safe to repeat."""
+        if action not in ("retry", "cancel"):
+            raise ValueError(f"unknown bulk action {action!r}")
+        ids = None if ids is None else list(ids)
+        total, after = 0, None
+        while True:
+            rows = await self._fetch(f"bulk_{action}", state, kind, error_code, ids, after, batch)
+            changed, picked, after = rows[0]
+            total += changed
+            if picked < batch:
+                return total
+
+    # -- periodic jobs (worker/schedules.py)
+    async def register_schedule(self, kind: str, schedule: str | None, timezone: str, every: float | None) -> None:
+        await self._fetch("register_schedule", kind, schedule, timezone, _seconds(every))
+
+    async def enqueue_slot(self, kind: str, slot: dt.datetime, now: dt.datetime | None = None) -> uuid.UUID | None:
+        """The slot's new job, or None when the slot was taken already."""
+        return await self._fetchval("enqueue_slot", kind, slot, now)
+
+    async def list_schedules(self) -> list[dict]:
+        return [json.loads(r[0]) for r in await self._fetch("list_schedules")]
+
     # -- worker side: every write is fenced by (id, generation); False = lease lost
     async def claim(self, kinds: Sequence[str], limit: int, worker_id: str,
                     lease: float | None = None) -> list[Job]:
@@ -263,6 +447,35 @@ class Queue:
         return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
                     r[9], None if r[10] is None else loads(r[10]))
                 for r in rows]
+
+    async def job_timings(self, ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
+        """(id, kind, wait, age, traceparent) of claimed jobs: seconds waited once
+        due and seconds since submitted (metrics), the submitter's trace context."""
+        return await self._fetch("job_timings", list(ids))
+
+    async def set_traceparent(self, job_id: uuid.UUID, traceparent: str) -> None:
+        await self._fetch("set_traceparent", job_id, traceparent)
+
+    async def worker_beat(self, worker_id: str, host: str, kinds: Sequence[str], concurrency: int,
+                          running: int, lease: float) -> None:
+        await self._fetch("worker_beat", worker_id, host, list(kinds), concurrency, running, _seconds(lease))
+
+    async def worker_stopped(self, worker_id: str) -> None:
+        await self._fetch("worker_stopped", worker_id)
+
+    async def list_workers(self) -> list[dict]:
+        """Workers seen in the last hour: id, host, kinds, concurrency, running,
+        started_at, last_seen, lost (silent for two leases)."""
+        return json.loads(await self._fetchval("list_workers"))
+
+    async def sample_depth(self) -> int:
+        """Record queue depth by kind now (the sweeper, each round)."""
+        return await self._fetchval("sample_depth")
+
+    async def charts(self) -> dict:
+        """The dashboard's charts over the last hour: depth samples, wait p50/p95
+        by kind, failures by kind and code."""
+        return json.loads(await self._fetchval("charts"))
 
     async def next_due(self, kinds: Sequence[str]) -> float | None:
         """Seconds until the next job of these kinds is claimable (<= 0: now)."""

@@ -20,10 +20,11 @@ import time
 import uuid
 from typing import Sequence
 
-from . import db, redact
+from . import db, logs, metrics, redact, schedules, tracing
 from .db import Listener
 from .queue import Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec
+from .testsignal import Signal, Timer
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -120,6 +121,13 @@ class _Running:
         if self.stop_reason is None and not self.recording and self.task is not None:
             self.stop_reason = reason
             self.task.cancel()
+
+
+@dataclasses.dataclass(eq=False)
+class RunnerSignals:
+    """Test hooks (worker/testsignal.py), inert unless a test enables them."""
+    heartbeat: Timer = dataclasses.field(default_factory=Timer)  # the wait between two renewals
+    renewed: Signal = dataclasses.field(default_factory=Signal)  # after each: (keys renewed, ids lost)
 
 
 class _Completions:
@@ -315,6 +323,9 @@ class Runner:
         self._completions = _Completions(queue, self._wake.set)
         self._seats = _Seats(dsn, self.kinds, name="jobfeed-worker-seats")
         self._recording = 0  # handlers done, failures and releases being written
+        self.signals = RunnerSignals()
+        self._ages = metrics.Ages()
+        self._side: set[asyncio.Task] = set()  # reads for metrics, never waited for
 
     # -------------------------------------------------------------- control
     def stop(self) -> None:
@@ -349,10 +360,15 @@ class Runner:
                             name="jobfeed-worker-listen")
         await listener.start()
         heartbeat = asyncio.create_task(self._heartbeat(), name="jobfeed-heartbeat")
+        presence = asyncio.create_task(self._presence(), name="jobfeed-presence")
         seats = asyncio.create_task(self._seats.run(), name="jobfeed-seats")
         completions = asyncio.create_task(self._completions.run(), name="jobfeed-completions")
         budget_timer = (asyncio.create_task(self._budget_timer(), name="jobfeed-budget")
                         if self._deadline is not None else None)
+        # Periodic kinds: every worker runs their scheduler; the database keeps one job per slot.
+        periodics = [s.periodic for s in self.specs.values() if s.periodic is not None]
+        scheduler = (asyncio.create_task(schedules.run(self.queue, periodics, self._stop), name="jobfeed-schedules")
+                     if periodics and self._deadline is None else None)
         log.info("worker %s: kinds %s, concurrency %d", self.worker_id, ",".join(self.kinds), self.concurrency)
         try:
             await self._loop()
@@ -361,8 +377,17 @@ class Runner:
             heartbeat.cancel()
             completions.cancel()
             seats.cancel()
+            presence.cancel()
+            try:  # leave the workers panel at once rather than be shown lost
+                await self.queue.worker_stopped(self.worker_id)
+            except Exception as exc:
+                log.warning("worker %s: could not sign off (%s)", self.worker_id, exc)
+            for task in list(self._side):
+                task.cancel()
             if budget_timer:
                 budget_timer.cancel()
+            if scheduler:
+                scheduler.cancel()
             await listener.stop()
             log.info("worker %s: stopped after %d claims", self.worker_id, self.claimed_count)
 
@@ -374,19 +399,29 @@ class Runner:
             claimed: list[Job] = []
             try:
                 if limit > 0:
-                    claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
+                    with tracing.span("jobfeed claim", attributes={"jobfeed.limit": limit,
+                                                                   "jobfeed.worker": self.worker_id}):
+                        claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
+                        tracing.annotate({"jobfeed.claimed": len(claimed)})
                 error_delay = 0.1
             except Exception as exc:  # database down or restarting: keep trying
                 log.warning("worker %s: claim failed (%s); retrying in %.1fs", self.worker_id, exc, error_delay)
                 await self._sleep(error_delay)
                 error_delay = min(error_delay * 2, 5.0)
                 continue
+            parents: dict[uuid.UUID, str] = {}
+            if claimed and tracing.ENABLED:  # the runs' spans need their submitters' contexts first
+                parents = await self._observe_claims([j.id for j in claimed])
             for job in claimed:
-                self._start(job)
+                self._start(job, parents.get(job.id))
+            if claimed and not tracing.ENABLED:
+                self._side_task(self._observe_claims([j.id for j in claimed]))
             if self._deadline is not None or self.max_jobs is not None:
-                if not claimed and not self._running:
-                    return  # a budget run ends when nothing is due and nothing runs
-                if self._may_claim() == 0 and not self._running:
+                # A budget run ends when nothing is due (or it may claim no more) and
+                # nothing runs, nor waits to be written: a claim refused only because
+                # outcomes are unwritten (limit 0) is not the end.
+                busy = self._running or self._recording or self._completions.unwritten
+                if not busy and ((limit > 0 and not claimed) or self._may_claim() == 0):
                     return
             if claimed and len(claimed) == limit:
                 continue  # there may be more waiting
@@ -400,6 +435,22 @@ class Runner:
                     pass
             self._seats.seated(self._may_claim() > 0)
             await self._sleep(timeout)
+
+    def _side_task(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _observe_claims(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Wait and age of the claimed jobs (metrics); -> their traceparents."""
+        try:
+            rows = await self.queue.job_timings(ids)
+        except Exception as exc:
+            self._ages.unknown(ids)
+            log.debug("reading claim timings failed (%s)", exc)
+            return {}
+        self._ages.claimed(rows)
+        return {r["id"]: r["traceparent"] for r in rows if r["traceparent"]}
 
     def _kinds_in_turn(self) -> list[str]:
         """The kinds, each claim starting from the next: claim shares free slots
@@ -429,7 +480,7 @@ class Runner:
         self._cancel_all("budget")
 
     # -------------------------------------------------------------- one job
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, traceparent: str | None = None) -> None:
         spec = self.specs[job.kind]
         key = (job.id, job.generation)
         # The lease the claim granted, which may differ from ours (the kind's
@@ -439,13 +490,31 @@ class Runner:
         self._running[key] = entry
         self._beat.set()
         self.claimed_count += 1
+        metrics.CLAIMS.labels(job.kind).inc()
+        metrics.RUNNING.labels(job.kind).inc()
         # One task per job runs the handler, then queues or writes its outcome.
-        entry.task = asyncio.create_task(self._run_job(key, entry, spec), name=f"job-{job.id}-{job.generation}")
+        # Everything logged while it runs (the handler's own lines too) names the job.
+        context = logs.job_context(job_id=str(job.id), kind=job.kind, attempt=job.attempt,
+                                   generation=job.generation, worker=self.worker_id)
+        entry.task = asyncio.create_task(self._run_job(key, entry, spec, traceparent),
+                                         name=f"job-{job.id}-{job.generation}",
+                                         context=context)
         self._tasks.add(entry.task)
         entry.task.add_done_callback(self._tasks.discard)
 
-    async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
+    async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec,
+                       traceparent: str | None) -> None:
+        if not tracing.ENABLED:
+            return await self._run_attempt(key, entry, spec)
         job = entry.ctx.job
+        attributes = {"jobfeed.job_id": str(job.id), "jobfeed.kind": job.kind, "jobfeed.attempt": job.attempt,
+                      "jobfeed.generation": job.generation, "jobfeed.worker": self.worker_id}
+        with tracing.span(f"jobfeed run {job.kind}", parent=traceparent, attributes=attributes):
+            await self._run_attempt(key, entry, spec)
+
+    async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
+        job = entry.ctx.job
+        started = time.monotonic()
         try:
             try:
                 result = await spec.handler(job, entry.ctx)
@@ -468,10 +537,13 @@ class Runner:
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", redact.unexpected(exc))
             else:
+                self._observe_end(job, ("done", None), time.monotonic() - started)
                 entry.recording = True  # from here on, a stop() must not cancel it
                 await self._flush_progress(entry)
-                self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
+                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
+                    self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
                 return
+            label = self._observe_end(job, outcome, time.monotonic() - started)
             entry.recording = True
             if outcome[0] == "error":
                 await self._flush_progress(entry)
@@ -481,7 +553,9 @@ class Runner:
             self._wake.set()
             try:
                 what, value = outcome
-                await self._record(job, what, value, entry.ctx.lease)
+                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": label,
+                                                                 "jobfeed.code": value.code if value else ""}):
+                    await self._record(job, what, value, entry.ctx.lease)
             finally:
                 self._recording -= 1
                 self._wake.set()
@@ -490,7 +564,26 @@ class Runner:
         finally:
             entry.ctx.close()
             self._running.pop(key, None)
+            metrics.RUNNING.labels(job.kind).dec()
             self._wake.set()
+
+    def _observe_end(self, job: Job, outcome: tuple[str, JobError | None], seconds: float) -> str:
+        what, error = outcome
+        code = error.code if error is not None else ""
+        if what == "done":
+            label = metrics.COMPLETED
+        elif what in ("lost", "abandoned"):
+            label = metrics.LOST if what == "lost" else metrics.ABANDONED
+        elif isinstance(error, Permanent):
+            label = metrics.FAILED
+        elif isinstance(error, Release):
+            label = metrics.RELEASED
+        else:
+            label = metrics.FAILED if job.attempt >= job.max_attempts else metrics.RETRIED
+        metrics.attempt_ended(job.kind, label, code, seconds)
+        self._ages.ended(job.id, job.kind, label)
+        tracing.annotate({"jobfeed.outcome": label, "jobfeed.code": code})
+        return label
 
     async def _flush_progress(self, entry: _Running) -> None:
         """The last progress report before the outcome lands first."""
@@ -526,9 +619,12 @@ class Runner:
         Jobs due within half their interval are renewed together (one call per
         distinct lease); after a failed call, it tries again soon."""
         error_delay = 0.05
+        waited_for: float | None = None
         while True:
             self._beat.clear()
-            now = time.monotonic()
+            # After a wait that ran its course, act as of the time waited for (a
+            # test's timer fires early; in production the two agree).
+            now = time.monotonic() if waited_for is None else max(time.monotonic(), waited_for)
             held = [(k, r) for k, r in self._running.items()
                     if r.ctx.heartbeat and r.stop_reason is None and not r.recording]
             due: dict[float, list[tuple[tuple[uuid.UUID, int], _Running]]] = {}
@@ -536,6 +632,8 @@ class Runner:
                 if entry.renew_at - entry.renew_every / 2 <= now:
                     due.setdefault(entry.ctx.lease, []).append((key, entry))
             failed = False
+            renewed: list[tuple[uuid.UUID, int]] = []
+            lost_ids: set[uuid.UUID] = set()
             for lease, group in due.items():
                 try:
                     lost = await self.queue.extend_many([k for k, _ in group], lease)
@@ -543,22 +641,50 @@ class Runner:
                     log.warning("heartbeat failed (%s); trying again in %.2fs", exc, error_delay)
                     failed = True
                     continue
+                lost_ids |= set(lost)
                 for key, entry in group:
+                    renewed.append(key)
                     if key[0] in lost:
                         entry.ctx.lost.set()
                         entry.stop("lost")
                     else:
                         entry.renew_at = now + entry.renew_every
+            if renewed:
+                self.signals.renewed.signal((renewed, lost_ids))
             if failed:
                 await asyncio.sleep(error_delay)
                 error_delay = min(error_delay * 2, 1.0)
+                waited_for = None
                 continue
             error_delay = 0.05
             next_at = min((r.renew_at for _, r in held if r.stop_reason is None), default=now + 1.0)
+            # Measured from `now`: a test's fired timer moves time on for the heartbeat.
+            waited_for = None if await self._heartbeat_wait(max(next_at - now, 0.01)) else next_at
+
+    async def _heartbeat_wait(self, delay: float) -> bool:
+        """Sleep `delay` (through the test hook), or less when a job starts and
+        the heartbeat must look at its lease; True when woken early."""
+        beat = asyncio.ensure_future(self._beat.wait())
+        sleep = asyncio.ensure_future(self.signals.heartbeat.sleep(delay))
+        try:
+            await asyncio.wait((beat, sleep), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            beat.cancel()
+            sleep.cancel()
+        return beat.done() and not beat.cancelled()
+
+    async def _presence(self) -> None:
+        """This worker's row in jobfeed.workers, renewed every third of its
+        shortest lease: missing for two leases, it is shown lost."""
+        lease = min(_lease(s) for s in self.specs.values())
+        host = socket.gethostname()
+        while True:
             try:
-                await asyncio.wait_for(self._beat.wait(), max(next_at - time.monotonic(), 0.01))
-            except asyncio.TimeoutError:
-                pass
+                await self.queue.worker_beat(self.worker_id, host, self.kinds, self.concurrency,
+                                             len(self._running), lease)
+            except Exception as exc:
+                log.warning("worker %s: presence beat failed (%s)", self.worker_id, exc)
+            await asyncio.sleep(max(lease / 3, 0.05))
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:

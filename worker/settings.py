@@ -5,6 +5,8 @@ setting."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import os
 import re
@@ -36,6 +38,18 @@ def parse_durations(text: str, name: str) -> tuple[float, ...]:
     if not parts:
         raise SettingError(f"{name}: {text!r} needs at least one duration, e.g. 1m,5m,15m,60m")
     return tuple(parse_duration(p, name) for p in parts)
+
+
+def check_webhook_secret(text: str) -> str:
+    """JOBFEED_WEBHOOK_SECRET: the Standard Webhooks form whsec_<base64>, at least 16 bytes."""
+    body = text.strip().removeprefix("whsec_")
+    try:
+        key = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        key = b""
+    if not text.strip().startswith("whsec_") or len(key) < 16:
+        raise SettingError("JOBFEED_WEBHOOK_SECRET: write it as whsec_ and at least 16 random bytes in base64")
+    return text.strip()
 
 
 def parse_positive_int(text: str, name: str) -> int:
@@ -73,6 +87,23 @@ def check_admin_token(token: str | None, name: str = "JOBFEED_ADMIN_TOKEN") -> N
         raise SettingError(f"{name}: the admin token must be at least {MIN_ADMIN_TOKEN} characters long")
 
 
+def parse_port(text: str, name: str) -> int:
+    port = parse_positive_int(text, name)
+    if port > 65535:
+        raise SettingError(f"{name}: {port} is not a port number")
+    return port
+
+
+LOG_FORMATS = ("text", "json")
+
+
+def parse_choice(text: str, name: str, choices: tuple[str, ...]) -> str:
+    value = str(text).strip().lower()
+    if value not in choices:
+        raise SettingError(f"{name}: {text!r} is not one of {', '.join(choices)}")
+    return value
+
+
 def default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "jobfeed"
@@ -100,12 +131,20 @@ class Settings:
     listener_health: float = 10.0   # how often an idle LISTEN connection is checked
     session_lifetime: float = 12 * 3600  # the admin session cookie's lifetime
     submit_batch: int = 256         # most submissions written in one statement (1: each alone)
+    # requests (who waits for a job)
+    requester_header: str | None = None         # a header a trusted proxy sets to the caller's identity
+    max_active_per_requester: int | None = None  # more active requests of one identity: 429
+    job_access: str = "link"                     # "link" (anyone with the id) or "requesters"
+    webhook_hosts: tuple[str, ...] = ()          # hosts a notify_url may name (any port); none: refused
+    webhook_secret: str | None = None            # whsec_<base64>: signs deliveries
     # Caps against a client that holds too much (README, "Security").
     max_streams_per_client: int = 100
     max_streams: int = 20000
     max_header_bytes: int = 64 * 1024
     request_timeout: float = 30.0   # to finish a request's headers and body
     metrics_token: str | None = None
+    metrics_port: int | None = None  # workers and sweepers serve /metrics here when set
+    log_format: str = "text"          # or "json": one object per line (worker/logs.py)
 
     def __post_init__(self):
         check_admin_token(self.admin_token)
@@ -121,10 +160,7 @@ class Settings:
         if env.get("JOBFEED_HOST"):
             values["host"] = env["JOBFEED_HOST"]
         if env.get("JOBFEED_PORT"):
-            port = parse_positive_int(env["JOBFEED_PORT"], "JOBFEED_PORT")
-            if port > 65535:
-                raise SettingError(f"JOBFEED_PORT: {port} is not a port number")
-            values["port"] = port
+            values["port"] = parse_port(env["JOBFEED_PORT"], "JOBFEED_PORT")
         for key, field in (("JOBFEED_ADMIN_TOKEN", "admin_token"), ("JOBFEED_API_TOKEN", "api_token")):
             if env.get(key):
                 values[field] = env[key]
@@ -150,6 +186,19 @@ class Settings:
                 values[field] = parse_duration(env[key], key)
         if env.get("JOBFEED_SUBMIT_BATCH"):
             values["submit_batch"] = parse_positive_int(env["JOBFEED_SUBMIT_BATCH"], "JOBFEED_SUBMIT_BATCH")
+        if env.get("JOBFEED_REQUESTER_HEADER"):
+            header = env["JOBFEED_REQUESTER_HEADER"].strip().lower()
+            if not re.fullmatch(r"[a-z0-9!#$%&'*+.^_`|~-]+", header):
+                raise SettingError(f"JOBFEED_REQUESTER_HEADER: {header!r} is not a header name")
+            values["requester_header"] = header
+        if env.get("JOBFEED_MAX_ACTIVE_PER_REQUESTER"):
+            values["max_active_per_requester"] = parse_positive_int(
+                env["JOBFEED_MAX_ACTIVE_PER_REQUESTER"], "JOBFEED_MAX_ACTIVE_PER_REQUESTER")
+        if env.get("JOBFEED_JOB_ACCESS"):
+            access = env["JOBFEED_JOB_ACCESS"].strip().lower()
+            if access not in ("link", "requesters"):
+                raise SettingError(f"JOBFEED_JOB_ACCESS: {access!r} must be link or requesters")
+            values["job_access"] = access
         for key, field in (("JOBFEED_MAX_STREAMS_PER_CLIENT", "max_streams_per_client"),
                            ("JOBFEED_MAX_STREAMS", "max_streams")):
             if env.get(key):
@@ -160,5 +209,14 @@ class Settings:
             values["request_timeout"] = parse_duration(env["JOBFEED_REQUEST_TIMEOUT"], "JOBFEED_REQUEST_TIMEOUT")
         if env.get("JOBFEED_METRICS_TOKEN"):
             values["metrics_token"] = env["JOBFEED_METRICS_TOKEN"]
+        if env.get("JOBFEED_WEBHOOK_HOSTS"):
+            values["webhook_hosts"] = tuple(h.strip().lower() for h in env["JOBFEED_WEBHOOK_HOSTS"].split(",")
+                                            if h.strip())
+        if env.get("JOBFEED_WEBHOOK_SECRET"):
+            values["webhook_secret"] = check_webhook_secret(env["JOBFEED_WEBHOOK_SECRET"])
+        if env.get("JOBFEED_METRICS_PORT"):
+            values["metrics_port"] = parse_port(env["JOBFEED_METRICS_PORT"], "JOBFEED_METRICS_PORT")
+        if env.get("JOBFEED_LOG_FORMAT"):
+            values["log_format"] = parse_choice(env["JOBFEED_LOG_FORMAT"], "JOBFEED_LOG_FORMAT", LOG_FORMATS)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

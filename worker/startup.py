@@ -41,6 +41,9 @@ async def prepare(settings: Settings) -> str:
     dsn = await db.resolve_dsn(settings)
     await migrations.require_schema(dsn)
     tasks.load_tasks(settings.tasks)
+    if settings.webhook_secret:  # deliveries are signed: without a secret nobody sends them
+        from . import webhooks
+        webhooks.install()
     return dsn
 
 

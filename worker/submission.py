@@ -4,9 +4,12 @@ input the same way, with the same code."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from .limits import MAX_TARGET_BYTES
 from .settings import SettingError, parse_duration
@@ -118,3 +121,73 @@ def check_submission(kind: object, target: object, payload: object) -> tuple[str
             # the wrong type fails this way, and the payload is what is wrong.
             raise InvalidSubmission(422, "invalid_payload", str(exc) or "payload refused by its kind") from None
     return kind, target, payload
+
+
+def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
+    """A notify_url: http(s) to one of the allowed host names (JOBFEED_WEBHOOK_HOSTS, any port)."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(host) and host in hosts
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """When and how a job runs: not before run_after, priority (None: the
+    kind's), concurrency_key. Hashable: the API's group commit batches the
+    submissions that share one."""
+    run_after: dt.datetime | None = None
+    priority: int | None = None
+    concurrency_key: str | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """As keyword arguments of Queue.submit*."""
+        return {"run_after": self.run_after, "priority": self.priority, "concurrency_key": self.concurrency_key}
+
+
+_INT32 = 2**31 - 1
+
+
+def parse_run_at(value: object) -> dt.datetime:
+    """RFC 3339 with an offset or Z, e.g. 2026-12-01T03:00:00Z."""
+    if not isinstance(value, str) or "T" not in value.upper():
+        raise InvalidSubmission(422, "invalid_run_at", "run_at must be an RFC 3339 time, e.g. 2026-12-01T03:00:00Z")
+    try:
+        when = dt.datetime.fromisoformat(value.strip().replace("z", "Z"))
+    except ValueError:
+        raise InvalidSubmission(422, "invalid_run_at",
+                                f"run_at {value[:64]!r} is not an RFC 3339 time, e.g. 2026-12-01T03:00:00Z") from None
+    if when.tzinfo is None:
+        raise InvalidSubmission(422, "invalid_run_at", "run_at needs an offset or Z (RFC 3339)")
+    return when
+
+
+def parse_delay(value: object) -> float:
+    """A duration such as 90s or 5m, or 0."""
+    if isinstance(value, str) and value.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return parse_duration(value if isinstance(value, str) else "", "delay")
+    except SettingError:
+        raise InvalidSubmission(422, "invalid_delay",
+                                f"delay {str(value)[:64]!r} is not a duration (write e.g. 90s, 5m, 1h)") from None
+
+
+def check_schedule(run_at: object = None, delay: object = None, priority: object = None,
+                   concurrency_key: object = None) -> Schedule:
+    """The scheduling fields of a submission (None: not given) -> Schedule."""
+    if run_at is not None and delay is not None:
+        raise InvalidSubmission(422, "invalid_request", "give run_at or delay, not both")
+    run_after = None
+    if run_at is not None:
+        run_after = parse_run_at(run_at)
+    elif delay is not None:
+        run_after = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=parse_delay(delay))
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
+                                 or not -_INT32 <= priority <= _INT32):
+        raise InvalidSubmission(422, "invalid_priority", "priority must be a whole number")
+    if concurrency_key is not None and (not isinstance(concurrency_key, str) or not storable(concurrency_key)
+                                        or not 1 <= len(concurrency_key.encode("utf-8")) <= MAX_TARGET_BYTES):
+        raise InvalidSubmission(422, "invalid_concurrency_key",
+                                f"concurrency_key must be a string of 1 to {MAX_TARGET_BYTES} bytes")
+    return Schedule(run_after, priority, concurrency_key)

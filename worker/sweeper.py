@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from . import metrics
 from .queue import Queue
 
 log = logging.getLogger("jobfeed.sweeper")
@@ -33,6 +34,9 @@ class Sweeper:
             deleted += n
             if n < self.batch:
                 break
+        await self.queue.sample_depth()  # the dashboard's depth chart
+        metrics.SWEPT.labels("expired").inc(expired)
+        metrics.SWEPT.labels("deleted").inc(deleted)
         if expired or deleted:
             log.info("sweeper: %d expired leases failed, %d finished jobs deleted", expired, deleted)
         return {"expired": expired, "deleted": deleted}

@@ -14,7 +14,8 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 import httpx
 
 from .queue import Job  # noqa: F401  (handlers import it from here)
-from .settings import Settings
+from .schedules import Periodic, periodic
+from .settings import SettingError, Settings, parse_duration
 
 
 class JobError(Exception):
@@ -54,6 +55,19 @@ class LeaseLost(Exception):
 Handler = Callable[["Job", "Context"], Awaitable[Any]]
 
 
+def parse_rate(text: str, name: str = "rate") -> tuple[int, float]:
+    """'100/1m' -> (100, 60.0): at most 100 starts per minute."""
+    count, _, period = str(text).partition("/")
+    try:
+        n = int(count.strip())
+        seconds = parse_duration(period, name)
+    except (ValueError, SettingError):
+        raise ValueError(f"{name}: {text!r} is not a rate (write e.g. 100/1m, 5/1s)") from None
+    if n < 1:
+        raise ValueError(f"{name}: {text!r} needs at least 1 start per period")
+    return n, seconds
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
     kind: str
@@ -64,6 +78,15 @@ class TaskSpec:
     jitter: float = 0.1
     description: str = ""
     validate: Callable[[dict], None] | None = None  # raises ValueError for a payload it refuses
+    on_abandon: str = "cancel"  # when its last requester leaves: "cancel" or "keep"
+    on_duplicate: str = "join"  # a duplicate of an unfinished job: "join" or "reject_different"
+    reuse_for: float | None = None  # seconds a completion answers new submissions of its target
+    # flow control (README "Scheduling and flow control"), enforced by the claim
+    priority: int = 0                        # submissions' default; higher is claimed first
+    max_running: int | None = None           # running jobs of the kind, across workers
+    max_running_per_key: int | None = None   # running jobs per concurrency_key
+    rate: tuple[int, float] | None = None    # (starts, per seconds), across workers
+    periodic: Periodic | None = None         # schedule= or every=: one job per slot
 
     def resolved(self, settings: Settings) -> "TaskSpec":
         """Fill what the kind leaves open from the settings (JOBFEED_LEASE, ...)."""
@@ -80,14 +103,55 @@ class Registry:
 
     def task(self, kind: str, *, max_attempts: int | None = None, lease: float | None = None,
              backoff: Sequence[float] | None = None, jitter: float = 0.1, description: str = "",
-             validate: Callable[[dict], None] | None = None):
+             validate: Callable[[dict], None] | None = None, on_abandon: str = "cancel",
+             on_duplicate: str = "join", reuse_for: float | str | None = None, priority: int = 0,
+             max_running: int | None = None, max_running_per_key: int | None = None, rate: str | None = None,
+             schedule: str | None = None, timezone: str | None = None, every: str | float | None = None):
         """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
-        `validate(payload)` raising ValueError makes a submission a 422."""
+        `validate(payload)` raising ValueError makes a submission a 422.
+        `on_abandon`: what happens to an unfinished job when its last requester
+        leaves: "cancel" (the default) or "keep" (it runs to the end).
+        `on_duplicate`: "join" (share the unfinished job) or "reject_different"
+        (409 payload_conflict when the payload differs).
+        `reuse_for` ("10m", or seconds): a submission that soon after the
+        target's last completion gets that completed job. priority is
+        the submissions' default; max_running, max_running_per_key and rate
+        ("100/1m") are enforced by the claim across all workers."""
+        if on_abandon not in ("cancel", "keep"):
+            raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
+        if on_duplicate in ("rerun", "replace"):
+            raise ValueError(f'@task({kind!r}): on_duplicate={on_duplicate!r} is not available in this release')
+        if on_duplicate not in ("join", "reject_different"):
+            raise ValueError(f'@task({kind!r}): on_duplicate must be "join" or "reject_different", '
+                             f'not {on_duplicate!r}')
+        reuse_seconds = parse_duration(reuse_for, f"@task({kind!r}) reuse_for") if isinstance(reuse_for, str) \
+            else reuse_for
+        if reuse_seconds is not None and reuse_seconds <= 0:
+            raise ValueError(f"@task({kind!r}): reuse_for must be longer than zero")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"@task({kind!r}): priority must be a whole number")
+        for name, value in (("max_running", max_running), ("max_running_per_key", max_running_per_key)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"@task({kind!r}): {name} must be a whole number of at least 1")
+        parsed_rate = parse_rate(rate, f"@task({kind!r}) rate") if rate is not None else None
+        if isinstance(every, str):
+            try:
+                every = parse_duration(every, f"@task({kind!r}) every")
+            except SettingError as exc:
+                raise ValueError(str(exc)) from None
+        when = periodic(kind, schedule, timezone, every)
+
         def register(handler: Handler) -> Handler:
             self._specs[kind] = TaskSpec(kind, handler, max_attempts, lease,
-                                         tuple(backoff) if backoff else None, jitter, description, validate)
+                                         tuple(backoff) if backoff else None, jitter, description, validate,
+                                         on_abandon, on_duplicate, reuse_seconds,
+                                         priority, max_running, max_running_per_key, parsed_rate, when)
             return handler
         return register
+
+    def add(self, spec: TaskSpec) -> None:
+        """Register a spec made elsewhere (a built-in kind such as jobfeed.webhook)."""
+        self._specs[spec.kind] = spec
 
     def get(self, kind: str) -> TaskSpec | None:
         return self._specs.get(kind)
@@ -125,7 +189,11 @@ async def register_kind(queue, spec: TaskSpec, *, overwrite: bool) -> None:
     """Record one resolved kind's settings (see register_kinds)."""
     await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease,
                               backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
-                              overwrite=overwrite)
+                              overwrite=overwrite, priority=spec.priority, max_running=spec.max_running,
+                              max_running_per_key=spec.max_running_per_key, rate=spec.rate)
+    if overwrite:  # workers run the kind: they say what abandoning it does
+        await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon, on_duplicate=spec.on_duplicate,
+                                            reuse_for=spec.reuse_for)
 
 
 class Context:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from . import db, migrate as migrations, tasks
+from . import db, logs, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
 from .startup import UsageError, admin_token, log, make_runner, make_sweeper, on_signals, prepare
@@ -20,6 +20,7 @@ async def cmd_up(settings: Settings, args) -> int:
     # with; elsewhere it runs only where JOBFEED_TASKS names it.
     if DEMO_TASKS not in settings.tasks:
         settings = dataclasses.replace(settings, tasks=(DEMO_TASKS, *settings.tasks))
+    given_token = settings.admin_token is not None
     token = admin_token(settings)
     # The development command migrates; deploys run `jobfeed migrate` as a step.
     dsn = await db.resolve_dsn(settings)
@@ -43,7 +44,10 @@ async def cmd_up(settings: Settings, args) -> int:
         parts = [asyncio.create_task(p) for p in (server.serve(), runner.run(), sweeper.run())]
         if await server.wait_started(parts[0]):
             url = f"http://{settings.host}:{settings.port}/"
-            print(f"jobfeed is up: {url}\n  admin: {url}admin  token: {token}\n  database: {dsn}", flush=True)
+            # A token from JOBFEED_ADMIN_TOKEN is the operator's already: not repeated here.
+            shown = "(JOBFEED_ADMIN_TOKEN)" if given_token else token
+            print(f"jobfeed is up: {url}\n  admin: {url}admin  token: {shown}\n"
+                  f"  database: {logs.without_password(dsn)}", flush=True)
         done, _ = await asyncio.wait(parts, return_when=asyncio.FIRST_COMPLETED)
         # One part ending (a signal, or the server failing to bind) ends them all.
         runner.stop()

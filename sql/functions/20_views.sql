@@ -20,7 +20,13 @@ returns jsonb language sql stable as $$
         'created_at', j.created_at,
         'updated_at', j.updated_at,
         'finished_at', j.finished_at,
-        'version', j.version)
+        'version', j.version,
+        -- active requests: a request stops being one when its job is final
+        'requesters', case when j.state not in ('completed', 'failed', 'canceled') then j.requesters else 0 end,
+        -- The time asked for with run_at/delay, until the first start. After a
+        -- start it stays null: a retry's delay is not the public's business.
+        'scheduled_for', case when j.generation = 0 and j.state = 'queued' and j.run_after > j.updated_at
+                              then j.run_after end)
 $$;
 
 -- The true view, without the attempts log (lists, the admin feed).
@@ -35,6 +41,8 @@ returns jsonb language sql stable as $$
         'lease_until', j.lease_until,
         'worker_id', j.worker_id,
         'started_at', j.started_at,
+        'priority', j.priority,
+        'concurrency_key', j.concurrency_key,
         'last_error', case when j.last_error_code is not null then
                           jsonb_build_object('code', j.last_error_code, 'message', j.last_error_message) end,
         'payload', j.payload)
@@ -122,7 +130,10 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
         'kind', k.kind, 'description', k.description, 'max_attempts', k.max_attempts,
         'lease_seconds', extract(epoch from k.lease),
         'backoff_seconds', (select jsonb_agg(extract(epoch from b)) from unnest(k.backoff) b),
-        'jitter', k.jitter)
+        'jitter', k.jitter, 'priority', k.priority, 'paused', k.paused,
+        'max_running', k.max_running, 'max_running_per_key', k.max_running_per_key,
+        'rate', case when k.rate_count is not null then
+                    jsonb_build_object('count', k.rate_count, 'period_seconds', extract(epoch from k.rate_period)) end)
       from jobfeed.kinds k order by k.kind
 $$;
 

@@ -3,6 +3,37 @@
 -- Record a kind's settings. Workers, which run the kind, overwrite; other
 -- processes (the API, `jobfeed submit`) pass p_overwrite => false and only add
 -- a kind nobody has registered yet, so their defaults never undo a worker's.
+create or replace function jobfeed.register_kind_v2(
+    p_kind text, p_max_attempts int default 5, p_lease interval default '5 minutes',
+    p_backoff interval[] default '{1 minute,5 minutes,15 minutes,60 minutes}',
+    p_jitter double precision default 0.1, p_description text default '', p_overwrite boolean default true,
+    p_priority int default 0, p_max_running int default null, p_max_running_per_key int default null,
+    p_rate_count int default null, p_rate_period interval default null)
+returns void language sql security definer set search_path = jobfeed, pg_temp as $$
+    -- `paused` is never written here: only the admin routes set it.
+    insert into jobfeed.kinds as k (kind, max_attempts, lease, backoff, jitter, description, priority,
+                                    max_running, max_running_per_key, rate_count, rate_period)
+    values (p_kind, p_max_attempts, p_lease, p_backoff, p_jitter, p_description, coalesce(p_priority, 0),
+            p_max_running, p_max_running_per_key, p_rate_count, p_rate_period)
+    on conflict (kind) do update
+       set max_attempts = excluded.max_attempts, lease = excluded.lease, backoff = excluded.backoff,
+           jitter = excluded.jitter, description = excluded.description, priority = excluded.priority,
+           max_running = excluded.max_running, max_running_per_key = excluded.max_running_per_key,
+           rate_count = excluded.rate_count, rate_period = excluded.rate_period, updated_at = now()
+     where p_overwrite
+       -- only workers (they run the kind) and the owner; the API role only adds kinds
+       and (pg_has_role(session_user, 'jobfeed_worker', 'usage')
+            or pg_has_role(session_user, (select n.nspowner from pg_namespace n where n.nspname = 'jobfeed'),
+                           'usage'))
+       and (k.max_attempts, k.lease, k.backoff, k.jitter, k.description, k.priority, k.max_running,
+            k.max_running_per_key, k.rate_count, k.rate_period)
+           is distinct from (excluded.max_attempts, excluded.lease, excluded.backoff,
+                             excluded.jitter, excluded.description, excluded.priority, excluded.max_running,
+                             excluded.max_running_per_key, excluded.rate_count, excluded.rate_period)
+$$;
+
+-- v0.1.0's register_kind: the flow settings left as they were (a kind it adds
+-- gets the defaults: priority 0, no limits).
 create or replace function jobfeed.register_kind(
     p_kind text, p_max_attempts int default 5, p_lease interval default '5 minutes',
     p_backoff interval[] default '{1 minute,5 minutes,15 minutes,60 minutes}',
@@ -14,7 +45,6 @@ returns void language sql security definer set search_path = jobfeed, pg_temp as
        set max_attempts = excluded.max_attempts, lease = excluded.lease, backoff = excluded.backoff,
            jitter = excluded.jitter, description = excluded.description, updated_at = now()
      where p_overwrite
-       -- only workers (they run the kind) and the owner; the API role only adds kinds
        and (pg_has_role(session_user, 'jobfeed_worker', 'usage')
             or pg_has_role(session_user, (select n.nspowner from pg_namespace n where n.nspname = 'jobfeed'),
                            'usage'))
@@ -27,9 +57,10 @@ $$;
 -- unfinished one that already holds the target, with its public view (what an
 -- HTTP submitter is answered, without a second query). Look, insert, look
 -- again: whatever finishes or starts in between, the caller gets a live job.
-create or replace function jobfeed.submit(
+create or replace function jobfeed.submit_v2(
     p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
-    p_max_payload int default 65536, p_now timestamptz default null)
+    p_max_payload int default 65536, p_now timestamptz default null,
+    p_priority int default null, p_concurrency_key text default null)
 returns table (id uuid, created boolean, view jsonb)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
@@ -37,10 +68,12 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
     v_max int;
+    v_priority int;
     v_problem text[] := jobfeed.submission_problem(p_target, p_payload, p_max_payload);
     v_job jobfeed.jobs;
 begin
-    select k.max_attempts into v_max from jobfeed.kinds k where k.kind = p_kind;
+    select k.max_attempts, coalesce(p_priority, k.priority) into v_max, v_priority
+      from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
     end if;
@@ -56,8 +89,10 @@ begin
             return query select v_job.id, false, jobfeed.public_view(v_job);
             return;
         end if;
-        insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
-        values (p_kind, p_target, v_payload, v_max, coalesce(p_run_after, v_now), v_now, v_now)
+        insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at,
+                                       priority, concurrency_key)
+        values (p_kind, p_target, v_payload, v_max, coalesce(p_run_after, v_now), v_now, v_now,
+                v_priority, p_concurrency_key)
         on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
         returning j.* into v_job;
         if v_job.id is not null then
@@ -76,15 +111,17 @@ end $$;
 -- Row n of the answer is for p_targets[n]: the new job, or the unfinished one
 -- that already held that target (also when the same target appears twice in
 -- the batch: the first occurrence creates, the rest share).
-create or replace function jobfeed.submit_many(
+create or replace function jobfeed.submit_many_v2(
     p_kind text, p_targets text[], p_payloads jsonb[] default null, p_run_after timestamptz default null,
-    p_max_payload int default 65536, p_now timestamptz default null)
+    p_max_payload int default 65536, p_now timestamptz default null,
+    p_priority int default null, p_concurrency_key text default null)
 returns table (n int, id uuid, created boolean)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_max int;
+    v_priority int;
     v_bad int;
     v_problem text[];
     v_new_ids uuid[];
@@ -98,7 +135,8 @@ declare
     v_id_prefix text;
     v_id_seed text;
 begin
-    select k.max_attempts into v_max from jobfeed.kinds k where k.kind = p_kind;
+    select k.max_attempts, coalesce(p_priority, k.priority) into v_max, v_priority
+      from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
     end if;
@@ -154,9 +192,10 @@ begin
         -- concurrent submitter taking one of the targets meanwhile trips the
         -- unique index; the general path below then takes over.
         begin
-            insert into jobfeed.jobs (id, kind, target, payload, max_attempts, run_after, created_at, updated_at)
+            insert into jobfeed.jobs (id, kind, target, payload, max_attempts, run_after, created_at, updated_at,
+                                      priority, concurrency_key)
             select v_made[t.n], p_kind, t.target, coalesce(t.payload, '{}'), v_max,
-                   coalesce(p_run_after, v_now), v_now, v_now
+                   coalesce(p_run_after, v_now), v_now, v_now, v_priority, p_concurrency_key
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
              order by t.target, t.n;
             v_new_ids := v_made;
@@ -170,9 +209,11 @@ begin
     v_pending := null;  -- first pass: every target
     while v_ids is null loop
         with ins as (
-            insert into jobfeed.jobs as j (id, kind, target, payload, max_attempts, run_after, created_at, updated_at)
+            insert into jobfeed.jobs as j (id, kind, target, payload, max_attempts, run_after, created_at, updated_at,
+                                           priority, concurrency_key)
             select v_made[t.n], p_kind, t.target,
-                   coalesce(t.payload, '{}'), v_max, coalesce(p_run_after, v_now), v_now, v_now
+                   coalesce(t.payload, '{}'), v_max, coalesce(p_run_after, v_now), v_now, v_now,
+                   v_priority, p_concurrency_key
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
              where v_pending is null or t.target = any (v_pending)
              order by t.target, t.n
@@ -208,8 +249,9 @@ end $$;
 -- submit_many answering each job's public view too: the API's group commit
 -- answers every waiting POST /api/jobs of a batch from one call. (Two
 -- statements: the second must see the rows the first made.)
-create or replace function jobfeed.submit_many_views(
-    p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536)
+create or replace function jobfeed.submit_many_views_v2(
+    p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536,
+    p_run_after timestamptz default null, p_priority int default null, p_concurrency_key text default null)
 returns table (n int, id uuid, created boolean, view jsonb)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
@@ -218,7 +260,8 @@ declare
     v_created boolean[];
 begin
     select array_agg(s.id order by s.n), array_agg(s.created order by s.n) into v_ids, v_created
-      from jobfeed.submit_many(p_kind, p_targets, p_payloads, null, p_max_payload) s;
+      from jobfeed.submit_many_v2(p_kind, p_targets, p_payloads, p_run_after, p_max_payload, null,
+                                  p_priority, p_concurrency_key) s;
     -- Each job by primary key, as a scalar sub-select: a join, or = any (v_ids)
     -- once the plan is cached, may be planned as a scan of the whole table.
     return query
@@ -226,3 +269,31 @@ begin
           from unnest(v_ids, v_created) with ordinality a(id, created, n)
          order by a.n;
 end $$;
+
+-- v0.1.0's submit functions: the _v2 ones with the kind's priority and no
+-- concurrency key.
+create or replace function jobfeed.submit(
+    p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
+    p_max_payload int default 65536, p_now timestamptz default null)
+returns table (id uuid, created boolean, view jsonb)
+language sql security definer set search_path = jobfeed, pg_temp as $$
+    select s.id, s.created, s.view from jobfeed.submit_v2(p_kind, p_target, p_payload, p_run_after,
+                                                          p_max_payload, p_now) s
+$$;
+
+create or replace function jobfeed.submit_many(
+    p_kind text, p_targets text[], p_payloads jsonb[] default null, p_run_after timestamptz default null,
+    p_max_payload int default 65536, p_now timestamptz default null)
+returns table (n int, id uuid, created boolean)
+language sql security definer set search_path = jobfeed, pg_temp as $$
+    select s.n, s.id, s.created from jobfeed.submit_many_v2(p_kind, p_targets, p_payloads, p_run_after,
+                                                            p_max_payload, p_now) s
+$$;
+
+create or replace function jobfeed.submit_many_views(
+    p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536)
+returns table (n int, id uuid, created boolean, view jsonb)
+language sql security definer set search_path = jobfeed, pg_temp as $$
+    select s.n, s.id, s.created, s.view from jobfeed.submit_many_views_v2(p_kind, p_targets, p_payloads,
+                                                                          p_max_payload) s
+$$;

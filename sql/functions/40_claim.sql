@@ -15,10 +15,27 @@ language plpgsql as $$
 #variable_conflict use_column
 declare
     v_lease interval;
+    v_paused boolean;
+    v_max_running int;
+    v_max_per_key int;
+    v_rate_count int;
+    v_rate_period interval;
     v_reclaimed uuid[] := '{}';
 begin
-    select coalesce(p_lease, k.lease) into v_lease from jobfeed.kinds k where k.kind = p_kind;
+    select coalesce(p_lease, k.lease), k.paused, k.max_running, k.max_running_per_key, k.rate_count, k.rate_period
+      into v_lease, v_paused, v_max_running, v_max_per_key, v_rate_count, v_rate_period
+      from jobfeed.kinds k where k.kind = p_kind;
     v_lease := coalesce(v_lease, p_lease, interval '5 minutes');
+    -- A paused kind: nothing of it is claimed, not even an expired lease (its
+    -- running jobs finish; only the admin routes write the flag).
+    if v_paused then
+        return;
+    end if;
+    if v_max_running is not null or v_max_per_key is not null or v_rate_count is not null then
+        return query select * from jobfeed.claim_limited(p_kind, p_limit, p_worker, v_lease, p_now, p_expired,
+                                                         v_max_running, v_max_per_key, v_rate_count, v_rate_period);
+        return;
+    end if;
 
     -- Expired leases first: those jobs have waited longest. Their last
     -- attempt is logged (the row still says who ran it), then they are
@@ -55,7 +72,9 @@ begin
              where j.id = any (v_reclaimed || array(
                        select q.id from jobfeed.jobs q
                         where q.kind = p_kind and q.state = 'queued' and q.run_after <= p_now
-                        order by q.run_after
+                        -- higher priority first, then the earlier run_after: jobs_queued_priority,
+                        -- so the scan stops at the limit
+                        order by q.priority desc, q.run_after
                         limit p_limit - cardinality(v_reclaimed)
                         for update skip locked))
             returning j.*
@@ -106,6 +125,13 @@ begin
     if v_expired then
         perform jobfeed.fail_expired(v_kinds, v_now);
     end if;
+    -- Limited kinds' turns (see claim_limited), taken in one order by everyone.
+    for v_kind in select k.kind from jobfeed.kinds k
+                   where k.kind = any (v_kinds) and not k.paused
+                     and (k.max_running is not null or k.max_running_per_key is not null or k.rate_count is not null)
+                   order by k.kind loop
+        perform jobfeed.limits_lock(v_kind);
+    end loop;
     while v_left > 0 and cardinality(v_kinds) > 0 loop
         v_share := greatest(v_left / cardinality(v_kinds), 1);
         v_more := '{}';
@@ -136,13 +162,52 @@ $$;
 
 -- When the next job of these kinds becomes claimable (a queued job's run_after or
 -- a running job's lease end); null when there is none. Workers sleep until then.
+-- Paused kinds are left out: nothing of them is claimable until resumed
+-- (which notifies jobfeed_due).
 create or replace function jobfeed.next_due(p_kinds text[])
 returns timestamptz language sql stable security definer set search_path = jobfeed, pg_temp as $$
     select min(t) from (
-        select (select min(j.run_after) from jobfeed.jobs j where j.kind = k and j.state = 'queued') as t
-          from unnest(p_kinds) k
+        -- a kind at its max_running waits for a running job (below); one at its
+        -- rate waits for its oldest start in the window to leave it
+        select case
+                 when k.max_running is not null
+                      and (select count(*) from jobfeed.jobs r where r.kind = u.k and r.state = 'running')
+                          >= k.max_running then null
+                 when k.rate_count is not null
+                      and (select coalesce(sum(s.n), 0) from jobfeed.kind_starts s
+                            where s.kind = u.k and s.at > now() - k.rate_period) >= k.rate_count
+                   then greatest(q.t, (select min(s.at) + k.rate_period from jobfeed.kind_starts s
+                                        where s.kind = u.k and s.at > now() - k.rate_period))
+                 else q.t end as t
+          from unnest(p_kinds) u(k)
+          left join jobfeed.kinds k on k.kind = u.k
+          cross join lateral (select min(j.run_after) as t from jobfeed.jobs j
+                               where j.kind = u.k and j.state = 'queued') q
+         where not coalesce(k.paused, false)
         union all
-        select (select min(j.lease_until) from jobfeed.jobs j where j.kind = k and j.state = 'running')
-          from unnest(p_kinds) k
+        select (select min(j.lease_until) from jobfeed.jobs j where j.kind = u.k and j.state = 'running')
+          from unnest(p_kinds) u(k)
+         where not exists (select from jobfeed.kinds p where p.kind = u.k and p.paused)
     ) s
+$$;
+
+-- How long each just-claimed job waited once due, and how old it is (seconds,
+-- by the database's clock): for the workers' wait and end-to-end histograms;
+-- and the submitter's traceparent, for the run's span. Read after a claim
+-- (off its path unless tracing); a job no longer here is left out.
+create or replace function jobfeed.job_timings(p_ids uuid[])
+returns table (id uuid, kind text, wait double precision, age double precision, traceparent text)
+language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select j.id, j.kind, extract(epoch from j.claimed_at - j.run_after)::float8,
+           extract(epoch from now() - j.created_at)::float8, j.traceparent
+      from jobfeed.jobs j
+     where j.id = any (p_ids)
+$$;
+
+-- The submitter's trace context, stored right after the submit (only when the
+-- submit was traced). Malformed values are not stored.
+create or replace function jobfeed.set_traceparent(p_id uuid, p_traceparent text)
+returns void language sql security definer set search_path = jobfeed, pg_temp as $$
+    update jobfeed.jobs j set traceparent = p_traceparent
+     where j.id = p_id and p_traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
 $$;

@@ -97,7 +97,7 @@ begin
             (select string_agg(a::text, ', ') from unnest(v_after) a where a <> all (v_found))));
     end if;
     select s.id, s.created, s.view into v_id, v_created, v_view
-      from jobfeed.submit(p_kind, p_target, p_payload, null, p_max_payload, p_now) s;
+      from jobfeed.submit_v2(p_kind, p_target, p_payload, null, p_max_payload, p_now) s;
     if v_created and (cardinality(v_after) > 0 or cardinality(v_signals) > 0) then
         -- Not yet visible to anyone: made waiting before it can be claimed.
         update jobfeed.jobs j set state = 'waiting' where j.id = v_id;

@@ -21,13 +21,17 @@ begin
     begin
         update jobfeed.jobs j
            set state = 'queued', attempts = 0, run_after = v_now, lease_until = null, finished_at = null,
-               result = null, updated_at = v_now, version = j.version + 1
+               result = null, updated_at = v_now, version = j.version + 1,
+               requesters = 0  -- its requests ended when it was final
          where j.id = p_id
         returning j.version, j.kind into v_ver, v_kind;
     exception when unique_violation then
         perform jobfeed.raise_error('JF409', 'target_busy',
                                     'another unfinished job already holds this kind and target');
     end;
+    -- Its requests ended when it was final: one leaving later must not count
+    -- against those who request the retried run.
+    update jobfeed.requests r set left_at = v_now where r.job_id = p_id and r.left_at is null;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
     perform jobfeed.notify_due(v_kind, 1);
     return jobfeed.admin_get_job(p_id);
@@ -62,4 +66,133 @@ begin
     end if;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
     return jobfeed.admin_get_job(p_id);
+end $$;
+
+-- Pause or resume a kind: a paused kind takes submissions, but nothing of it is
+-- claimed (running jobs finish). Only these calls write the flag, so it
+-- survives registrations and restarts. Answers the kind as list_kinds shows it.
+create or replace function jobfeed.set_kind_paused(p_kind text, p_paused boolean)
+returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+begin
+    update jobfeed.kinds k set paused = p_paused, updated_at = now()
+     where k.kind = p_kind and k.paused is distinct from p_paused;
+    if not exists (select from jobfeed.kinds k where k.kind = p_kind) then
+        perform jobfeed.raise_error('JF404', 'not_found', format('no kind %L', p_kind));
+    end if;
+    if not p_paused then
+        perform pg_notify('jobfeed_due', p_kind);  -- the kind alone: every sleeping worker looks again
+    end if;
+    return (select v from jobfeed.list_kinds() v where v->>'kind' = p_kind);
+end $$;
+
+-- Bulk retry and cancel: one bounded batch of the jobs that match a filter
+-- (state, kind, last error code, ids; at least one), in id order after
+-- p_after. Callers loop, passing the last id back, until a batch comes back
+-- short (picked < p_limit): each batch is its own short transaction, and a
+-- repeated call finds nothing more to do. `changed` counts the jobs this batch
+-- changed; a job that cannot change (its target is held again) is skipped.
+create or replace function jobfeed.bulk_problem(
+    p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[])
+returns void language plpgsql immutable as $$
+begin
+    if p_state is null and p_kind is null and p_error_code is null and p_ids is null then
+        perform jobfeed.raise_error('JF422', 'filter_required',
+                                    'name at least one of state, kind, error_code or ids');
+    end if;
+end $$;
+
+create or replace function jobfeed.bulk_retry(
+    p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
+    p_after uuid default null, p_limit int default 500, p_now timestamptz default null)
+returns table (changed int, picked int, last_id uuid)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_ids uuid[];
+    v_id uuid;
+    v_ver bigint;
+    v_kind text;
+    v_done uuid[] := '{}';
+    v_vers bigint[] := '{}';
+    v_kinds text[] := '{}';
+begin
+    perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
+    v_ids := array(
+        select j.id from jobfeed.jobs j
+         where j.state in ('failed', 'canceled')
+           and (p_state is null or j.state = p_state)
+           and (p_kind is null or j.kind = p_kind)
+           and (p_error_code is null or j.last_error_code = p_error_code)
+           and (p_ids is null or j.id = any (p_ids))
+           and (p_after is null or j.id > p_after)
+         order by j.id
+         limit greatest(p_limit, 1)
+         for update);
+    foreach v_id in array v_ids loop
+        begin  -- as retry(): a target held by an unfinished job again is left alone
+            update jobfeed.jobs j
+               set state = 'queued', attempts = 0, run_after = v_now, lease_until = null, finished_at = null,
+                   result = null, updated_at = v_now, version = j.version + 1,
+                   requesters = 0  -- as retry(): its requests ended when it was final
+             where j.id = v_id
+            returning j.version, j.kind into v_ver, v_kind;
+            update jobfeed.requests r set left_at = v_now where r.job_id = v_id and r.left_at is null;
+            v_done := v_done || v_id;
+            v_vers := v_vers || v_ver;
+            v_kinds := v_kinds || v_kind;
+        exception when unique_violation then
+            null;
+        end;
+    end loop;
+    if cardinality(v_done) > 0 then
+        perform jobfeed.notify_changed(v_done, v_vers);
+        perform jobfeed.notify_due(d.k, d.n) from (select k, count(*)::int as n from unnest(v_kinds) k group by k) d;
+    end if;
+    return query select cardinality(v_done), cardinality(v_ids), v_ids[cardinality(v_ids)];
+end $$;
+
+create or replace function jobfeed.bulk_cancel(
+    p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
+    p_after uuid default null, p_limit int default 500, p_now timestamptz default null)
+returns table (changed int, picked int, last_id uuid)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_ids uuid[];
+    v_running uuid[];
+    v_gens int[];
+    v_done uuid[];
+    v_vers bigint[];
+begin
+    perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
+    select coalesce(array_agg(p.id order by p.id), '{}'),
+           coalesce(array_agg(p.id) filter (where p.state = 'running'), '{}'),
+           coalesce(array_agg(p.generation) filter (where p.state = 'running'), '{}')
+      into v_ids, v_running, v_gens
+      from (select j.id, j.state, j.generation from jobfeed.jobs j
+             where j.state not in ('completed', 'failed', 'canceled')
+               and (p_state is null or j.state = p_state)
+               and (p_kind is null or j.kind = p_kind)
+               and (p_error_code is null or j.last_error_code = p_error_code)
+               and (p_ids is null or j.id = any (p_ids))
+               and (p_after is null or j.id > p_after)
+             order by j.id
+             limit greatest(p_limit, 1)
+             for update) p;
+    with upd as (
+        update jobfeed.jobs j
+           set state = 'canceled', lease_until = null, finished_at = v_now, updated_at = v_now,
+               version = j.version + 1
+         where j.id = any (v_ids)
+        returning j.id, j.version)
+    select coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.version), '{}') into v_done, v_vers from upd u;
+    if cardinality(v_running) > 0 then
+        perform jobfeed.finish_attempts(v_running, v_gens, 'canceled', 'canceled', 'canceled by an admin', v_now);
+    end if;
+    if cardinality(v_done) > 0 then
+        perform jobfeed.notify_changed(v_done, v_vers);
+    end if;
+    return query select cardinality(v_done), cardinality(v_ids), v_ids[cardinality(v_ids)];
 end $$;

@@ -30,6 +30,8 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
         returning j.id
     ), del_attempts as (
         delete from jobfeed.attempts a using del where a.job_id = del.id
+    ), del_requests as (
+        delete from jobfeed.requests r using del where r.job_id = del.id
     )
     select count(*)::int from del
 $$;

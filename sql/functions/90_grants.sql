@@ -5,6 +5,8 @@ revoke execute on all functions in schema jobfeed from public;
 
 grant execute on function
     jobfeed.register_kind(text, int, interval, interval[], double precision, text, boolean),
+    jobfeed.register_kind_v2(text, int, interval, interval[], double precision, text, boolean,
+                             int, int, int, int, interval),
     jobfeed.list_kinds()
 to jobfeed_api, jobfeed_worker;
 
@@ -17,6 +19,9 @@ grant execute on function
     jobfeed.submit(text, text, jsonb, timestamptz, int, timestamptz),
     jobfeed.submit_many(text, text[], jsonb[], timestamptz, int, timestamptz),
     jobfeed.submit_many_views(text, text[], jsonb[], int),
+    jobfeed.submit_v2(text, text, jsonb, timestamptz, int, timestamptz, int, text),
+    jobfeed.submit_many_v2(text, text[], jsonb[], timestamptz, int, timestamptz, int, text),
+    jobfeed.submit_many_views_v2(text, text[], jsonb[], int, timestamptz, int, text),
     jobfeed.get_job(uuid),
     jobfeed.get_jobs(uuid[]),
     jobfeed.admin_get_job(uuid),
@@ -28,8 +33,19 @@ grant execute on function
     jobfeed.cancel(uuid, timestamptz),
     jobfeed.open_admin_session(interval, timestamptz),
     jobfeed.admin_session_valid(uuid, timestamptz),
-    jobfeed.close_admin_session(uuid)
+    jobfeed.close_admin_session(uuid),
+    jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, boolean, timestamptz, int, text),
+    jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, boolean[], timestamptz,
+                                 timestamptz, int, text),
+    jobfeed.leave(uuid, timestamptz),
+    jobfeed.may_view(uuid, text, uuid),
+    jobfeed.set_kind_paused(text, boolean),
+    jobfeed.list_schedules(),
+    jobfeed.bulk_retry(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz),
+    jobfeed.bulk_cancel(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz)
 to jobfeed_api;
+
+grant execute on function jobfeed.set_kind_request_policy(text, text, text, interval) to jobfeed_worker;
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
@@ -44,8 +60,20 @@ grant execute on function
     jobfeed.fail_transient(uuid, int, text, text, interval, timestamptz),
     jobfeed.fail_permanent(uuid, int, text, text, timestamptz),
     jobfeed.release(uuid, int, text, interval, text, timestamptz),
+    jobfeed.job_timings(uuid[]),
+    jobfeed.worker_beat(text, text, text[], int, int, interval, timestamptz),
+    jobfeed.worker_stopped(text),
+    jobfeed.register_schedule(text, text, text, interval, timestamptz),
+    jobfeed.enqueue_slot(text, timestamptz, timestamptz),
+    jobfeed.list_schedules(),
     jobfeed.signals_of(uuid[])
 to jobfeed_worker;
+
+grant execute on function jobfeed.list_workers(timestamptz), jobfeed.charts(timestamptz) to jobfeed_api;
+
+grant execute on function jobfeed.set_traceparent(uuid, text) to jobfeed_api, jobfeed_worker;
+
+grant execute on function jobfeed.sample_depth(timestamptz) to jobfeed_sweeper;
 
 grant execute on function
     jobfeed.sweep_expired(timestamptz),

@@ -1,6 +1,7 @@
 // Admin dashboard: one job's detail (every fact and attempt), with retry and
 // cancel. The selected job is in the address (#job=ID), so a link opens it.
 
+import { renderTimeline } from "./admin-timeline.js";
 import { clearMessage, h, prettyJson, showError, showNote, timeEl, url } from "./api.js";
 import { $, adminApi, badge, errorText, soon } from "./admin-shared.js";
 import { remember, renderJobs } from "./admin-list.js";
@@ -70,6 +71,7 @@ function renderDetail() {
   $("detail-facts").replaceChildren(...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 
   const log = job.attempts_log || [];
+  renderTimeline($("timeline"), job);
   $("attempts").tBodies[0].replaceChildren(...(log.length ? log.map((a) => h("tr", {},
     h("td", { class: "num", "data-label": "Attempt" }, String(a.attempt)),
     h("td", { class: "num", "data-label": "Generation" }, String(a.generation)),

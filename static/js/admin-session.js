@@ -5,6 +5,7 @@
 import { api, clearMessage, showError } from "./api.js";
 import { $, onUnauthorized } from "./admin-shared.js";
 import { loadKindFilter } from "./admin-list.js";
+import { startFlow } from "./admin-flow.js";
 import { openFromAddress } from "./admin-detail.js";
 import { connectEvents, disconnectEvents } from "./admin-live.js";
 import { startStats, stopStats } from "./admin-stats.js";
@@ -43,6 +44,7 @@ function startDashboard() {
   $("signin").hidden = true;
   $("dashboard").hidden = false;
   loadKindFilter();
+  startFlow();
   connectEvents(); // its "ready" event loads jobs, stats and the selected job
   startStats();
   openFromAddress();

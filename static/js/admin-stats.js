@@ -4,6 +4,8 @@
 import { clearMessage, formatSeconds, h, showError, timeEl } from "./api.js";
 import { $, adminApi } from "./admin-shared.js";
 import { STATES } from "./states.js";
+import { loadWorkers } from "./admin-workers.js";
+import { loadCharts } from "./admin-charts.js";
 
 const STATS_EVERY_MS = 5000;
 const CHART_MINUTES = 15;
@@ -28,6 +30,8 @@ export function fitChart() {
 }
 
 export async function loadStats() {
+  loadWorkers();  // read as often as the counts: every few seconds, and as jobs change
+  loadCharts();
   try {
     const { data } = await adminApi("/api/admin/stats");
     clearMessage($("stats-error"));

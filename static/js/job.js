@@ -3,13 +3,17 @@
 // always the server's word.
 
 import { prettyJson, timeEl } from "./api.js";
-import { followJob, jobPageUrl } from "./jobfeed.js";
+import { followJob, jobPageUrl, url } from "./jobfeed.js";
 
 const jobId = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop());
 const $ = (id) => document.getElementById(id);
 const statusBadge = $("status");
 const progress = $("progress");
 const connection = $("connection");
+// This tab's request for the job (set by the submit page), if it has one.
+const requestKey = `jobfeed.request.${jobId}`;
+let requestId = sessionStorage.getItem(requestKey);
+const FINAL = new Set(["completed", "failed", "canceled"]);
 
 function setConnection(state, text) {
   connection.dataset.state = state;
@@ -55,6 +59,7 @@ function render(job) {
   $("error-panel").hidden = !(job.status === "failed" && job.error);
   if (job.error) $("error").textContent = `${job.error.message} (${job.error.code})`;
   $("canceled-note").hidden = job.status !== "canceled";
+  renderRequesters(job);
 
   $("kind").textContent = job.kind;
   $("target").textContent = job.target;
@@ -62,6 +67,60 @@ function render(job) {
   $("updated").replaceChildren(timeEl(job.updated_at));
   $("finished").replaceChildren(timeEl(job.finished_at));
   $("job-id").textContent = job.id;
+}
+
+function renderRequesters(job) {
+  const line = $("requesters");
+  const n = job.requesters || 0;
+  const live = !FINAL.has(job.status);
+  $("leave-row").hidden = !(requestId && live);
+  if (!live || (!requestId && n === 0)) {
+    line.hidden = true;
+    return;
+  }
+  const others = requestId ? n - 1 : n;
+  line.textContent = requestId
+    ? (others > 0 ? `Shared with ${others} other${others === 1 ? "" : "s"}.` : "Only you are waiting for this job.")
+    : `${n} ${n === 1 ? "person is" : "people are"} waiting for this job.`;
+  line.hidden = false;
+}
+
+function leaveUrl() {
+  return url(`api/requests/${encodeURIComponent(requestId)}/leave`);
+}
+
+function forget() {
+  sessionStorage.removeItem(requestKey);
+  requestId = null;
+  $("leave-row").hidden = true;
+}
+
+async function leave() {
+  const button = $("leave");
+  button.disabled = true;
+  try {
+    const response = await fetch(leaveUrl(), { method: "POST" });
+    if (response.ok || response.status === 404) {
+      forget();
+      $("left-note").hidden = false;
+      const data = response.ok ? await response.json() : null;
+      if (data && data.job) render(data.job);
+    }
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function setUpLeaving() {
+  $("leave").addEventListener("click", leave);
+  // Closing the tab leaves too (a beacon survives the page); a finished job
+  // has nobody to leave.
+  addEventListener("pagehide", () => {
+    if (requestId && statusBadge.dataset.status && !FINAL.has(statusBadge.dataset.status)) {
+      navigator.sendBeacon(leaveUrl());
+      forget();
+    }
+  });
 }
 
 function showNotFound() {
@@ -120,4 +179,5 @@ function setUpSharing() {
 $("job-id").textContent = jobId;
 $("shared-note").hidden = new URLSearchParams(location.search).get("shared") !== "1";
 setUpSharing();
+setUpLeaving();
 follow();

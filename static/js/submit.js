@@ -100,6 +100,9 @@ async function submit(event) {
   submitStatus.textContent = "Submitting…";
   try {
     const data = await submitJob(body.kind, body.target, body.payload);
+    // This tab's request: the job page leaves it when the tab closes. Kept out of
+    // the URL, which is for sharing (a request id lets its holder leave).
+    if (data.request_id) sessionStorage.setItem(`jobfeed.request.${data.id}`, data.request_id);
     submitStatus.textContent = data.deduplicated ? "Joining the existing job…" : "Submitted. Opening the job…";
     const page = jobPageUrl(data.id);
     location.assign(data.deduplicated ? `${page}?shared=1` : page);

@@ -1,0 +1,34 @@
+"""Who may see a job (JOBFEED_JOB_ACCESS). `link`: anyone who has its id.
+`requesters`: only those who requested it, by identity or by presenting one
+of its request ids (X-Jobfeed-Request, or ?request= where headers cannot be
+sent, as by EventSource). Anyone else gets 404, never 403: a private job's
+existence is not revealed."""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.requests import Request
+
+from .errors import ApiError
+from .state import Services
+
+
+def presented_request(request: Request) -> uuid.UUID | None:
+    value = request.headers.get("x-jobfeed-request") or request.query_params.get("request")
+    if not value or len(value) > 64:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+async def require_view(svc: Services, request: Request, job_id: uuid.UUID) -> None:
+    """Raise 404 unless this caller may see the job."""
+    if svc.settings.job_access != "requesters":
+        return
+    requester = svc.requester(request)
+    presented = presented_request(request)
+    if (requester is None and presented is None) or not await svc.queue.may_view(job_id, requester, presented):
+        raise ApiError(404, "not_found", "no such job")

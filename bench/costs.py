@@ -1,0 +1,89 @@
+"""Per-job costs for docs/scaling.md's capacity model, on an embedded PostgreSQL
+of its own: for each step (submit one at a time, submit_many, claim + complete
+in batches) the database backend's CPU (its process's CPU time), the WAL bytes
+(pg_current_wal_lsn before and after), the NOTIFYs a listener receives, the
+round trips (calls made) and this Python process's CPU.
+
+python -m bench.costs [--n 2000] [--batch 100]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import psutil
+
+from jobfeed.worker import db, migrate
+from jobfeed.worker.queue import Queue
+
+from . import pg
+
+
+async def measure(n: int, batch: int) -> dict:
+    with pg.Server() as server:
+        url = await server.new_database("costs")
+        conn = await db.connect(url, name="bench-costs")
+        await migrate.migrate(conn)
+        queue = Queue(conn)
+        await queue.register_kind("noop", max_attempts=5, lease=300, backoff=(60,))
+        listener = await db.connect(url, name="bench-costs-listen")
+        heard = {"jobfeed_changed": 0, "jobfeed_due": 0}
+        for channel in heard:
+            await listener.add_listener(channel, lambda _c, _p, ch, _x, channel=channel: heard.__setitem__(
+                channel, heard[channel] + 1))
+        backend = psutil.Process(await conn.fetchval("select pg_backend_pid()"))
+        out = {}
+
+        async def step(name: str, run, calls: int) -> None:
+            await asyncio.sleep(0.3)
+            for k in heard:
+                heard[k] = 0
+            lsn0 = await conn.fetchval("select pg_current_wal_lsn()")
+            cpu0, db0 = time.process_time(), sum(backend.cpu_times()[:2])
+            await run()
+            cpu1, db1 = time.process_time(), sum(backend.cpu_times()[:2])
+            wal = await conn.fetchval("select pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::bigint", lsn0)
+            await asyncio.sleep(0.3)  # the last notifications arrive
+            out[name] = {"db_cpu_us": (db1 - db0) * 1e6 / n, "python_cpu_us": (cpu1 - cpu0) * 1e6 / n,
+                         "wal_bytes": wal / n, "notifies": {k: v / n for k, v in heard.items()},
+                         "round_trips": calls / n}
+
+        async def single() -> None:
+            for i in range(n):
+                await queue.submit("noop", f"s{i}", {"i": i})
+
+        async def many() -> None:
+            for i in range(0, n, batch):
+                await queue.submit_many("noop", [(f"m{j}", {"i": j}) for j in range(i, min(n, i + batch))])
+
+        claimed_calls = [0]
+
+        async def claim_complete() -> None:
+            while jobs := await queue.claim(["noop"], batch, "costs"):
+                await queue.complete_many([(j.id, j.generation, None) for j in jobs])
+                claimed_calls[0] += 2
+
+        await step("submit", single, n)
+        await step("submit_many", many, -(-n // batch))
+        # The queue now holds 2n jobs: claim and complete n of them per measured step.
+        await conn.execute("delete from jobfeed.jobs where target like 'm%'")
+        await step("claim_complete", claim_complete, 0)
+        out["claim_complete"]["round_trips"] = claimed_calls[0] / n
+        await listener.close()
+        await conn.close()
+        out["n"], out["batch"] = n, batch
+        return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=2000)
+    p.add_argument("--batch", type=int, default=100)
+    args = p.parse_args()
+    print(json.dumps(asyncio.run(measure(args.n, args.batch)), indent=1))
+
+
+if __name__ == "__main__":
+    main()

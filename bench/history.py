@@ -1,0 +1,160 @@
+"""History (jobfeed): submit, claim and drain on an empty jobs table and on one
+holding a long history of finished jobs; then drain and latency while the
+sweeper deletes the expired part of that history.
+
+The history is planted with one INSERT ... SELECT: finished jobs (completed,
+with a result) whose ids are uuid v7 of their finish time, as the real ones
+are. `expired` of them finished before the retention window, the rest within
+it. Then ANALYZE and VACUUM, as autovacuum would have done over a week."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import asyncpg
+
+from jobfeed.worker import db
+from jobfeed.worker.queue import Queue
+
+from . import pg
+from .queue_scenarios import latency_on
+from .systems import JOBFEED, ROOT, WorkerProcess, run_driver
+
+RETENTION_DAYS = 7
+# Expired rows finished 8+ days ago; the rest within the last ~2 days.
+PLANT = """
+insert into jobfeed.jobs (id, kind, target, payload, state, attempts, generation, version, result,
+                          run_after, created_at, updated_at, started_at, claimed_at, finished_at)
+select jobfeed.uuid_v7(f), 'noop', 'h' || g, jsonb_build_object('i', g), 'completed', 1, 1, 3, '{"ok": true}',
+       f, f, f, f, f, f
+  from generate_series(1, $1::int) g,
+       lateral (select case when g <= $2::int then now() - interval '8 days' - g * interval '1 ms'
+                            else now() - interval '1 day' - g * interval '10 ms' end as f) t
+"""
+# This run's jobs (targets t...), not the history's.
+OPEN_SQL = "select count(*) from jobfeed.jobs where state in ('queued', 'running') and target like 't%'"
+LAST_DONE_SQL = ("select extract(epoch from max(finished_at))::float8 from jobfeed.jobs "
+                 "where state = 'completed' and target like 't%'")
+HISTORY_LEFT_SQL = "select count(*) from jobfeed.jobs where target like 'h%'"
+
+
+async def _plant(url: str, n: int, expired: int) -> float:
+    conn = await asyncpg.connect(url)
+    t0 = time.perf_counter()
+    try:
+        await conn.execute(PLANT, n, expired)
+        await conn.execute("vacuum analyze jobfeed.jobs")
+    finally:
+        await conn.close()
+    return time.perf_counter() - t0
+
+
+async def _submit_and_claim(url: str, n: int) -> dict:
+    sub = await run_driver(JOBFEED, url, "enqueue", "--mode", "single", "--n", str(n))
+    conn = await db.connect(url, name="bench-claim")
+    try:
+        queue = Queue(conn)
+        claimed = []
+        t0 = time.perf_counter()
+        while batch := await queue.claim(["noop"], 100, "bench-claim"):
+            claimed += batch
+        seconds = time.perf_counter() - t0
+        # Finished (untimed), so the drain's load may reuse the targets.
+        for i in range(0, len(claimed), 1000):
+            await queue.complete_many([(c.id, c.generation, None) for c in claimed[i:i + 1000]])
+    finally:
+        await conn.close()
+    return {"submit": {"n": n, "rate": sub.get("rate"), "ok": sub.get("n", n) == n},
+            "claim": {"n": len(claimed), "seconds": seconds, "rate": len(claimed) / seconds if seconds else None,
+                      "ok": len(claimed) == n}}
+
+
+async def _wait_open(url: str, timeout: float) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        deadline = time.monotonic() + timeout
+        while (left := await conn.fetchval(OPEN_SQL)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return left
+    finally:
+        await conn.close()
+
+
+async def _drain(url: str, n: int, settings: dict[str, str] | None) -> dict:
+    async with WorkerProcess(JOBFEED, url, settings=settings) as worker:
+        await asyncio.sleep(0.5)
+        loaded = await run_driver(JOBFEED, url, "load", "--n", str(n))
+        left = await _wait_open(url, max(120.0, n / 150))
+        last = await pg.fetchval(url, LAST_DONE_SQL)
+        await worker.stop()
+    seconds = last - loaded["committed_at"] if last else None
+    return {"n": n, "left": left, "ok": left == 0, "seconds": seconds,
+            "rate": n / seconds if seconds and left == 0 else None}
+
+
+async def _latency(url: str, rate: float, seconds: float, settings: dict[str, str] | None) -> dict:
+    base = await pg.fetchval(url, "select count(*) from jobfeed.jobs where state = 'completed' and target like 't%'")
+    sql = f"select count(*) - {int(base)} from jobfeed.jobs where state = 'completed' and target like 't%'"
+    return await latency_on(url, JOBFEED, rate, seconds, settings, completed_sql=sql)
+
+
+class Sweeper:
+    """`jobfeed sweeper` as a process of its own, sweeping every 0.5 s."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> "Sweeper":
+        env = {**os.environ, "DATABASE_URL": self.url, "JOBFEED_RETENTION": f"{RETENTION_DAYS}d"}
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jobfeed.worker.cli", "sweeper", "--sweep-interval", "500ms", cwd=ROOT,
+            env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.proc.returncode is not None:
+            raise RuntimeError(f"the sweeper exited early ({self.proc.returncode}); see its stderr above")
+        self.proc.terminate()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 20)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+
+
+async def history(server: pg.Server, *, history_n: int, expired: int, submit_n: int, drain_n: int,
+                  latency_rate: float, latency_seconds: float, settings: dict[str, str] | None = None) -> dict:
+    out: dict = {"history_n": history_n, "expired": expired}
+    for case in ("empty", "history"):
+        url = await server.new_database(f"history_{case}")
+        await run_driver(JOBFEED, url, "setup")
+        res: dict = {}
+        if case == "history":
+            res["plant_seconds"] = await _plant(url, history_n, expired)
+        res.update(await _submit_and_claim(url, submit_n))
+        res["drain"] = await _drain(url, drain_n, settings)
+        if case == "empty":
+            out[case] = res
+            await server.drop_database(url)
+            continue
+        res["latency"] = await _latency(url, latency_rate, latency_seconds, settings)
+        out[case] = res
+        # The same database: the sweeper deletes the expired history meanwhile.
+        before = await pg.fetchval(url, HISTORY_LEFT_SQL)
+        async with Sweeper(url):
+            await asyncio.sleep(1.0)  # it has started deleting
+            swept = {"drain": await _drain(url, drain_n, settings),
+                     "deleted_during_drain": before - await pg.fetchval(url, HISTORY_LEFT_SQL)}
+            swept["latency"] = await _latency(url, latency_rate, latency_seconds, settings)
+            swept["deleted_by_end"] = before - await pg.fetchval(url, HISTORY_LEFT_SQL)
+        swept["ok"] = swept["drain"]["ok"] and swept["latency"]["ok"] and 0 < swept["deleted_by_end"] <= expired
+        out["sweeping"] = swept
+        await server.drop_database(url)
+    out["ok"] = all(v.get("ok", True) for c in ("empty", "history") for v in out[c].values() if isinstance(v, dict)) \
+        and out["sweeping"]["ok"]
+    return out
+

@@ -1,0 +1,342 @@
+-- Requests: who waits for a job (sql/migrations/0005_requests.sql).
+--
+-- jobs.requesters counts a job's active requests. Joining and leaving both
+-- update it under the job's row lock, so a leave that finds none left and
+-- cancels the job (its kind's on_abandon) is serialized with every join: a
+-- join that comes second finds the job final and starts a new one. A request
+-- stops being active when its job is final; the public view then shows 0.
+
+-- "The requesters of these jobs changed": the same "id:version" hint as
+-- notify_changed, the version marked with an 'r' since it did not move (the
+-- feed re-reads the job; SSE sends it under the same id).
+create or replace function jobfeed.notify_requesters(p_ids uuid[], p_versions bigint[])
+returns void language sql as $$
+    select pg_notify('jobfeed_changed', string_agg(c.item, ','))
+      from (select t.k / 150 as chunk, t.id::text || ':' || t.v::text || 'r' as item
+              from unnest(p_ids, p_versions) with ordinality t(id, v, k)) c
+     group by c.chunk
+$$;
+
+-- Refuse (JF429 too_many_jobs) when a requester would hold more than p_max
+-- active requests with p_adding more. Takes a transaction lock per requester,
+-- so that one requester's concurrent submissions are counted one after another.
+create or replace function jobfeed.check_requester_cap(p_requester text, p_adding int, p_max int)
+returns void language plpgsql as $$
+declare
+    v_active int;
+begin
+    if p_requester is null or p_max is null then
+        return;
+    end if;
+    perform pg_advisory_xact_lock(hashtextextended('jobfeed.requester:' || p_requester, 0));
+    select count(*) into v_active
+      from jobfeed.requests r join jobfeed.jobs j on j.id = r.job_id
+     where r.requester = p_requester and r.left_at is null and j.state not in ('completed', 'failed', 'canceled');
+    if v_active + p_adding > p_max then
+        perform jobfeed.raise_error('JF429', 'too_many_jobs',
+                                    format('this requester already waits for %s jobs (at most %s)', v_active, p_max));
+    end if;
+end $$;
+
+-- A worker records its kind's request policies (workers run the kind).
+create or replace function jobfeed.set_kind_request_policy(
+    p_kind text, p_on_abandon text default 'cancel', p_on_duplicate text default 'join',
+    p_reuse_for interval default null)
+returns void language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+begin
+    if p_on_abandon is null or p_on_abandon not in ('cancel', 'keep') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_abandon must be "cancel" or "keep"');
+    end if;
+    if p_on_duplicate is null or p_on_duplicate not in ('join', 'reject_different') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_duplicate must be "join" or "reject_different"');
+    end if;
+    if p_reuse_for <= '0' then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'reuse_for must be longer than zero');
+    end if;
+    update jobfeed.kinds k
+       set on_abandon = p_on_abandon, on_duplicate = p_on_duplicate, reuse_for = p_reuse_for, updated_at = now()
+     where k.kind = p_kind
+       and (k.on_abandon, k.on_duplicate, k.reuse_for) is distinct from (p_on_abandon, p_on_duplicate, p_reuse_for);
+end $$;
+
+-- The completed job a submission of (kind, target) may reuse: the latest one
+-- completed within the kind's reuse_for; null when the kind reuses nothing.
+create or replace function jobfeed.reusable(p_kind text, p_target text, p_now timestamptz)
+returns uuid language sql stable as $$
+    select j.id from jobfeed.jobs j, jobfeed.kinds k
+     where k.kind = p_kind and k.reuse_for is not null
+       and j.kind = p_kind and j.target = p_target and j.state = 'completed'
+       and j.finished_at > p_now - k.reuse_for
+     order by j.finished_at desc
+     limit 1
+$$;
+
+-- reject_different: a duplicate whose payload differs from the unfinished job's
+-- is refused (JF409 payload_conflict).
+create or replace function jobfeed.check_duplicate(p_kind text, p_job uuid, p_payload jsonb)
+returns void language plpgsql as $$
+begin
+    if exists (select from jobfeed.kinds k join jobfeed.jobs j on j.id = p_job
+                where k.kind = p_kind and k.on_duplicate = 'reject_different'
+                  and j.payload is distinct from coalesce(p_payload, '{}'::jsonb)) then
+        perform jobfeed.raise_error('JF409', 'payload_conflict',
+                                    'an unfinished job for this target has a different payload');
+    end if;
+end $$;
+
+-- Earlier (unreleased) signatures of submit_request/submit_many_requests, before
+-- they took the scheduling fields: gone, so that calls are never ambiguous.
+drop function if exists jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, boolean,
+                                               timestamptz);
+drop function if exists jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, boolean[],
+                                                     timestamptz);
+
+-- submit_v2() that also records a request, in the same statement: answers the
+-- job, whether it was made, its public view (requesters counted) and the
+-- request's id. The scheduling fields (run_after, priority, concurrency key)
+-- go to submit_v2 as they are.
+create or replace function jobfeed.submit_request(
+    p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
+    p_max_payload int default 65536, p_requester text default null, p_notify_url text default null,
+    p_max_active int default null, p_force boolean default false, p_now timestamptz default null,
+    p_priority int default null, p_concurrency_key text default null)
+returns table (id uuid, created boolean, view jsonb, request_id uuid, reused boolean)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_id uuid;
+    v_created boolean;
+    v_job jobfeed.jobs;
+    v_request uuid;
+begin
+    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
+    v_id := case when not coalesce(p_force, false) then jobfeed.reusable(p_kind, p_target, v_now) end;
+    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests
+        insert into jobfeed.requests (job_id, requester, notify_url, created_at)
+        values (v_id, p_requester, p_notify_url, v_now)
+        returning requests.id into v_request;
+        return query select v_id, false, (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_id),
+                            v_request, true;
+        return;
+    end if;
+    loop
+        select s.id, s.created into v_id, v_created
+          from jobfeed.submit_v2(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
+                                 p_priority, p_concurrency_key) s;
+        -- The row lock a leave also takes: if the last requester left and the
+        -- job was canceled meanwhile, it is no longer unfinished: submit again.
+        update jobfeed.jobs j set requesters = j.requesters + 1, notify = j.notify or p_notify_url is not null
+         where j.id = v_id and j.state not in ('completed', 'failed', 'canceled')
+        returning j.* into v_job;
+        exit when found;
+    end loop;
+    if not v_created then
+        perform jobfeed.check_duplicate(p_kind, v_id, p_payload);
+    end if;
+    insert into jobfeed.requests (job_id, requester, notify_url, created_at)
+    values (v_id, p_requester, p_notify_url, v_now)
+    returning requests.id into v_request;
+    if not v_created then
+        perform jobfeed.notify_requesters(array[v_id], array[v_job.version]);
+    end if;
+    return query select v_id, v_created, jobfeed.public_view(v_job), v_request, false;
+end $$;
+
+-- submit_many_views_v2() that records one request per item (the API's group
+-- commit: every HTTP submission is a request, and may carry scheduling fields;
+-- the batch shares one run_after, priority and concurrency key). p_requesters
+-- and p_notify_urls are per item (null: none).
+create or replace function jobfeed.submit_many_requests(
+    p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536,
+    p_requesters text[] default null, p_notify_urls text[] default null, p_max_active int default null,
+    p_forces boolean[] default null, p_now timestamptz default null,
+    p_run_after timestamptz default null, p_priority int default null, p_concurrency_key text default null)
+returns table (n int, id uuid, created boolean, view jsonb, request_id uuid, reused boolean)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_count int := cardinality(p_targets);
+    v_ids uuid[] := array_fill(null::uuid, array[coalesce(cardinality(p_targets), 0)]);
+    v_created boolean[] := array_fill(false, array[coalesce(cardinality(p_targets), 0)]);
+    v_reused boolean[] := array_fill(false, array[coalesce(cardinality(p_targets), 0)]);
+    v_pending int[];
+    v_round record;
+    v_job record;
+    v_lost int[];
+    v_joined uuid[] := '{}';
+    v_joined_versions bigint[] := '{}';
+    v_requests uuid[];
+    v_prefix text;
+    v_seed text;
+begin
+    if p_targets is null then
+        perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
+    end if;
+    if p_max_active is not null then  -- each requester's lock in name order: no circular waits
+        perform jobfeed.check_requester_cap(r.requester, r.n::int, p_max_active)
+           from (select t.requester, count(*) as n from unnest(p_requesters) t(requester)
+                  where t.requester is not null group by t.requester order by t.requester) r;
+    end if;
+    -- reuse_for: items not forced whose target completed recently get that job
+    if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.reuse_for is not null) then
+        for v_round in
+            select k, jobfeed.reusable(p_kind, p_targets[k], v_now) as id
+              from generate_series(1, v_count) k where not coalesce(p_forces[k], false)
+        loop
+            if v_round.id is not null then
+                v_ids[v_round.k] := v_round.id;
+                v_reused[v_round.k] := true;
+            end if;
+        end loop;
+    end if;
+    v_pending := array(select k from generate_series(1, v_count) k where not v_reused[k]);
+    while cardinality(v_pending) > 0 loop
+        for v_round in
+            select p.k, s.id, s.created
+              from jobfeed.submit_many_v2(p_kind, array(select p_targets[k] from unnest(v_pending) k),
+                                          array(select p_payloads[k] from unnest(v_pending) k),
+                                          p_run_after, p_max_payload, p_now, p_priority, p_concurrency_key) s
+              join unnest(v_pending) with ordinality p(k, n) on p.n = s.n
+        loop
+            v_ids[v_round.k] := v_round.id;
+            v_created[v_round.k] := v_round.created;
+        end loop;
+        -- Count the requests under each job's row lock, in id order (two
+        -- batches sharing jobs never wait on each other in a circle).
+        v_lost := '{}';
+        for v_job in
+            select t.id, count(*)::int as c, array_agg(t.k) as items, bool_or(v_created[t.k]) as made,
+                   bool_or(p_notify_urls[t.k] is not null) as notify
+              from unnest(v_ids) with ordinality t(id, k)
+             where t.k = any (v_pending)
+             group by t.id order by t.id
+        loop
+            update jobfeed.jobs j set requesters = j.requesters + v_job.c, notify = j.notify or v_job.notify
+             where j.id = v_job.id and j.state not in ('completed', 'failed', 'canceled');
+            if not found then  -- abandoned and canceled since submit_many saw it: again
+                v_lost := v_lost || v_job.items;
+                continue;
+            end if;
+            perform jobfeed.check_duplicate(p_kind, v_job.id, p_payloads[k])
+               from unnest(v_job.items) k where not v_created[k];
+            if not v_job.made then
+                v_joined := v_joined || v_job.id;
+                v_joined_versions := v_joined_versions || (select j.version from jobfeed.jobs j where j.id = v_job.id);
+            end if;
+        end loop;
+        v_pending := v_lost;
+    end loop;
+
+    v_prefix := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
+    v_seed := gen_random_uuid()::text;
+    v_requests := array(select jobfeed.uuid_v7_in_batch(v_prefix, v_seed, k) from generate_series(1, v_count) k
+                         order by k);
+    insert into jobfeed.requests (id, job_id, requester, notify_url, created_at)
+    select v_requests[k], v_ids[k], p_requesters[k], p_notify_urls[k], v_now
+      from generate_series(1, v_count) k order by k;
+    if cardinality(v_joined) > 0 then
+        perform jobfeed.notify_requesters(v_joined, v_joined_versions);
+    end if;
+    return query
+        select k::int, v_ids[k], v_created[k],
+               (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_ids[k]), v_requests[k], v_reused[k]
+          from generate_series(1, v_count) k order by k;
+end $$;
+
+-- A request leaves: answers its job's public view. Idempotent. When the last
+-- active request of an unfinished job leaves, the kind's on_abandon decides:
+-- 'cancel' cancels it (a running worker loses its lease), 'keep' lets it run.
+create or replace function jobfeed.leave(p_request uuid, p_now timestamptz default null)
+returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_job_id uuid;
+    v_left boolean;
+    v_job jobfeed.jobs;
+    v_policy text;
+    v_was_running boolean;
+begin
+    update jobfeed.requests r set left_at = v_now
+     where r.id = p_request and r.left_at is null
+    returning r.job_id into v_job_id;
+    v_left := found;
+    if not v_left then
+        select r.job_id into v_job_id from jobfeed.requests r where r.id = p_request;
+        if not found then
+            perform jobfeed.raise_error('JF404', 'not_found', 'no such request');
+        end if;
+        return (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_job_id);
+    end if;
+    update jobfeed.jobs j set requesters = greatest(j.requesters - 1, 0)
+     where j.id = v_job_id and j.state not in ('completed', 'failed', 'canceled')
+    returning j.* into v_job;
+    if not found then  -- final already: nothing to count
+        return (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_job_id);
+    end if;
+    select k.on_abandon into v_policy from jobfeed.kinds k where k.kind = v_job.kind;
+    if v_job.requesters = 0 and coalesce(v_policy, 'cancel') = 'cancel' then
+        v_was_running := v_job.state = 'running';
+        update jobfeed.jobs j
+           set state = 'canceled', lease_until = null, finished_at = v_now, updated_at = v_now,
+               version = j.version + 1
+         where j.id = v_job.id
+        returning j.* into v_job;
+        if v_was_running then
+            perform jobfeed.finish_attempts(array[v_job.id], array[v_job.generation], 'canceled', 'abandoned',
+                                            'every requester left', v_now);
+        end if;
+        perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
+    else
+        perform jobfeed.notify_requesters(array[v_job.id], array[v_job.version]);
+    end if;
+    return jobfeed.public_view(v_job);
+end $$;
+
+-- JOBFEED_JOB_ACCESS=requesters: may this caller see the job? Yes for anyone
+-- who ever requested it (also after leaving, and after it finished: that is
+-- when its result matters), by identity or by one of its request ids.
+create or replace function jobfeed.may_view(p_job uuid, p_requester text, p_request uuid)
+returns boolean language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select exists (select from jobfeed.requests r
+                    where r.job_id = p_job
+                      and (r.id = p_request or (p_requester is not null and r.requester = p_requester)))
+$$;
+
+-- Webhooks: when a job that some request wants to hear about becomes final,
+-- one delivery job per such request still waiting (kind jobfeed.webhook,
+-- target the request's id, payload the URL, a webhook id stable across
+-- retries and the final public view). Workers that have JOBFEED_WEBHOOK_SECRET
+-- run them (jobfeed/worker/webhooks.py): retried with backoff, at least once.
+create or replace function jobfeed.queue_webhooks()
+returns trigger language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+declare
+    v_max int;
+    v_count int;
+begin
+    insert into jobfeed.kinds (kind, max_attempts, lease, backoff, description)
+    values ('jobfeed.webhook', 10, '1 minute', '{10 seconds,1 minute,5 minutes,15 minutes,60 minutes}',
+            'delivers a final job view to a notify_url')
+    on conflict (kind) do nothing;
+    select k.max_attempts into v_max from jobfeed.kinds k where k.kind = 'jobfeed.webhook';
+    insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
+    select 'jobfeed.webhook', r.id::text,
+           jsonb_build_object('url', r.notify_url, 'webhook_id', 'msg_' || replace(r.id::text, '-', ''),
+                              'job_id', new.id, 'body', jobfeed.public_view(new)),
+           v_max, now(), now(), now()
+      from jobfeed.requests r
+     where r.job_id = new.id and r.notify_url is not null and r.left_at is null
+    on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing;
+    get diagnostics v_count = row_count;
+    if v_count > 0 then
+        perform jobfeed.notify_due('jobfeed.webhook', v_count);
+    end if;
+    return null;
+end $$;
+
+create or replace trigger jobs_queue_webhooks
+    after update of state on jobfeed.jobs
+    for each row
+    when (new.notify and new.state in ('completed', 'failed', 'canceled') and old.state is distinct from new.state)
+    execute function jobfeed.queue_webhooks();

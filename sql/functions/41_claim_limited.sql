@@ -1,0 +1,115 @@
+-- Claiming jobs of a kind with limits: max_running (running jobs of the kind),
+-- max_running_per_key (running jobs per concurrency_key) and rate (starts per
+-- period), across every worker. claim_kind hands limited kinds here; kinds
+-- without limits never come here and pay nothing for them.
+--
+-- Claimers of a limited kind take turns on a transaction-level advisory lock
+-- (claim_v2 takes the locks of all its limited kinds first, in one order, so
+-- two claimers never wait on each other crosswise); each then counts what
+-- the one before it committed. Over-limit jobs simply stay queued.
+create or replace function jobfeed.limits_lock(p_kind text)
+returns void language sql as $$
+    select pg_advisory_xact_lock(hashtext('jobfeed_limits:' || p_kind))
+$$;
+
+create or replace function jobfeed.claim_limited(
+    p_kind text, p_limit int, p_worker text, p_lease interval, p_now timestamptz, p_expired boolean,
+    p_max_running int, p_max_per_key int, p_rate_count int, p_rate_period interval)
+returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
+               generation int, lease_until timestamptz, checkpoint jsonb, lease interval)
+language plpgsql as $$
+#variable_conflict use_column
+declare
+    v_left int := p_limit;
+    v_room int;
+    v_ids uuid[] := '{}';
+    v_got int;
+    v_total int := 0;
+begin
+    perform jobfeed.limits_lock(p_kind);
+    if p_rate_count is not null then
+        delete from jobfeed.kind_starts s where s.kind = p_kind and s.at <= p_now - p_rate_period;
+        v_left := least(v_left, p_rate_count - (select coalesce(sum(s.n), 0) from jobfeed.kind_starts s
+                                                 where s.kind = p_kind and s.at > p_now - p_rate_period)::int);
+    end if;
+
+    -- Expired leases first (they count as running already: reclaiming one
+    -- leaves the running count as it is).
+    if p_expired and v_left > 0 then
+        v_ids := array(
+            select e.id from jobfeed.jobs e
+             where e.kind = p_kind and e.state = 'running' and e.lease_until < p_now
+               and e.attempts < e.max_attempts
+             order by e.lease_until
+             limit v_left
+             for update skip locked);
+        if cardinality(v_ids) > 0 then
+            perform jobfeed.finish_attempts(v_ids, null, 'lease_expired', 'lease_expired',
+                                            'the worker stopped renewing its lease', p_now);
+        end if;
+    end if;
+
+    if p_max_running is not null then
+        v_room := p_max_running - (select count(*) from jobfeed.jobs r
+                                    where r.kind = p_kind and r.state = 'running')::int;
+    end if;
+
+    loop
+        -- Due queued jobs in claim order whose key still has room; within the
+        -- batch, a key gets no more than its room (row_number per key). Each
+        -- pass claims at least one job or ends; the next pass sees them running.
+        if v_left - cardinality(v_ids) > 0 and (v_room is null or v_room > 0) then
+            v_ids := v_ids || array(
+                select c.id from (
+                    select q.id, q.priority, q.run_after, q.concurrency_key,
+                           row_number() over (partition by q.concurrency_key
+                                              order by q.priority desc, q.run_after) as rn
+                      from (select q.id, q.priority, q.run_after, q.concurrency_key from jobfeed.jobs q
+                             where q.kind = p_kind and q.state = 'queued' and q.run_after <= p_now
+                               and (p_max_per_key is null or q.concurrency_key is null
+                                    or (select count(*) from jobfeed.jobs r
+                                         where r.kind = p_kind and r.state = 'running'
+                                           and r.concurrency_key = q.concurrency_key) < p_max_per_key)
+                             order by q.priority desc, q.run_after
+                             limit least(v_left - cardinality(v_ids), coalesce(v_room, v_left))
+                             for update skip locked) q) c
+                 where p_max_per_key is null or c.concurrency_key is null
+                    or c.rn + (select count(*) from jobfeed.jobs r
+                                where r.kind = p_kind and r.state = 'running'
+                                  and r.concurrency_key = c.concurrency_key) <= p_max_per_key
+                 order by c.priority desc, c.run_after);
+        end if;
+        exit when cardinality(v_ids) = 0;
+
+        return query
+            with upd as (
+                update jobfeed.jobs j
+                   set state = 'running', attempts = j.attempts + 1, generation = j.generation + 1,
+                       lease_until = p_now + p_lease, worker_id = p_worker, claimed_at = p_now,
+                       started_at = coalesce(j.started_at, p_now),
+                       version = j.version + (j.generation = 0)::int,
+                       updated_at = case when j.generation = 0 then p_now else j.updated_at end
+                 where j.id = any (v_ids)
+                returning j.*
+            ), note as (
+                select jobfeed.notify_changed(array_agg(u.id), array_agg(u.version)) from upd u
+            )
+            select u.id, u.kind, u.target, u.payload, u.attempts, u.max_attempts, u.generation,
+                   u.lease_until, u.checkpoint, p_lease
+              from upd u, note;
+        get diagnostics v_got = row_count;
+        v_total := v_total + v_got;
+        v_left := v_left - v_got;
+        if v_room is not null then
+            v_room := p_max_running - (select count(*) from jobfeed.jobs r
+                                        where r.kind = p_kind and r.state = 'running')::int;
+        end if;
+        v_ids := '{}';
+        exit when p_max_per_key is null or v_left < 1;
+    end loop;
+
+    if p_rate_count is not null and v_total > 0 then
+        insert into jobfeed.kind_starts as s (kind, at, n) values (p_kind, p_now, v_total)
+        on conflict (kind, at) do update set n = s.n + excluded.n;
+    end if;
+end $$;

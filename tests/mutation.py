@@ -1,0 +1,453 @@
+"""The mutation check: rule-breaking edits the tests must catch.
+
+    .venv/bin/python tests/mutation.py              # every edit, one at a time
+    .venv/bin/python tests/mutation.py claim-waits  # only edits whose name contains a word
+    .venv/bin/python tests/mutation.py --list       # names, files and reasons
+
+Each edit replaces an exact text in one file of a temporary copy of the
+repository (the working tree is never touched), then runs the tests that
+matter against that copy, with a fresh embedded PostgreSQL and template
+database migrated from the copy's own SQL (tests/conftest.py). Caught: the
+tests failed. Missed: they passed. An edit whose old text is no longer in the
+file (the code moved on) is reported as STALE and fails the run: fix the edit,
+never drop it quietly. Before the edits, the same tests run on the unmutated
+copy; if they fail, nothing else is judged.
+
+Nothing ready-made mutates PL/pgSQL, hence the list. Add an edit whenever a
+bug is fixed: the edit that brings the bug back. Not part of the per-commit
+run (it takes minutes); docs/mutation.md records the last result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclasses.dataclass(frozen=True)
+class Edit:
+    """old -> new in file; old and new may be tuples of the same length when a
+    bug takes more than one change (a rule guarded twice)."""
+    name: str
+    file: str
+    old: str | tuple[str, ...]
+    new: str | tuple[str, ...]
+    tests: tuple[str, ...]
+    why: str
+
+    def pairs(self) -> list[tuple[str, str]]:
+        olds = (self.old,) if isinstance(self.old, str) else self.old
+        news = (self.new,) if isinstance(self.new, str) else self.new
+        assert len(olds) == len(news), self.name
+        return list(zip(olds, news))
+
+    def stale(self, text: str) -> str | None:
+        """Why the edit no longer applies to text, or None."""
+        for old, _ in self.pairs():
+            if text.count(old) != 1:
+                return f"{old.splitlines()[0].strip()!r}... occurs {text.count(old)} times (needs exactly 1)"
+        return None
+
+    def apply(self, text: str) -> str:
+        for old, new in self.pairs():
+            text = text.replace(old, new, 1)
+        return text
+
+
+Q_PUBLIC = "tests/test_queue_public.py"
+Q_OUT = "tests/test_queue_outcomes.py"
+Q_FENCE = "tests/test_queue_fencing.py"
+Q_RACE = "tests/test_queue_races.py"
+Q_BATCH = "tests/test_queue_batch.py"
+NO_WAIT = "tests/test_claim_never_waits.py"
+LIMIT = "tests/test_claim_limits.py"
+ADMIN_STATES = "tests/test_admin_states.py"
+HOLDERS = "tests/test_submit_many_holders.py"
+SWEEP = "tests/test_sweeper.py"
+FEED = "tests/test_sse_feed.py"
+RECOVERY = "tests/test_feed_recovery.py"
+SSE = "tests/test_sse_job.py"
+ADMIN = "tests/test_api_admin.py"
+SECURITY = "tests/test_security.py"
+API_JOBS = "tests/test_api_jobs.py"
+LIMITS = "tests/test_api_limits.py"
+RUNNER = "tests/test_worker_runner.py"
+HEARTBEAT = "tests/test_runner_heartbeat.py"
+PROCESS = "tests/test_worker_process.py"
+
+EDITS: list[Edit] = [
+    # ------------------------------------------------------------ dedupe
+    Edit("dedupe-index-not-unique", "sql/migrations/0001_jobs.sql",
+         "create unique index jobs_unfinished_target", "create index jobs_unfinished_target",
+         (Q_RACE, Q_PUBLIC), "at most one unfinished job per (kind, target), enforced by the database"),
+    Edit("submit-look-sees-finished", "sql/functions/30_submit.sql",
+         "where j.kind = p_kind and j.target = p_target and j.state in ('queued', 'running');",
+         "where j.kind = p_kind and j.target = p_target and j.state in ('queued', 'running', 'completed');",
+         (Q_PUBLIC, Q_RACE), "a submission shares only an unfinished job"),
+    Edit("submit-duplicate-says-created", "sql/functions/30_submit.sql",
+         "return query select v_job.id, false, jobfeed.public_view(v_job);",
+         "return query select v_job.id, true, jobfeed.public_view(v_job);",
+         (Q_PUBLIC, API_JOBS), "a duplicate is answered as shared (200, deduplicated), not created"),
+    Edit("submit-no-retry-after-conflict", "sql/functions/30_submit.sql",
+         "        -- Another submitter took the target between our look and our insert: look again.\n    end loop;",
+         "        return;\n    end loop;",
+         (Q_RACE,), "a submit racing the holder finishing still gets a live job"),
+    Edit("submit-many-held-ignores-kind", "sql/functions/30_submit.sql",
+         "        v_held := array(select (select j.id from jobfeed.jobs j\n"
+         "                                 where j.kind = p_kind and j.target = t.target",
+         "        v_held := array(select (select j.id from jobfeed.jobs j\n"
+         "                                 where j.target = t.target",
+         (HOLDERS, Q_BATCH), "gap: submit_many shares only a job of its own kind"),
+    Edit("submit-many-look-up-ignores-kind", "sql/functions/30_submit.sql",
+         "                       coalesce(i.id, (select j.id from jobfeed.jobs j\n"
+         "                                        where j.kind = p_kind and j.target = t.target",
+         "                       coalesce(i.id, (select j.id from jobfeed.jobs j\n"
+         "                                        where j.target = t.target",
+         (HOLDERS, Q_BATCH), "gap: submit_many's general path shares only a job of its own kind"),
+    Edit("submit-many-null-id", "sql/functions/30_submit.sql",
+         "        if array_position(v_ids, null) is not null then",
+         "        if false then",
+         (HOLDERS, Q_BATCH), "gap: a holder finishing between insert and look-up never yields a null id"),
+    Edit("submit-many-repeat-creates-twice", "sql/functions/30_submit.sql",
+         "i.id is not null and t.n = min(t.n) over (partition by t.target) as created",
+         "i.id is not null as created",
+         (Q_BATCH,), "a target repeated in a batch is created once, then shared"),
+    # ------------------------------------------------------------ claim
+    Edit("claim-waits-on-queued", "sql/functions/40_claim.sql",
+         "                            limit v_left - cardinality(v_reclaimed)\n"
+         "                            for update skip locked",
+         "                            limit v_left - cardinality(v_reclaimed)\n"
+         "                            for update",
+         (NO_WAIT,), "gap: claim is FOR UPDATE SKIP LOCKED: a claimer never waits"),
+    Edit("claim-waits-on-expired", "sql/functions/40_claim.sql",
+         "                 limit v_left\n                 for update skip locked);",
+         "                 limit v_left\n                 for update);",
+         (NO_WAIT,), "gap: reclaiming expired leases never waits either"),
+    Edit("fail-expired-waits", "sql/functions/10_helpers.sql",
+         "           and (p_kinds is null or j.kind = any (p_kinds))\n         for update skip locked",
+         "           and (p_kinds is null or j.kind = any (p_kinds))\n         for update",
+         (NO_WAIT,), "failing exhausted expired jobs (inside claim) never waits"),
+    Edit("claim-not-due", "sql/functions/40_claim.sql",
+         "where q.kind = v_kind and q.state = 'queued' and q.run_after <= v_now",
+         "where q.kind = v_kind and q.state = 'queued'",
+         (Q_PUBLIC, Q_OUT), "claim picks due queued jobs only (backoff, run_after)"),
+    Edit("claim-more-than-asked", "sql/functions/40_claim.sql",
+         "limit v_left - cardinality(v_reclaimed)", "limit v_left",
+         (LIMIT, Q_PUBLIC, Q_FENCE), "never more than asked, reclaimed jobs included"),
+    Edit("claim-no-reclaim", "sql/functions/40_claim.sql",
+         "where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now",
+         "where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now - interval '1 day'",
+         (Q_FENCE, Q_OUT, Q_RACE), "running jobs whose lease expired are claimable"),
+    Edit("claim-keeps-generation", "sql/functions/40_claim.sql",
+         "generation = j.generation + 1,", "generation = greatest(j.generation, 1),",
+         (Q_FENCE, Q_RACE), "every claim bumps the generation (the fence)"),
+    Edit("claim-keeps-attempts", "sql/functions/40_claim.sql",
+         "attempts = j.attempts + 1,", "attempts = j.attempts,",
+         (Q_OUT, Q_FENCE), "every claim counts an attempt"),
+    Edit("claim-no-lease", "sql/functions/40_claim.sql",
+         "lease_until = v_now + v_lease,", "lease_until = v_now + interval '1 day',",
+         (Q_FENCE, Q_OUT, Q_PUBLIC), "a claim sets the kind's lease"),
+    Edit("claim-skips-fail-expired", "sql/functions/40_claim.sql",
+         "        perform jobfeed.fail_expired(p_kinds, v_now);", "        null;",
+         (Q_OUT, Q_FENCE), "an expired job with no attempts left becomes failed (lease_expired)"),
+    Edit("reclaim-exhausted", "sql/functions/40_claim.sql",
+         # guarded twice: the claim fails such jobs first, and the reclaim skips them
+         ("        perform jobfeed.fail_expired(p_kinds, v_now);", "and e.attempts < e.max_attempts"),
+         ("        null;", "and e.attempts <= e.max_attempts"),
+         (Q_OUT, Q_FENCE), "an expired job with no attempts left is not claimable forever"),
+    Edit("expired-exhausted-stays-running", "sql/functions/10_helpers.sql",
+         "where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts",
+         "where j.state = 'running' and j.lease_until < p_now and j.attempts > j.max_attempts",
+         (Q_OUT, Q_FENCE, SWEEP), "lease expired with attempts exhausted: failed (lease_expired)"),
+    # ------------------------------------------------------------ outcomes
+    Edit("complete-unfenced", "sql/functions/50_outcomes.sql",
+         "where j.id = t.id and j.generation = t.generation and j.state::text = 'running'\n"
+         "        returning j.id, j.generation, j.version, j.attempts",
+         "where j.id = t.id and j.state::text = 'running'\n"
+         "        returning j.id, j.generation, j.version, j.attempts",
+         (Q_FENCE, Q_RACE), "complete is fenced by generation"),
+    Edit("extend-unfenced", "sql/functions/50_outcomes.sql",
+         "where j.id = t.id and j.generation = t.generation and j.state::text = 'running' and k.kind = j.kind",
+         "where j.id = t.id and j.state::text = 'running' and k.kind = j.kind",
+         (Q_FENCE,), "extend is fenced by generation"),
+    Edit("extend-keeps-canceled", "sql/functions/50_outcomes.sql",
+         "and j.state::text = 'running' and k.kind = j.kind",
+         "and k.kind = j.kind",
+         (Q_FENCE, RUNNER), "a canceled job's lease is lost at the next heartbeat"),
+    Edit("transient-unfenced", "sql/functions/50_outcomes.sql",
+         "     where j.id = p_id and j.generation = p_generation and j.state = 'running'\n       for update of j;",
+         "     where j.id = p_id and j.state = 'running'\n       for update of j;",
+         (Q_FENCE, Q_OUT), "fail_transient is fenced by generation"),
+    Edit("transient-never-fails", "sql/functions/50_outcomes.sql",
+         "    if v_attempts >= v_max then", "    if v_attempts > v_max then",
+         (Q_OUT,), "fail_transient at max attempts fails the job"),
+    Edit("transient-backoff-off-by-one", "sql/functions/50_outcomes.sql",
+         "v_backoff[least(v_attempts, cardinality(v_backoff))]",
+         "v_backoff[least(v_attempts + 1, cardinality(v_backoff))]",
+         (Q_OUT,), "backoff by the kind's schedule: 1, 5, 15, 60 minutes"),
+    Edit("transient-error-public", "sql/functions/20_views.sql",
+         "'error', case when j.state = 'failed' then",
+         "'error', case when j.last_error_code is not null then",
+         (Q_PUBLIC, Q_OUT, SSE), "errors of attempts that will be retried are never public"),
+    Edit("permanent-unfenced", "sql/functions/50_outcomes.sql",
+         "           last_error_code = p_code, last_error_message = p_message, version = j.version + 1\n"
+         "     where j.id = p_id and j.generation = p_generation and j.state = 'running'\n"
+         "    returning j.version into v_ver;",
+         "           last_error_code = p_code, last_error_message = p_message, version = j.version + 1\n"
+         "     where j.id = p_id and j.state = 'running'\n"
+         "    returning j.version into v_ver;",
+         (Q_FENCE, Q_OUT), "fail_permanent is fenced by generation"),
+    Edit("release-counts-attempt", "sql/functions/50_outcomes.sql",
+         "attempts = greatest(j.attempts - 1, 0)", "attempts = j.attempts",
+         (Q_OUT, PROCESS), "a release does not count the attempt"),
+    Edit("release-unfenced", "sql/functions/50_outcomes.sql",
+         "    perform from jobfeed.jobs j\n     where j.id = p_id and j.generation = p_generation and j.state = 'running'",
+         "    perform from jobfeed.jobs j\n     where j.id = p_id and j.state = 'running'",
+         (Q_FENCE, Q_OUT), "release is fenced by generation"),
+    Edit("progress-goes-backwards", "sql/functions/50_outcomes.sql",
+         "or jobfeed.progress_rank(v_new) < jobfeed.progress_rank(v_old) then",
+         "then",
+         (Q_PUBLIC, Q_OUT, SSE), "public progress never goes backwards"),
+    Edit("complete-not-announced", "sql/functions/50_outcomes.sql",
+         "    perform jobfeed.notify_changed(v_ids, v_vers);\n    return v_ids;",
+         "    return v_ids;",
+         (Q_PUBLIC, SSE), "every change of a job's public view is announced"),
+    Edit("status-flickers-queued", "sql/functions/10_helpers.sql",
+         "when 'queued' then case when p_generation > 0 then 'processing' else 'queued' end",
+         "when 'queued' then 'queued'",
+         (Q_PUBLIC, Q_OUT, SSE), "a job once processing never shows queued again"),
+    # ------------------------------------------------------------ admin
+    Edit("retry-keeps-attempts", "sql/functions/60_admin.sql",
+         "set state = 'queued', attempts = 0, run_after = v_now,",
+         "set state = 'queued', run_after = v_now,",
+         (ADMIN_STATES, ADMIN, Q_OUT), "admin retry puts attempts back to 0"),
+    Edit("retry-any-state", "sql/functions/60_admin.sql",
+         "    if v_state not in ('failed', 'canceled') then",
+         "    if v_state not in ('failed', 'canceled', 'completed') then",
+         (ADMIN_STATES, ADMIN), "only failed/canceled jobs can be retried (409 otherwise)"),
+    Edit("cancel-finished", "sql/functions/60_admin.sql",
+         "    if v_state not in ('queued', 'running') then",
+         "    if v_state not in ('queued', 'running', 'completed') then",
+         (ADMIN_STATES, ADMIN), "a finished job cannot be canceled (409)"),
+    # ------------------------------------------------------------ sweeper
+    Edit("sweep-unfinished", "sql/functions/70_sweep.sql",
+         # guarded twice: in the pick and again in the DELETE
+         ("         where j.state in ('completed', 'failed', 'canceled')\n           and j.finished_at",
+          "where j.id = doomed.id and j.state in ('completed', 'failed', 'canceled')"),
+         ("         where j.state is not null\n           and coalesce(j.finished_at, j.created_at)",
+          "where j.id = doomed.id"),
+         (SWEEP,), "cleanup never deletes unfinished jobs"),
+    Edit("sweep-ignores-retention", "sql/functions/70_sweep.sql",
+         "and j.finished_at < jobfeed.clock(p_now) - p_retention",
+         "and j.finished_at < jobfeed.clock(p_now)",
+         (SWEEP,), "finished jobs are kept for the retention period"),
+    # ------------------------------------------------------------ feed and streams
+    Edit("feed-admin-no-resync", "api/feed.py",
+         "        for admin in self._admins:\n            admin.resync()\n", "",
+         (RECOVERY, FEED), "gap: dashboards resync after the listener reconnects"),
+    Edit("feed-no-resync", "api/feed.py",
+         "        self._resync = True\n        for admin in self._admins:", "        for admin in self._admins:",
+         (RECOVERY, FEED, SSE), "a listener that reconnects re-reads every watched job"),
+    Edit("feed-drops-failed-ids", "api/feed.py",
+         "                self._dirty |= ids\n", "",
+         (RECOVERY, FEED), "gap: a failed re-read is retried with the same ids"),
+    Edit("feed-drops-failed-admin-ids", "api/feed.py",
+         "                self._admin_dirty |= admin_ids\n", "",
+         (RECOVERY, FEED), "a failed re-read is retried for dashboards too"),
+    Edit("feed-repeats-views", "api/feed.py",
+         # guarded twice: the feed skips versions it offered, and so does each subscription
+         ("if not self._closed and view.version > self.newest:",
+          "                if view.version <= self._known.get(view.job_id, 0):\n                    continue\n"),
+         ("if not self._closed and view.version >= self.newest:", ""),
+         (RECOVERY, FEED, SSE), "never a repeat of an identical view (a resync re-reads every watched job)"),
+    Edit("feed-no-coalesce", "api/feed.py",
+         "        view, self._pending = self._pending, None\n        self.sent = view.version",
+         "        view = self._pending\n        self.sent = view.version",
+         (FEED, SSE), "a slow subscriber holds only the newest view, sent once"),
+    Edit("stream-seed-ignores-last-event-id", "api/streams.py",
+         "    if last_event_id(request) == view.version:",
+         "    if last_event_id(request) == -1:",
+         (SSE,), "Last-Event-ID equal to the current version skips the first event"),
+    Edit("stream-not-ended-at-terminal", "api/streams.py",
+         "                if view.terminal:\n                    return  # nothing follows a final status",
+         "                if False:\n                    return",
+         (SSE,), "after a terminal status the server ends the stream"),
+    # ------------------------------------------------------------ auth and limits
+    Edit("admin-open-without-token", "api/auth.py",
+         "    if token is None:\n        raise ApiError(401, \"unauthorized\",\n"
+         "                       \"admin access is disabled",
+         "    if token is None:\n        return\n        raise ApiError(401, \"unauthorized\",\n"
+         "                       \"admin access is disabled",
+         (ADMIN, SECURITY), "with no admin token configured, admin routes stay closed"),
+    Edit("admin-bearer-any", "api/auth.py",
+         "    if given is not None:\n        if _same(given, token):",
+         "    if given is not None:\n        if True:",
+         (ADMIN, SECURITY), "admin routes need the admin token"),
+    Edit("admin-session-never-expires", "api/auth.py",
+         "if not expires_text.isdigit() or int(expires_text) < (now or time.time()):",
+         "if not expires_text.isdigit():",
+         (ADMIN, SECURITY), "a session cookie expires"),
+    Edit("admin-cookie-readable", "api/admin.py",
+         "max_age=int(lifetime), path=\"/\", httponly=True, samesite=\"strict\",",
+         "max_age=int(lifetime), path=\"/\", httponly=False, samesite=\"lax\",",
+         (ADMIN, SECURITY), "the session cookie is HttpOnly and SameSite=Strict"),
+    Edit("api-token-ignored", "api/auth.py",
+         "    if given is None or not _same(given, token):",
+         "    if given is None:",
+         (SECURITY, API_JOBS), "with JOBFEED_API_TOKEN set, POST /api/jobs needs it"),
+    Edit("body-counted-after-read", "api/body.py",
+         "        size += len(chunk)\n        if size > limit:\n            raise _too_large(limit)\n"
+         "        chunks.append(chunk)\n",
+         "        size += len(chunk)\n        chunks.append(chunk)\n    if size > limit:\n"
+         "        raise _too_large(limit)\n",
+         (LIMITS,), "a chunked body is refused while it streams, never read whole"),
+    # ------------------------------------------------------------ runner
+    Edit("heartbeat-once-per-lease", "worker/runner.py",
+         "min(s.lease for s in specs) / 3", "min(s.lease for s in specs) / 1",
+         (HEARTBEAT, RUNNER), "gap: leases are renewed ~3 times per lease"),
+    Edit("heartbeat-longest-lease", "worker/runner.py",
+         "min(s.lease for s in specs) / 3", "max(s.lease for s in specs) / 3",
+         (HEARTBEAT,), "the heartbeat keeps pace with the shortest lease"),
+    Edit("heartbeat-renews-quiet-handlers", "worker/runner.py",
+         "if r.ctx.heartbeat and r.stop_reason is None and not r.recording]",
+         "if r.stop_reason is None and not r.recording]",
+         (HEARTBEAT, PROCESS), "a handler that turned its heartbeat off is not renewed"),
+    Edit("lost-lease-not-cancelled", "worker/runner.py",
+         "                    entry.ctx.lost.set()\n                    entry.stop(\"lost\")\n",
+         "                    entry.ctx.lost.set()\n",
+         (RUNNER,), "a lost lease cancels the handler and discards its outcome"),
+    Edit("unknown-exception-permanent", "worker/runner.py",
+         "outcome = (\"error\", Transient(type(exc).__name__, str(exc)[:2000]))",
+         "outcome = (\"error\", Permanent(type(exc).__name__, str(exc)[:2000]))",
+         (RUNNER,), "any other exception counts as transient"),
+    Edit("concurrency-overrun", "worker/runner.py",
+         "free = self.concurrency - len(self._running) - max(unwritten - self.concurrency, 0)",
+         "free = self.concurrency + 1 - len(self._running) - max(unwritten - self.concurrency, 0)",
+         (RUNNER,), "never more handlers at once than --concurrency"),
+    Edit("shutdown-fails-instead-of-release", "worker/runner.py",
+         "outcome = (\"error\", Release(entry.stop_reason, f\"worker {entry.stop_reason}\", retry_after=0))",
+         "outcome = (\"error\", Transient(entry.stop_reason, f\"worker {entry.stop_reason}\"))",
+         (PROCESS,), "on shutdown, what is left is released (due at once, attempt not counted)"),
+    Edit("budget-no-max-jobs", "worker/runner.py",
+         "            free = min(free, self.max_jobs - self.claimed_count)\n", "            pass\n",
+         (PROCESS,), "budget mode handles at most --max-jobs"),
+]
+
+
+def copy_repository(dest: Path) -> Path:
+    """The working tree (uncommitted changes included) as dest/jobfeed, importable
+    as the package `jobfeed` with PYTHONPATH=dest."""
+    root = dest / "jobfeed"
+    shutil.copytree(ROOT, root, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", "*.egg-info", ".peers", ".pytest_cache", "node_modules"))
+    return root
+
+
+def run_tests(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=str(root.parent), PYTHONDONTWRITEBYTECODE="1")
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -1, "timed out"
+    return done.returncode, done.stdout + done.stderr
+
+
+def last_line(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def first_failure(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith(("FAILED tests/", "ERROR tests/")):
+            return line.split(" - ")[0]
+    return last_line(output)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("only", nargs="*", help="run only edits whose name contains one of these words")
+    parser.add_argument("--list", action="store_true", help="list the edits and exit")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per test run (default 600)")
+    args = parser.parse_args()
+
+    edits = [e for e in EDITS if not args.only or any(w in e.name for w in args.only)]
+    if args.list:
+        for e in edits:
+            print(f"{e.name:36} {e.file:32} {e.why}")
+        print(f"{len(edits)} edits")
+        return 0
+    if not edits:
+        print("no edit matches", args.only)
+        return 2
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="jobfeed-mutation-") as tmp:
+        base = copy_repository(Path(tmp) / "base")
+        # Stale edits first: they are loud, and cost nothing to find.
+        stale = [e for e in edits if e.stale((base / e.file).read_text())]
+        for e in stale:
+            print(f"STALE   {e.name}: in {e.file}, {e.stale((base / e.file).read_text())}; "
+                  f"update the edit to the code as it is now")
+        tests = tuple(sorted({t for e in edits for t in e.tests}))
+        print(f"baseline: {len(tests)} test files on the unmutated copy ...", flush=True)
+        code, output = run_tests(base, tests, args.timeout * 2)
+        if code != 0:
+            print(output[-4000:])
+            print("the tests fail without any edit: fix that first")
+            return 2
+        print(f"baseline: {last_line(output)}", flush=True)
+
+        results: dict[str, list[str]] = {"caught": [], "missed": [], "stale": [e.name for e in stale],
+                                          "error": []}
+        for n, e in enumerate([e for e in edits if e not in stale], 1):
+            work = Path(tmp) / f"m{n}"
+            root = copy_repository(work)
+            path = root / e.file
+            mutated = e.apply(path.read_text())
+            if path.suffix == ".py":
+                try:  # an edit that does not even compile would be "caught" by any test
+                    compile(mutated, str(path), "exec")
+                except SyntaxError as exc:
+                    results["error"].append(e.name)
+                    print(f"ERROR   {e.name:36} the edit is not valid Python: {exc}", flush=True)
+                    continue
+            path.write_text(mutated)
+            t0 = time.monotonic()
+            code, output = run_tests(root, e.tests, args.timeout)
+            took = time.monotonic() - t0
+            if code == 1 or code == -1:
+                verdict = "caught"
+                detail = first_failure(output) if code == 1 else "timed out"
+            elif code == 0:
+                verdict, detail = "missed", last_line(output)
+            else:  # 2: collection error (the edit broke an import), 3-5: pytest itself
+                verdict, detail = "error", f"pytest exit {code}: {last_line(output)}"
+            results[verdict].append(e.name)
+            print(f"{verdict.upper():7} {e.name:36} {took:5.0f}s  {detail}", flush=True)
+            if verdict != "caught":
+                print(f"        why it matters: {e.why}")
+            shutil.rmtree(work, ignore_errors=True)
+
+    total = len(edits)
+    print(f"\n{len(results['caught'])}/{total} caught, {len(results['missed'])} missed, "
+          f"{len(results['stale'])} stale, {len(results['error'])} errors "
+          f"in {time.monotonic() - started:.0f}s")
+    for kind in ("missed", "stale", "error"):
+        if results[kind]:
+            print(f"{kind}: {', '.join(results[kind])}")
+    return 0 if len(results["caught"]) == total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

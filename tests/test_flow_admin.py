@@ -1,0 +1,148 @@
+"""Pause and resume a kind; bulk retry and cancel. Over SQL, HTTP and the CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+from jobfeed.api.app import create_app
+from queue_sql import claim
+from servers import ADMIN_TOKEN, asgi_client, make_settings
+from test_cli import jobfeed
+
+BEARER = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture
+async def client(dsn):
+    async with asgi_client(create_app(make_settings(dsn))) as c:
+        yield c
+
+
+async def kinds(client) -> dict:
+    return {k["kind"]: k for k in (await client.get("/api/kinds")).json()["kinds"]}
+
+
+async def test_pause_takes_submissions_claims_nothing_and_survives_registration(client, queue, pool):
+    r = await client.post("/api/jobs", json={"kind": "demo", "target": "running"})
+    (running,) = await queue.claim(["demo"], 1, "w")
+    r = await client.post("/api/admin/kinds/demo/pause", headers=BEARER)
+    assert r.status_code == 200 and r.json()["paused"] is True and r.json()["kind"] == "demo"
+    assert (await kinds(client))["demo"]["paused"] is True
+
+    r = await client.post("/api/jobs", json={"kind": "demo", "target": "waits"})
+    assert r.status_code == 201
+    assert await queue.claim(["demo"], 5, "w") == []
+    assert await queue.next_due(["demo"]) is None  # workers sleep instead of spinning
+    # a running job finishes; an expired lease is not reclaimed while paused
+    assert await queue.complete(running.id, running.generation, {"ok": 1})
+    assert await claim(pool, 5, dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1), kinds=["demo"]) == []
+
+    # a worker registering the kind (a restart) leaves the flag alone
+    await queue.register_kind("demo", max_attempts=4, lease=2, backoff=(1,), priority=1, overwrite=True)
+    assert (await kinds(client))["demo"]["paused"] is True
+
+    r = await client.post("/api/admin/kinds/demo/resume", headers=BEARER)
+    assert r.status_code == 200 and r.json()["paused"] is False
+    assert [j.target for j in await queue.claim(["demo"], 5, "w")] == ["waits"]
+
+
+async def test_pause_unknown_kind_and_auth(client):
+    r = await client.post("/api/admin/kinds/nope/pause", headers=BEARER)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert (await client.post("/api/admin/kinds/demo/pause")).status_code == 401
+    assert (await kinds(client))["demo"]["paused"] is False
+
+
+async def test_cli_pause_resume(dsn, pool):
+    r = jobfeed(dsn, "submit", "demo", "t")  # registers demo
+    assert r.returncode == 0, r.stderr
+    r = jobfeed(dsn, "pause", "demo")
+    assert r.returncode == 0, r.stderr
+    assert await pool.fetchval("select paused from jobfeed.kinds where kind = 'demo'") is True
+    r = jobfeed(dsn, "resume", "demo")
+    assert r.returncode == 0, r.stderr
+    assert await pool.fetchval("select paused from jobfeed.kinds where kind = 'demo'") is False
+    r = jobfeed(dsn, "pause", "nope")
+    assert r.returncode == 2 and "not_found" in r.stderr
+
+
+# ---------------------------------------------------------------- bulk
+
+async def plant(pool, n: int, state: str, kind: str = "demo", code: str | None = None) -> list[uuid.UUID]:
+    rows = await pool.fetch("""
+        insert into jobfeed.jobs (kind, target, state, last_error_code, finished_at, generation)
+        select $1, $2 || g, $3::jobfeed.job_state, $4,
+               case when $3 in ('failed', 'canceled', 'completed') then now() end,
+               case when $3 = 'queued' then 0 else 1 end
+          from generate_series(1, $5) g returning id""", kind, f"{state}-{code}-", state, code, n)
+    return [r["id"] for r in rows]
+
+
+async def states(pool) -> dict:
+    return {(r["state"], r["last_error_code"]): r["n"] for r in await pool.fetch(
+        "select state::text, last_error_code, count(*) as n from jobfeed.jobs group by 1, 2")}
+
+
+async def test_bulk_retry_by_filter_in_batches_and_safe_to_repeat(client, queue, pool):
+    await plant(pool, 7, "failed", code="http_500")
+    await plant(pool, 3, "failed", code="http_404")
+    await plant(pool, 2, "completed")
+    # small batches: the loop must go on until a batch comes back short
+    assert await queue.bulk("retry", error_code="http_500", batch=3) == 7
+    assert await queue.bulk("retry", error_code="http_500", batch=3) == 0
+    r = await client.post("/api/admin/jobs/retry", json={"state": "failed", "kind": "demo"}, headers=BEARER)
+    assert r.status_code == 200 and r.json() == {"count": 3}
+    assert await states(pool) == {("queued", "http_500"): 7, ("queued", "http_404"): 3, ("completed", None): 2}
+
+
+async def test_bulk_retry_skips_a_target_held_again(queue, pool):
+    (old,) = await plant(pool, 1, "failed", code="x")
+    target = await pool.fetchval("select target from jobfeed.jobs where id = $1", old)
+    await queue.submit("demo", target)
+    assert await queue.bulk("retry", ids=[old]) == 0
+    assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", old) == "failed"
+
+
+async def test_bulk_cancel_queued_and_running(client, queue, pool):
+    ids = await plant(pool, 5, "queued")
+    await plant(pool, 2, "completed")
+    (running,) = await queue.claim(["demo"], 1, "w")
+    queued = [str(i) for i in ids if i != running.id]
+    r = await client.post("/api/admin/jobs/cancel", json={"ids": queued}, headers=BEARER)
+    assert r.json() == {"count": 4}
+    r = await client.post("/api/admin/jobs/cancel", json={"kind": "demo"}, headers=BEARER)
+    assert r.json() == {"count": 1}  # the running one
+    assert not await queue.extend_many([(running.id, running.generation)]) == set()  # its lease is lost
+    log = await pool.fetchval("select outcome from jobfeed.attempts where job_id = $1", running.id)
+    assert log == "canceled"
+    assert (await client.post("/api/admin/jobs/cancel", json={"kind": "demo"}, headers=BEARER)).json() == \
+        {"count": 0}
+
+
+@pytest.mark.parametrize("body, code", [
+    ({}, "filter_required"),
+    ({"state": None, "kind": None}, "filter_required"),
+    ({"state": "sleeping"}, "invalid_request"),
+    ({"ids": ["not-an-id"]}, "invalid_request"),
+    ({"ids": "x"}, "invalid_request"),
+    ({"kind": 5}, "invalid_request"),
+    ({"colour": "red"}, "invalid_request"),
+])
+async def test_bulk_bad_filters_change_nothing(client, pool, body, code):
+    await plant(pool, 2, "failed", code="x")
+    await plant(pool, 2, "queued")
+    before = await states(pool)
+    for action in ("retry", "cancel"):
+        r = await client.post(f"/api/admin/jobs/{action}", json=body, headers=BEARER)
+        assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
+    assert await states(pool) == before
+
+
+async def test_bulk_sql_refuses_an_empty_filter(pool):
+    import asyncpg
+    with pytest.raises(asyncpg.PostgresError) as err:
+        await pool.fetch("select * from jobfeed.bulk_cancel(null, null, null, null)")
+    assert err.value.hint == "filter_required"

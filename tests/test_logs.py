@@ -1,0 +1,142 @@
+"""Logs: JOBFEED_LOG_FORMAT=json writes one JSON object per line, uvicorn's
+lines too, and what a handler logs names its job; a whole run (an API, a
+worker, `jobfeed up`) never logs the admin token, a database password or a
+URL's credentials and query."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import JOBFEED, worker_env
+from jobfeed.worker import logs
+from log_tasks import SECRET_KEY, SECRET_PASSWORD
+from servers import Process
+from waiting import eventually
+
+ADMIN_TOKEN = "planted-admin-token-for-the-logs-test"
+DB_PASSWORD = "planted-database-password-55"
+SECRETS = (ADMIN_TOKEN, DB_PASSWORD, SECRET_PASSWORD, SECRET_KEY)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def record(message: str, *args) -> logging.LogRecord:
+    return logging.LogRecord("tests", logging.INFO, __file__, 1, message, args, None)
+
+
+def test_json_lines_carry_the_job_of_the_task_that_logged():
+    formatter = logs.JsonFormatter()
+    outside = json.loads(formatter.format(record("plain %s", "line")))
+    assert outside["message"] == "plain line" and outside["level"] == "info" and "job_id" not in outside
+
+    context = logs.job_context(job_id="j1", kind="k", attempt=2, generation=3, worker="w")
+    inside = json.loads(context.run(formatter.format, record("in %s", "handler")))
+    assert {k: inside[k] for k in ("job_id", "kind", "attempt", "generation", "worker")} == \
+        {"job_id": "j1", "kind": "k", "attempt": 2, "generation": 3, "worker": "w"}
+    assert logs.current_job.get() is None  # the job's fields stay in its task's context
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_both_formats_redact_url_credentials_and_queries(log_format):
+    line = logs.formatter(log_format).format(record("GET %s", "https://u:pw-1@h.example/p?key=k-2#f"))
+    assert "pw-1" not in line and "k-2" not in line and "https://***@h.example/p?***" in line
+
+
+def test_a_database_url_is_printed_without_its_password():
+    assert logs.without_password("postgresql://bob:s3cret@db:5432/jobs?sslmode=require") == \
+        "postgresql://bob:***@db:5432/jobs?sslmode=require"
+    assert logs.without_password("postgresql://postgres:@/t?host=/tmp/x") == "postgresql://postgres:@/t?host=/tmp/x"
+
+
+def json_lines(output: list[str]) -> list[dict]:
+    entries = []
+    for line in output:
+        if line.startswith("jobfeed is up") or line.startswith("  "):
+            continue  # `jobfeed up`'s banner, on stdout
+        entries.append(json.loads(line))  # every log line is one JSON object
+    return entries
+
+
+@pytest.mark.full
+async def test_a_whole_run_logs_json_and_never_a_secret(dsn, queue):
+    assert dsn.startswith("postgresql://postgres:@")
+    # The test server trusts local connections: the password is sent, never checked.
+    secret_dsn = dsn.replace("postgresql://postgres:@", f"postgresql://postgres:{DB_PASSWORD}@")
+    tests = str(Path(__file__).parent)
+    env = worker_env(secret_dsn, JOBFEED_LOG_FORMAT="json", JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN,
+                     JOBFEED_TASKS="jobfeed.demo,log_tasks", PYTHONPATH=tests)
+    api_port, up_port = free_port(), free_port()
+    api = await Process(JOBFEED + ["api", "--port", str(api_port)], env).start(ready=r"Uvicorn running|started")
+    worker = await Process(JOBFEED + ["worker", "--poll", "200ms"], env).start(ready=r"kinds")
+    outputs = []
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{api_port}", timeout=10) as client:
+            admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            answer = await client.post("/api/jobs", json={"kind": "leaky", "target": "t1"})
+            assert answer.status_code == 201, answer.text
+            location = answer.headers["location"]
+
+            async def done():
+                view = (await client.get(location)).json()
+                return view if view["status"] == "completed" else None
+            await eventually(done, what="the leaky job to complete on its second attempt")
+            assert (await client.get("/api/admin/stats", headers=admin)).status_code == 200
+            assert (await client.get("/api/admin/stats", headers={"Authorization": "Bearer wrong"})).status_code == 401
+    finally:
+        assert await worker.stop(timeout=15) == 0, worker.log
+        await api.stop(timeout=15)
+        outputs += [api.output, worker.output]
+
+    up = await Process(JOBFEED + ["up", "--grace", "1s", "--port", str(up_port)], env).start(
+        ready=r"  database: ")
+    try:
+        banner = "\n".join(up.output)
+        assert "token: (JOBFEED_ADMIN_TOKEN)" in banner and "postgres:***@" in banner
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{up_port}", timeout=10) as client:
+            answer = await client.post("/api/jobs", json={"kind": "leaky", "target": "t2"})
+            await eventually(lambda: _completed(client, answer.headers["location"]), what="t2 to complete")
+    finally:
+        assert await up.stop(timeout=15) == 0, up.log
+        outputs.append(up.output)
+
+    everything = "\n".join(line for output in outputs for line in output)
+    for secret in SECRETS:
+        assert secret not in everything, f"{secret} was logged"
+    api_entries, worker_entries, up_entries = (json_lines(o) for o in outputs)
+    # uvicorn's own lines are JSON too: its start line and its access log
+    assert any(e["logger"].startswith("uvicorn") for e in api_entries)
+    assert any(e["logger"] == "uvicorn.access" and "/api/jobs" in e["message"] for e in api_entries)
+    # the handler's line names its job, on both attempts, with credentials and query redacted
+    handler_lines = [e for e in worker_entries if e["logger"] == "tests.leaky"]
+    assert [e["attempt"] for e in handler_lines] == [1, 2]
+    assert all(e["kind"] == "leaky" and e["job_id"] == location.rsplit("/", 1)[1] and e["worker"]
+               for e in handler_lines)
+    assert "https://***@upstream.example/v1/thing?***" in handler_lines[0]["message"]
+    assert any(e["logger"] == "tests.leaky" and e["job_id"] for e in up_entries)
+    assert not any("job_id" in e for e in worker_entries if e["logger"] == "jobfeed.worker"
+                   and "kinds" in e["message"]), "lines outside a job name none"
+
+
+async def _completed(client: httpx.AsyncClient, location: str):
+    return (await client.get(location)).json()["status"] == "completed"
+
+
+def test_an_unknown_log_format_is_refused_at_start():
+    import os
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_")}
+    env["JOBFEED_LOG_FORMAT"] = "xml"
+    done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", "sweeper", "--once"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "JOBFEED_LOG_FORMAT" in done.stderr

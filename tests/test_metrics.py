@@ -1,0 +1,201 @@
+"""Prometheus metrics: `jobfeed up` shows the API's, the worker's and the
+sweeper's at the API's /metrics and its histograms move as jobs run; a
+standalone worker serves its own on JOBFEED_METRICS_PORT under the same access
+rule (a token when set, else loopback only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import JOBFEED, worker_env
+from jobfeed.worker import metrics
+from servers import ROOT, Process
+from waiting import eventually
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    """{(sample name, labels): value}, parsed by prometheus-client's own parser
+    (so the exposition is also checked to be well-formed)."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            found[(s.name, frozenset(s.labels.items()))] = s.value
+    return found
+
+
+def value(found: dict, name: str, **labels: str) -> float:
+    return found.get((name, frozenset(labels.items())), 0.0)
+
+
+def total(found: dict, name: str, **labels: str) -> float:
+    """Summed over the labels not given."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in found.items() if n == name and want <= ls)
+
+
+async def finish(client: httpx.AsyncClient, location: str) -> dict:
+    async def final():
+        view = (await client.get(location)).json()
+        return view if view["status"] in ("completed", "failed") else None
+    return await eventually(final, what=f"{location} to finish")
+
+
+@pytest.mark.full
+async def test_up_serves_every_part_and_the_histograms_move(dsn):
+    port = free_port()
+    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN="an-admin-token-for-metrics")
+    env.pop("JOBFEED_TASKS")  # up brings the demo kind itself
+    proc = await Process(JOBFEED + ["up", "--grace", "1s"], env).start(ready=r"jobfeed is up: (http://\S+/)")
+    try:
+        async with httpx.AsyncClient(base_url=proc.match.group(1), timeout=10) as client:
+            before = samples((await client.get("/metrics")).text)
+            jobs = {"ok": {"steps": 2, "step_ms": 20}, "retried": {"fail": ["transient"], "step_ms": 20},
+                    "failed": {"fail": ["permanent"]}}
+            locations = {}
+            for target, payload in jobs.items():
+                answer = await client.post("/api/jobs", json={"kind": "demo", "target": target, "payload": payload})
+                assert answer.status_code == 201, answer.text
+                locations[target] = answer.headers["location"]
+            # A stream open while the job runs: its events measure the SSE lag.
+            async with client.stream("GET", locations["ok"] + "/events") as stream:
+                async for line in stream.aiter_lines():
+                    if '"status":"completed"' in line.replace(" ", ""):
+                        break
+            finals = {t: (await finish(client, loc))["status"] for t, loc in locations.items()}
+            assert finals == {"ok": "completed", "retried": "completed", "failed": "failed"}
+
+            async def moved():
+                after = samples((await client.get("/metrics")).text)
+                run = "jobfeed_job_run_seconds_count"
+                if value(after, run, kind="demo", outcome="completed") - \
+                        value(before, run, kind="demo", outcome="completed") < 2:
+                    return None
+                # jobs by state come from the stats snapshot: a few seconds old at most
+                return after if value(after, "jobfeed_jobs", kind="demo", state="completed") == 2 else None
+            after = await eventually(moved, what="the completions to be counted")
+
+        def grew(name: str, by: float = 1, **labels: str) -> None:
+            assert total(after, name, **labels) - total(before, name, **labels) >= by, (name, labels)
+
+        grew("jobfeed_job_run_seconds_count", 2, kind="demo", outcome="completed")
+        grew("jobfeed_job_run_seconds_count", 1, kind="demo", outcome="retried")
+        grew("jobfeed_job_run_seconds_count", 1, kind="demo", outcome="failed")
+        grew("jobfeed_job_outcomes_total", 1, kind="demo", outcome="retried", code="demo_transient")
+        grew("jobfeed_job_outcomes_total", 1, kind="demo", outcome="failed", code="demo_permanent")
+        grew("jobfeed_job_retries_total", 1, kind="demo")
+        grew("jobfeed_job_wait_seconds_count", 4, kind="demo")  # one per claim: 3 jobs, one of them twice
+        grew("jobfeed_job_end_to_end_seconds_count", 2, kind="demo", outcome="completed")
+        grew("jobfeed_job_end_to_end_seconds_count", 1, kind="demo", outcome="failed")
+        grew("jobfeed_submit_seconds_count", 3, kind="demo")
+        grew("jobfeed_sse_lag_seconds_count", 1, stream="job")
+        grew("jobfeed_http_requests_total", 3, method="POST", route="/api/jobs", status="201")
+        # the run time is the handler's: 2 steps of 20 ms
+        assert total(after, "jobfeed_job_run_seconds_sum", kind="demo", outcome="completed") >= 0.04
+        assert value(after, "jobfeed_jobs", kind="demo", state="failed") == 1
+        assert value(after, "jobfeed_running_jobs", kind="demo") == 0
+        assert ("jobfeed_sweeper_jobs_total", frozenset({("action", "deleted")})) in after
+        assert ("process_cpu_seconds_total", frozenset()) in after
+    finally:
+        assert await proc.stop(timeout=15) == 0, proc.log
+
+
+@pytest.mark.full
+async def test_a_standalone_worker_serves_its_metrics_port(dsn, queue, demo_kind):
+    port = free_port()
+    # A lease long enough that a loaded machine never reclaims the job (one claim is asserted).
+    env = worker_env(dsn, JOBFEED_METRICS_PORT=str(port), JOBFEED_LEASE="30s")
+    proc = await Process(JOBFEED + ["worker", "--kinds", "demo", "--poll", "200ms"], env).start(
+        ready=r"metrics on http://", timeout=60)
+    try:
+        job_id, _ = await queue.submit("demo", "standalone", {"steps": 1, "step_ms": 1})
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            async def counted():
+                found = samples((await client.get("/metrics")).text)
+                return found if value(found, "jobfeed_job_outcomes_total", kind="demo", outcome="completed",
+                                      code="") >= 1 else None
+            found = await eventually(counted, what="the worker to count its completion")
+        assert value(found, "jobfeed_job_claims_total", kind="demo") == 1
+        assert value(found, "jobfeed_job_wait_seconds_count", kind="demo") == 1
+        assert (await queue.get_job(job_id))["status"] == "completed"
+    finally:
+        await proc.stop(timeout=15)
+
+
+@pytest.mark.parametrize("token, client, headers, status", [
+    (None, "127.0.0.1", {}, 200),
+    (None, "10.1.2.3", {}, 403),
+    ("a-metrics-token-123", "10.1.2.3", {}, 401),
+    ("a-metrics-token-123", "10.1.2.3", {"Authorization": "Bearer wrong"}, 401),
+    ("a-metrics-token-123", "10.1.2.3", {"Authorization": "Bearer a-metrics-token-123"}, 200),
+])
+async def test_the_metrics_port_answers_loopback_or_the_token(token, client, headers, status):
+    transport = httpx.ASGITransport(app=metrics.metrics_app(token), client=(client, 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://worker") as http:
+        answer = await http.get("/metrics", headers=headers)
+    assert answer.status_code == status
+    if status == 200:
+        assert "jobfeed_job_run_seconds" in answer.text
+
+
+def test_a_bad_metrics_port_is_refused_at_start():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_")}
+    env["JOBFEED_METRICS_PORT"] = "70000"
+    import subprocess
+    done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", "sweeper", "--once"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "JOBFEED_METRICS_PORT" in done.stderr
+
+
+def exposed_series(text: str) -> set[str]:
+    """Every series name the exposition can have, from its TYPE lines (a labelled
+    metric with no samples yet still has one): histograms' _bucket, _sum and
+    _count, counters' _total."""
+    names = set()
+    suffixes = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("_total",), "gauge": ("",),
+                "summary": ("_sum", "_count", "")}
+    for family in text_string_to_metric_families(text):
+        names.update(family.name + s for s in suffixes.get(family.type, ("",)))
+    return names
+
+
+async def test_the_grafana_dashboard_queries_only_metrics_that_exist(dsn):
+    from servers import asgi_client, make_settings
+
+    from jobfeed.api.app import create_app
+
+    dashboard = json.loads((ROOT / "examples" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 12
+    queried = {name for e in exprs for name in re.findall(r"\b(jobfeed_[a-z_]+)\b", e)}
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        exposed = exposed_series((await client.get("/metrics")).text)
+    assert queried - exposed == set()
+    # and the contract's names are among them
+    assert {"jobfeed_job_run_seconds_bucket", "jobfeed_job_wait_seconds_bucket", "jobfeed_submit_seconds_bucket",
+            "jobfeed_job_end_to_end_seconds_bucket", "jobfeed_sse_lag_seconds_bucket", "jobfeed_jobs",
+            "jobfeed_job_outcomes_total"} <= queried
+
+
+async def test_paused_kinds_show_in_the_metrics(dsn, queue, demo_kind):
+    from servers import asgi_client, make_settings
+
+    from jobfeed.api.app import create_app
+
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        assert value(samples((await client.get("/metrics")).text), "jobfeed_kind_paused", kind="demo") == 0
+        await queue.set_kind_paused("demo", True)
+        assert value(samples((await client.get("/metrics")).text), "jobfeed_kind_paused", kind="demo") == 1

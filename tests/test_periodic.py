@@ -1,0 +1,114 @@
+"""Periodic jobs: slots from cron (with time zones) or every=, one job per slot
+however many schedulers race, only the latest missed slot after an outage,
+and `jobfeed schedules`."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+
+import pytest
+
+from jobfeed.worker import schedules
+from jobfeed.worker.schedules import Periodic, periodic
+from test_cli import jobfeed
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 12, 1, 1, 30, tzinfo=UTC)
+
+
+def test_slots_from_cron_in_a_time_zone_and_from_every():
+    paris = Periodic("nightly", schedule="0 3 * * *", timezone="Europe/Paris")
+    assert paris.latest(dt.datetime(2026, 12, 1, 2, 0, tzinfo=UTC)) == dt.datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
+    assert paris.latest(dt.datetime(2026, 12, 1, 1, 59, tzinfo=UTC)) == dt.datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    assert paris.next(dt.datetime(2026, 12, 1, 2, 0, tzinfo=UTC)) == dt.datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
+    # summer time: 03:00 in Paris is 01:00 UTC
+    assert paris.next(dt.datetime(2026, 7, 1, tzinfo=UTC)) == dt.datetime(2026, 7, 1, 1, 0, tzinfo=UTC)
+    five = Periodic("tick", every=300)
+    assert five.latest(T0 + dt.timedelta(seconds=299)) == T0 and five.next(T0) == T0 + dt.timedelta(minutes=5)
+
+
+@pytest.mark.parametrize("args", [
+    dict(schedule="61 * * * *", timezone=None, every=None), dict(schedule="0 3 * * *", timezone="Mars/Base", every=None),
+    dict(schedule="0 3 * * *", timezone=None, every=60.0), dict(schedule=None, timezone="UTC", every=None)])
+def test_bad_schedules_are_refused_when_declared(args):
+    with pytest.raises(ValueError):
+        periodic("k", **args)
+
+
+async def register(pool, kind: str, every: str = "1 hour", since: dt.datetime = T0) -> None:
+    await pool.execute("select jobfeed.register_kind($1)", kind)
+    await pool.execute("select jobfeed.register_schedule($1, null, 'UTC', $2::text::interval, $3)", kind, every, since)
+
+
+async def test_one_job_per_slot_however_many_schedulers_race(pool, queue):
+    await register(pool, "hourly")
+    p = Periodic("hourly", every=3600)
+    now = T0 + dt.timedelta(hours=1, minutes=1)
+    made = await asyncio.gather(*(schedules.tick(queue, [p], now) for _ in range(8)))
+    assert sum(len(m) for m in made) == 1
+    (job,) = await pool.fetch("select id, target, run_after from jobfeed.jobs where kind = 'hourly'")
+    assert job["target"] == "2026-12-01T02:00:00Z" and job["run_after"] == dt.datetime(2026, 12, 1, 2, tzinfo=UTC)
+    # the slot's job finished: a repeat still makes none (the slot, not dedupe, decides)
+    await pool.execute("update jobfeed.jobs set state = 'completed', finished_at = now() where id = $1", job["id"])
+    assert await schedules.tick(queue, [p], now) == []
+    assert await pool.fetchval("select job_id from jobfeed.schedule_slots where kind = 'hourly'") == job["id"]
+    view = await queue.get_job(job["id"])
+    assert view["scheduled_for"] is None  # a slot's job is due at once
+
+
+async def test_only_the_latest_missed_slot_runs_after_an_outage(pool, queue):
+    await register(pool, "hourly")
+    p = Periodic("hourly", every=3600)
+    # every process was down from 02:00 to 05:10: slots 02:00, 03:00, 04:00, 05:00 came and went
+    assert len(await schedules.tick(queue, [p], T0 + dt.timedelta(hours=3, minutes=40))) == 1
+    assert [r["target"] for r in await pool.fetch("select target from jobfeed.jobs")] == ["2026-12-01T05:00:00Z"]
+    # and a schedule never runs slots from before it was first registered
+    late = Periodic("late", every=3600)
+    await register(pool, "late", since=T0 + dt.timedelta(hours=10))
+    assert await schedules.tick(queue, [late], T0 + dt.timedelta(hours=10, minutes=5)) == []
+
+
+async def test_jobfeed_schedules_lists_last_and_next(dsn, pool, queue):
+    await register(pool, "hourly")
+    await schedules.tick(queue, [Periodic("hourly", every=3600)], T0 + dt.timedelta(hours=1))
+    r = jobfeed(dsn, "schedules", "--json")
+    assert r.returncode == 0, r.stderr
+    (row,) = [json.loads(line) for line in r.stdout.splitlines()]
+    assert row["kind"] == "hourly" and row["every_seconds"] == 3600 and row["last_status"] == "queued"
+    assert dt.datetime.fromisoformat(row["last_slot"]) == dt.datetime(2026, 12, 1, 2, tzinfo=UTC)
+    assert dt.datetime.fromisoformat(row["next_slot"]) > dt.datetime.now(UTC)
+    text = jobfeed(dsn, "schedules")
+    assert text.returncode == 0 and "hourly: every 3600s; last" in text.stdout
+
+
+async def test_two_workers_run_each_slot_once(queue, pool, dsn):
+    """Two runners with the same every=1s kind: each slot's job is made once
+    and run once."""
+    from jobfeed.worker.runner import Runner
+    from jobfeed.worker.tasks import TaskSpec
+
+    ran: list[str] = []
+
+    async def handler(job, ctx):
+        ran.append(job.target)
+
+    spec = TaskSpec("beat", handler, max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0,
+                    periodic=Periodic("beat", every=1.0))
+    await queue.register_kind("beat", max_attempts=3, lease=5.0, backoff=(0.05,))
+    runners = [Runner(queue, dsn, [spec], poll_interval=0.2, grace=1.0) for _ in range(2)]
+    tasks = [asyncio.create_task(r.run()) for r in runners]
+    try:
+        for _ in range(100):
+            if await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'beat' and state = 'completed'") >= 2:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        for r in runners:
+            r.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    slots = await pool.fetch("select slot, job_id from jobfeed.schedule_slots where kind = 'beat'")
+    targets = [r["target"] for r in await pool.fetch("select target from jobfeed.jobs where kind = 'beat'")]
+    assert len(slots) >= 2 and len(targets) == len(slots) == len(set(targets))
+    assert len(ran) == len(set(ran)) >= 2

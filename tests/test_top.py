@@ -1,0 +1,77 @@
+"""`jobfeed top` in a real terminal (tmux): it shows the queue as the database
+has it, follows changes live, quits on q and gives the terminal back."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import JOBFEED, worker_env
+from jobfeed.worker.states import STATES
+from waiting import eventually
+
+# .ci/run installs tmux: under CI=true a missing tmux fails the test instead of skipping it.
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None and os.environ.get("CI") != "true",
+                                reason="tmux is not installed")
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+
+
+def row(screen: str, kind: str) -> list[int] | None:
+    for line in screen.splitlines():
+        parts = line.split()
+        if parts and parts[0] == kind and len(parts) == 1 + len(STATES):
+            return [int(p) for p in parts[1:]]
+    return None
+
+
+async def db_row(pool, kind: str) -> list[int]:
+    rows = dict(await pool.fetch("select state::text, count(*) from jobfeed.jobs where kind = $1 group by 1", kind))
+    return [rows.get(s, 0) for s in STATES]
+
+
+@pytest.mark.full
+async def test_top_shows_the_queue_live_and_quits_cleanly_on_q(dsn, queue, pool, demo_kind):
+    for i in range(3):
+        await queue.submit("demo", f"top-{i}")
+    await pool.execute("select jobfeed.worker_beat('w-top:1', 'top-host', array['demo'], 8, 2, '1 minute')")
+    session = f"jobfeed-top-{uuid.uuid4().hex[:8]}"
+    env = worker_env(dsn)
+    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in ("DATABASE_URL", "JOBFEED_TASKS", "PYTHONPATH")
+                       if k in env)
+    command = f"env {exports} {shlex.join(JOBFEED)} top; echo top-exited-$?; sleep 60"
+    tmux("new-session", "-d", "-s", session, "-x", "140", "-y", "30", "sh", "-c", command)
+    try:
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", session)
+
+        async def shows(expected: list[int]):
+            return screen() if row(screen(), "demo") == expected else None
+
+        first = await eventually(lambda: shows_async(shows, pool), what="top to show the database's counts")
+        assert "w-top:1" in first and "2/8" in first and "1 live, 0 lost" in first
+        # live: a change in the database reaches the screen within a few redraws
+        await queue.submit("demo", "top-new")
+        await eventually(lambda: shows_async(shows, pool), what="top to show the new job")
+
+        tmux("send-keys", "-t", session, "q")
+
+        async def exited():
+            text = screen()
+            return text if "top-exited-0" in text else None
+        after = await eventually(exited, what="top to exit on q")
+        # the alternate screen is gone: nothing of top's view is left on the terminal
+        assert "WORKERS" not in after and "jobfeed top" not in after
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+async def shows_async(shows, pool):
+    return await shows(await db_row(pool, "demo"))

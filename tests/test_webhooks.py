@@ -1,0 +1,147 @@
+"""Webhooks against a real HTTP receiver on 127.0.0.1: the host allow-list
+(422 notify_url_not_allowed), a delivery per waiting request when the job is
+final, Standard Webhooks signatures that the reference library verifies, and
+retries with the same webhook-id until the receiver takes it."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+
+import httpx
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from jobfeed.worker.runner import Runner
+from jobfeed.worker.settings import SettingError, Settings
+
+from servers import serve
+from waiting import eventually
+
+SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+
+
+class Receiver:
+    """A tiny HTTP server: records each POST (headers, body) and answers with
+    the next status of `statuses` (the last one repeats)."""
+
+    def __init__(self, statuses=(204,)):
+        self.statuses = list(statuses)
+        self.got: list[tuple[dict, bytes]] = []
+        self.server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def _handle(self, reader, writer):
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:] if line)}
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        self.got.append((headers, body))
+        status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        writer.write(f"HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".encode())
+        await writer.drain()
+        writer.close()
+
+
+@pytest.fixture
+def webhook_env(monkeypatch):
+    from jobfeed.worker import webhooks
+    monkeypatch.setenv("JOBFEED_WEBHOOK_SECRET", SECRET)
+    monkeypatch.setenv("JOBFEED_WEBHOOK_HOSTS", "127.0.0.1,localhost")
+    webhooks._settings.cache_clear()
+    yield webhooks
+    webhooks._settings.cache_clear()
+
+
+@pytest.fixture
+async def webhook_worker(queue, dsn, webhook_env):
+    spec = dataclasses.replace(webhook_env.SPEC, backoff=(0.05,), lease=5.0, jitter=0.0)
+    await queue.register_kind(spec.kind, max_attempts=spec.max_attempts, lease=spec.lease, backoff=spec.backoff,
+                              jitter=0.0)
+    runner = Runner(queue, dsn, [spec], poll_interval=0.1, grace=1.0)
+    task = asyncio.create_task(runner.run())
+    yield runner
+    runner.stop()
+    await asyncio.wait_for(task, 10)
+
+
+async def test_a_final_job_is_posted_signed_and_retried_with_the_same_id(dsn, queue, pool, demo_kind,
+                                                                         webhook_worker):
+    async with Receiver(statuses=(500, 503, 204)) as receiver:
+        async with serve(dsn, webhook_hosts=("127.0.0.1",)) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                sub = (await http.post("/api/jobs", json={"kind": "demo", "target": "hooked",
+                                                          "notify_url": receiver.url})).json()
+                other = (await http.post("/api/jobs", json={"kind": "demo", "target": "hooked"})).json()
+                assert other["id"] == sub["id"]
+                (job,) = await queue.claim(["demo"], 1, "w")
+                assert await queue.complete(job.id, job.generation, {"steps": 3})
+
+        async def delivered():
+            return len(receiver.got) >= 3
+        await eventually(delivered, timeout=15, interval=0.05, what="three delivery attempts")
+        await asyncio.sleep(0.3)
+        assert len(receiver.got) == 3  # taken on the third: no more
+    ids = {h["webhook-id"] for h, _ in receiver.got}
+    assert len(ids) == 1  # the same id on every retry: receivers can drop repeats
+    headers, body = receiver.got[-1]
+    view = Webhook(SECRET).verify(body, headers)  # the reference library accepts the signature
+    assert (view["id"], view["status"], view["result"]) == (sub["id"], "completed", {"steps": 3})
+    with pytest.raises(WebhookVerificationError):
+        Webhook("whsec_" + base64.b64encode(b"another secret of 32 bytes!!!!!").decode()).verify(body, headers)
+    # one delivery for the one request that asked (the other had no notify_url)
+    deliveries = await pool.fetch("select state, attempts from jobfeed.jobs where kind = 'jobfeed.webhook'")
+    assert [tuple(d) for d in deliveries] == [("completed", 3)]
+
+
+async def test_a_request_that_left_is_not_notified(dsn, queue, pool, demo_kind, webhook_env):
+    s = await queue.submit("demo", "left-hook", request=True, notify_url="http://127.0.0.1:9/x")
+    keep = await queue.submit("demo", "left-hook", request=True)
+    await queue.leave(s.request_id)
+    await queue.leave(keep.request_id)  # canceled: final, but nobody asked to hear about it any more
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'jobfeed.webhook'") == 0
+
+
+@pytest.mark.parametrize("url", ["http://evil.example/x", "ftp://127.0.0.1/x", "not a url", 5,
+                                 "http://127.0.0.1.evil.example/x", "http://user@evil.example/"])
+async def test_notify_url_hosts_are_allowed_by_name(dsn, pool, url):
+    async with serve(dsn, webhook_hosts=("127.0.0.1",)) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            r = await http.post("/api/jobs", json={"kind": "demo", "target": "t", "notify_url": url})
+            assert r.status_code == 422 and r.json()["error"]["code"] == "notify_url_not_allowed"
+            ok = await http.post("/api/jobs", json={"kind": "demo", "target": "t",
+                                                    "notify_url": "http://127.0.0.1:8123/hook"})
+            assert ok.status_code == 201
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 1
+
+
+async def test_without_allowed_hosts_every_notify_url_is_refused(dsn, pool):
+    async with serve(dsn) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            r = await http.post("/api/jobs", json={"kind": "demo", "target": "t",
+                                                   "notify_url": "http://127.0.0.1/hook"})
+            assert r.status_code == 422 and r.json()["error"]["code"] == "notify_url_not_allowed"
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+
+
+def test_webhook_settings():
+    s = Settings.from_env({"JOBFEED_WEBHOOK_HOSTS": "Hooks.Example, 127.0.0.1", "JOBFEED_WEBHOOK_SECRET": SECRET})
+    assert s.webhook_hosts == ("hooks.example", "127.0.0.1") and s.webhook_secret == SECRET
+    for bad in ("secret", "whsec_c2hvcnQ=", "whsec_!!!"):
+        with pytest.raises(SettingError) as e:
+            Settings.from_env({"JOBFEED_WEBHOOK_SECRET": bad})
+        assert "JOBFEED_WEBHOOK_SECRET" in str(e.value)
+    assert json.dumps(s.webhook_hosts)

@@ -1,0 +1,56 @@
+"""Flow-control commands: `jobfeed pause KIND` and `jobfeed resume KIND`."""
+
+from __future__ import annotations
+
+import json
+
+from . import db, migrate as migrations
+from .queue import Queue
+from .settings import Settings
+
+
+async def _set_paused(settings: Settings, kind: str, paused: bool) -> int:
+    dsn = await db.resolve_dsn(settings)
+    await migrations.require_schema(dsn)
+    pool = await db.create_pool(dsn, min_size=1, max_size=1, name="jobfeed-pause")
+    try:
+        view = await Queue(pool).set_kind_paused(kind, paused)
+    finally:
+        await pool.close()
+    print(json.dumps(view))
+    return 0
+
+
+async def cmd_pause(settings: Settings, args) -> int:
+    return await _set_paused(settings, args.kind, True)
+
+
+async def cmd_resume(settings: Settings, args) -> int:
+    return await _set_paused(settings, args.kind, False)
+
+
+async def cmd_schedules(settings: Settings, args) -> int:
+    """Each periodic kind with its last run (slot, job, status) and its next run."""
+    import datetime as dt
+
+    from .schedules import Periodic
+
+    dsn = await db.resolve_dsn(settings)
+    await migrations.require_schema(dsn)
+    pool = await db.create_pool(dsn, min_size=1, max_size=1, name="jobfeed-schedules")
+    try:
+        rows = await Queue(pool).list_schedules()
+    finally:
+        await pool.close()
+    now = dt.datetime.now(dt.timezone.utc)
+    for row in rows:
+        p = Periodic(row["kind"], row["schedule"], row["timezone"], row["every_seconds"])
+        row["next_slot"] = p.next(now).isoformat().replace("+00:00", "Z")
+        if args.json:
+            print(json.dumps(row))
+        else:
+            last = f"{row['last_slot']} ({row['last_status']})" if row["last_slot"] else "never"
+            print(f"{row['kind']}: {p.describe()}; last {last}; next {row['next_slot']}")
+    if not rows and not args.json:
+        print("no periodic kinds registered (a worker registers them when it starts)")
+    return 0

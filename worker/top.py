@@ -1,0 +1,101 @@
+"""`jobfeed top`: a live terminal view of the queue, redrawn about once a second:
+jobs by kind and state, throughput and failures per minute, the oldest due job,
+and the workers. Quits on q (or Ctrl-C) and gives the terminal back as it was
+(curses' alternate screen)."""
+
+from __future__ import annotations
+
+import asyncio
+import curses
+import datetime as dt
+
+from . import db
+from .queue import Queue
+from .settings import Settings
+from .startup import prepare
+from .states import STATES
+
+REFRESH = 1.0  # seconds between redraws
+STATS_AGE = 1.0  # the stats snapshot may be this old (it is shared with the API's readers)
+
+
+def render(stats: dict, workers: list[dict], width: int) -> list[str]:
+    """The screen's lines: pure, so a test can read them without a terminal."""
+    as_of = str(stats.get("as_of") or stats.get("now") or "")[11:19]
+    lines = [f"jobfeed top   as of {as_of} UTC   (q quits)", ""]
+    head = f"{'KIND':<20}" + "".join(f"{s.upper():>10}" for s in STATES)
+    lines.append(head)
+    counts = stats.get("counts", {})
+    totals = dict.fromkeys(STATES, 0)
+    for kind in sorted(counts):
+        row = counts[kind]
+        lines.append(f"{kind[:19]:<20}" + "".join(f"{row.get(s, 0):>10}" for s in STATES))
+        for s in STATES:
+            totals[s] += row.get(s, 0)
+    if len(counts) != 1:
+        lines.append(f"{'all kinds':<20}" + "".join(f"{totals[s]:>10}" for s in STATES))
+    lines.append("")
+    points = stats.get("throughput") or []
+    last = points[-1] if points else {}
+    done = sum(p.get("completed", 0) for p in points)
+    failed = sum(p.get("failed", 0) for p in points)
+    minutes = max(len(points), 1)
+    lines.append(f"last minute: {last.get('completed', 0)} completed, {last.get('failed', 0)} failed   "
+                 f"per minute over the window: {done / minutes:.1f} completed, {failed / minutes:.1f} failed")
+    oldest = stats.get("oldest_due_seconds")
+    lines.append("oldest due job: " + ("none" if oldest is None else f"waiting {oldest:.0f}s"))
+    lines.append("")
+    live = [w for w in workers if not w["lost"]]
+    lines.append(f"WORKERS  {len(live)} live, {len(workers) - len(live)} lost   "
+                 f"running {sum(w['running'] for w in live)} of {sum(w['concurrency'] for w in live)} slots")
+    for w in workers:
+        seen = str(w["last_seen"])[11:19]
+        lines.append(f"  {w['id'][:36]:<37}{w['host'][:16]:<17}{w['running']:>4}/{w['concurrency']:<4} "
+                     f"{'LOST' if w['lost'] else 'live':<5} seen {seen}  {','.join(w['kinds'])}")
+    return [line[:max(width - 1, 1)] for line in lines]
+
+
+async def _run(screen, queue: Queue) -> None:
+    curses.curs_set(0)
+    screen.nodelay(True)
+    while True:
+        try:
+            stats, workers = await queue.stats(max_age=STATS_AGE), await queue.list_workers()
+            height, width = screen.getmaxyx()
+            lines = render(stats, workers, width)
+        except Exception as exc:  # the database restarting: say so, keep trying
+            height, width = screen.getmaxyx()
+            lines = [f"jobfeed top   {dt.datetime.now():%H:%M:%S}   (q quits)", "",
+                     f"cannot read the queue: {type(exc).__name__}: {exc}"[:max(width - 1, 1)]]
+        screen.erase()
+        for y, line in enumerate(lines[:height]):
+            screen.addstr(y, 0, line)
+        screen.refresh()
+        deadline = asyncio.get_running_loop().time() + REFRESH
+        while asyncio.get_running_loop().time() < deadline:
+            if screen.getch() in (ord("q"), ord("Q")):
+                return
+            await asyncio.sleep(0.05)
+
+
+async def cmd_top(settings: Settings, args) -> int:
+    dsn = await prepare(settings)
+    pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-top")
+    try:
+        queue = Queue(pool)
+        screen = curses.initscr()
+        try:
+            curses.noecho()
+            curses.cbreak()
+            screen.keypad(True)
+            await _run(screen, queue)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            screen.keypad(False)
+            curses.nocbreak()
+            curses.echo()
+            curses.endwin()
+    finally:
+        await pool.close()
+    return 0
