@@ -23,17 +23,18 @@ def render(stats: dict, workers: list[dict], width: int) -> list[str]:
     """The screen's lines: pure, so a test can read them without a terminal."""
     as_of = str(stats.get("as_of") or stats.get("now") or "")[11:19]
     lines = [f"jobfeed top   as of {as_of} UTC   (q quits)", ""]
-    head = f"{'KIND':<20}" + "".join(f"{s.upper():>10}" for s in STATES)
+    # Columns fit an 80-column terminal: a 16-wide kind and 10 per state.
+    head = f"{'KIND':<16}" + "".join(f"{s.upper():>10}" for s in STATES)
     lines.append(head)
     counts = stats.get("counts", {})
     totals = dict.fromkeys(STATES, 0)
     for kind in sorted(counts):
         row = counts[kind]
-        lines.append(f"{kind[:19]:<20}" + "".join(f"{row.get(s, 0):>10}" for s in STATES))
+        lines.append(f"{kind[:15]:<16}" + "".join(f"{row.get(s, 0):>10}" for s in STATES))
         for s in STATES:
             totals[s] += row.get(s, 0)
     if len(counts) != 1:
-        lines.append(f"{'all kinds':<20}" + "".join(f"{totals[s]:>10}" for s in STATES))
+        lines.append(f"{'all kinds':<16}" + "".join(f"{totals[s]:>10}" for s in STATES))
     lines.append("")
     points = stats.get("throughput") or []
     last = points[-1] if points else {}
