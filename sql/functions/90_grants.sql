@@ -16,6 +16,10 @@ grant execute on function
 to jobfeed_api, jobfeed_worker;
 
 grant execute on function
+    jobfeed.submit_quick(text, text, jsonb, timestamptz, int, timestamptz, int, text, boolean)
+to jobfeed_api, jobfeed_worker;
+
+grant execute on function
     jobfeed.submit(text, text, jsonb, timestamptz, int, timestamptz),
     jobfeed.submit_many(text, text[], jsonb[], timestamptz, int, timestamptz),
     jobfeed.submit_many_views(text, text[], jsonb[], int),
