@@ -82,6 +82,9 @@ class Metrics:
                              registry=self.registry)
         for name in STREAMS:
             self.streams.labels(name)  # shown at 0 before the first stream opens
+        # One child per stream kind, looked up once: a fan-out observes once per
+        # watcher, and labels() takes a lock and a dict look-up each time.
+        self._sse_lag = {name: self.sse_lag.labels(name) for name in STREAMS}
         self._live = _Live()
         self.registry.register(self._live)
 
@@ -108,7 +111,8 @@ class Metrics:
         """An event about a change committed at `changed_at` (epoch seconds, the
         database's clock) was written to a stream."""
         if changed_at is not None:
-            self.sse_lag.labels(stream).observe(max(time.time() - changed_at, 0.0))
+            child = self._sse_lag.get(stream) or self.sse_lag.labels(stream)
+            child.observe(max(time.time() - changed_at, 0.0))
 
     def middleware(self, app: ASGIApp) -> ASGIApp:
         """Count each HTTP request by method, route template and status. Counted

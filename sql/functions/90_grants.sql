@@ -15,9 +15,10 @@ grant execute on function
     jobfeed.signal(uuid, text, jsonb, timestamptz)
 to jobfeed_api, jobfeed_worker;
 
+-- granted as submit_v2 is (it falls back on it)
 grant execute on function
     jobfeed.submit_quick(text, text, jsonb, timestamptz, int, timestamptz, int, text, boolean)
-to jobfeed_api, jobfeed_worker;
+to jobfeed_api;
 
 grant execute on function
     jobfeed.submit(text, text, jsonb, timestamptz, int, timestamptz),
