@@ -7,6 +7,7 @@ job.children."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import pytest
@@ -15,7 +16,9 @@ from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
 from jobfeed.worker.runner import Runner
 from jobfeed.worker.tasks import Context, Registry, TaskSpec, Transient
+from conftest import JOBFEED, worker_env
 from queue_sql import public
+from servers import ROOT, Process
 from waiting import eventually, wait_state
 
 
@@ -366,3 +369,22 @@ async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run):
     assert (await public(pool, job_id))["result"] == {"attempt": 2}
     (first, _) = (await queue.admin_get_job(job_id))["attempts_log"]
     assert (first["outcome"], first["error"]["code"]) == ("transient", "timeout")
+
+
+async def test_the_readme_video_example_fans_out_and_in(dsn, pool, queue, tmp_path):
+    """The README's video example, run by a real worker process: 8 parts, then the merge."""
+    readme = (ROOT / "README.md").read_text()
+    (code,) = [m.group(1) for m in re.finditer(r"^```python\n(.*?)^```", readme, re.M | re.S)
+               if m.group(1).startswith("# myapp/video.py")]
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").touch()
+    (tmp_path / "myapp" / "video.py").write_text(code)
+    worker = Process(JOBFEED + ["worker"], worker_env(dsn, JOBFEED_TASKS="myapp.video", PYTHONPATH=str(tmp_path)))
+    async with worker:
+        await worker.start(ready=r"kinds ")
+        p = (await queue.submit("video", "holiday.mp4")).id
+        await wait_state(pool, p, "completed", timeout=30)
+    view = await public(pool, p)
+    assert view["result"] == {"labels": [f"scene {n}" for n in range(8)]}
+    assert view["progress"] == {"done": 8, "total": 8, "message": None}
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where parent_id = $1", p) == 8
