@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import email.utils
 import importlib
@@ -255,7 +256,8 @@ class Context:
         if child is None:
             self._lose()
         if all(c["id"] != str(child) for c in self.children):
-            self.children.append({"id": str(child), "kind": kind, "target": target, "payload": payload,
+            # a copy: the handler may change its dict before the outcome writes it
+            self.children.append({"id": str(child), "kind": kind, "target": target, "payload": copy.deepcopy(payload),
                                   "priority": priority, "concurrency_key": concurrency_key})
         return child
 
