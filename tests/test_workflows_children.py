@@ -388,3 +388,16 @@ async def test_the_readme_video_example_fans_out_and_in(dsn, pool, queue, tmp_pa
     assert view["result"] == {"labels": [f"scene {n}" for n in range(8)]}
     assert view["progress"] == {"done": 8, "total": 8, "message": None}
     assert await pool.fetchval("select count(*) from jobfeed.jobs where parent_id = $1", p) == 8
+
+
+async def test_cli_show_names_a_childs_parent(dsn, queue, pool, k):
+    from test_cli import jobfeed
+
+    p, _ = await queue.submit("k", "parent")
+    got = await claim(queue, p)
+    a = await queue.child_id(p, got.generation, "k", "a", None)
+    assert await queue.complete_spawning(p, got.generation, None, [child(a, "a")])
+    shown = jobfeed(dsn, "show", str(a))
+    assert shown.returncode == 0, shown.stderr
+    assert f"parent_id: {p}" in shown.stdout
+    assert "parent_id" not in jobfeed(dsn, "show", str(p)).stdout
