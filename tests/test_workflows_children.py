@@ -15,7 +15,7 @@ import pytest
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
 from jobfeed.worker.runner import Runner
-from jobfeed.worker.tasks import Context, Registry, TaskSpec, Transient
+from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Registry, TaskSpec, Transient
 from conftest import JOBFEED, worker_env
 from queue_sql import public
 from servers import ROOT, Process
@@ -174,6 +174,12 @@ async def test_wait_for_an_unknown_job_fails_the_parent_and_writes_no_child(queu
     view = await public(pool, p)
     assert view["status"] == "failed" and view["error"]["code"] == "unknown_dependency"
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 1
+    q, _ = await queue.submit("k", "too-many")
+    got = await claim(queue, q)
+    assert await queue.wait_for(q, got.generation, [], [p] * 1001)
+    assert (await public(pool, q))["error"]["code"] == "invalid_wait"
+    with pytest.raises(Permanent):
+        Context(queue, got, 1.0).wait_for(["not-an-id"])
 
 
 async def blocked_or_done(pool, pid: int, task: asyncio.Task) -> None:
@@ -401,3 +407,19 @@ async def test_cli_show_names_a_childs_parent(dsn, queue, pool, k):
     assert shown.returncode == 0, shown.stderr
     assert f"parent_id: {p}" in shown.stdout
     assert "parent_id" not in jobfeed(dsn, "show", str(p)).stdout
+
+
+async def test_ctx_submit_refuses_what_submit_refuses_and_a_lost_lease(queue, pool, k):
+    p, _ = await queue.submit("k", "parent")
+    got = await claim(queue, p)
+    ctx = Context(queue, got, 1.0)
+    for args, code in ((("nope", "x"), "unknown_kind"), (("k", ""), "invalid_target"),
+                       (("k", "x", {"big": "x" * 70000}), "payload_too_large"), (("k", "parent"), "invalid_request")):
+        with pytest.raises(Permanent) as err:
+            await ctx.submit(*args)
+        assert err.value.code == code, args
+    same = [await ctx.submit("k", "a", {"n": 1}), await ctx.submit("k", "a", {"n": 2})]
+    assert same[0] == same[1] and len(ctx.children) == 1  # one child per (kind, target)
+    await queue.cancel(p)
+    with pytest.raises(LeaseLost):
+        await ctx.submit("k", "b")

@@ -268,7 +268,10 @@ class Context:
         in job.children."""
         if isinstance(ids, (str, uuid.UUID)):
             ids = [ids]
-        return WaitFor([i if isinstance(i, uuid.UUID) else uuid.UUID(str(i)) for i in ids])
+        try:
+            return WaitFor([i if isinstance(i, uuid.UUID) else uuid.UUID(str(i)) for i in ids])
+        except ValueError:
+            raise Permanent("unknown_dependency", "ctx.wait_for takes job ids") from None
 
     async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         if not await self._queue.progress(self.job.id, self.job.generation, done, total, message):
