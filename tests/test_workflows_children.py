@@ -414,9 +414,11 @@ async def test_ctx_submit_refuses_what_submit_refuses_and_a_lost_lease(queue, po
     got = await claim(queue, p)
     ctx = Context(queue, got, 1.0)
     for args, code in ((("nope", "x"), "unknown_kind"), (("k", ""), "invalid_target"),
-                       (("k", "x", {"big": "x" * 70000}), "payload_too_large"), (("k", "parent"), "invalid_request")):
+                       (("k", "x", {"big": "x" * 70000}), "payload_too_large"), (("k", "parent"), "invalid_request"),
+                       (("k", "x", None, {"priority": 1.5}), "invalid_priority"),
+                       (("k", "x", None, {"concurrency_key": ""}), "invalid_concurrency_key")):
         with pytest.raises(Permanent) as err:
-            await ctx.submit(*args)
+            await ctx.submit(*args[:3], **(args[3] if len(args) > 3 else {}))
         assert err.value.code == code, args
     same = [await ctx.submit("k", "a", {"n": 1}), await ctx.submit("k", "a", {"n": 2})]
     assert same[0] == same[1] and len(ctx.children) == 1  # one child per (kind, target)

@@ -245,11 +245,10 @@ class Context:
         joins that job (its id is answered). A submission submit() would
         refuse raises Permanent."""
         from .queue import QueueError
-        from .submission import InvalidSubmission, check_submission
+        from .submission import InvalidSubmission, check_schedule, check_submission
         try:
             kind, target, payload = check_submission(kind, target, {} if payload is None else payload)
-            if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-                raise InvalidSubmission(422, "invalid_request", "priority must be a whole number")
+            check_schedule(priority=priority, concurrency_key=concurrency_key)
             child = await self._queue.child_id(self.job.id, self.job.generation, kind, target, payload)
         except (InvalidSubmission, QueueError) as exc:
             raise Permanent(exc.code, f"ctx.submit({kind!r}, {target!r}): {exc.message}") from None
