@@ -6,6 +6,7 @@ generation; outputs download with ranges under the job view's access rules."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 from jobfeed.worker import files
 from jobfeed.worker.queue import Queue
+from jobfeed.worker.tasks import Context, LeaseLost
 
 from servers import serve
 
@@ -214,3 +216,172 @@ async def test_files_go_with_their_job_when_swept(dsn, pool):
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------- handlers: inputs and outputs
+
+async def _upload(server, parts: dict) -> uuid.UUID:
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        r = await client.post("/api/jobs", files=parts)
+        assert r.status_code == 201, r.text
+        return uuid.UUID(r.json()["id"])
+
+
+async def _claim(pool, queue: Queue, job_id):
+    [job] = await queue.claim(["demo"], 1, "w1")
+    assert job.id == job_id
+    return job, Context(queue, job, 30.0)
+
+
+async def _expire(pool, job_id) -> None:
+    await pool.execute("update jobfeed.jobs set lease_until = now() - interval '1 second' where id = $1", job_id)
+
+
+async def test_a_handler_reads_its_inputs_chunk_by_chunk(dsn, pool):
+    video = os.urandom(2 * CHUNK + 7)
+    async with serve(dsn) as server:
+        job_id = await _upload(server, {"job": job_part(), "video": ("v.mp4", video, "video/mp4")})
+    queue = Queue(pool)
+    _, ctx = await _claim(pool, queue, job_id)
+    assert await ctx.list_inputs() == [{"name": "video", "size": len(video), "content_type": "video/mp4"}]
+    chunks = [c async for c in ctx.open_input("video")]
+    assert [len(c) for c in chunks] == [CHUNK, CHUNK, 7] and b"".join(chunks) == video
+    assert b"".join([c async for c in ctx.open_input("video", 10, 20)]) == video[10:20]
+    with pytest.raises(files.FileNotFound, match="no input named 'audio'"):
+        [c async for c in ctx.open_input("audio")]
+
+
+async def test_outputs_are_fenced_by_generation_and_replaced_by_a_later_attempt(dsn, pool, demo_kind):
+    queue = Queue(pool)
+    job_id = (await queue.submit("demo", "t")).id
+    first, ctx1 = await _claim(pool, queue, job_id)
+    version = (await queue.get_job(job_id))["version"]
+
+    async def pieces():
+        for i in range(5):
+            yield bytes([i]) * 100_000
+    await ctx1.save_output("result.bin", pieces(), "application/x-test")
+    view = await queue.get_job(job_id)
+    assert view["outputs"] == [{"name": "result.bin", "size": 500_000, "content_type": "application/x-test"}]
+    assert view["version"] == version + 1  # watchers see it
+
+    # the lease is lost and another attempt takes the job: the old one's writes are refused
+    await _expire(pool, job_id)
+    second, ctx2 = await _claim(pool, queue, job_id)
+    assert second.generation == first.generation + 1
+    with pytest.raises(LeaseLost):
+        await ctx1.save_output("result.bin", b"stale")
+    with pytest.raises(LeaseLost):
+        await ctx1.save_output("other", [b"stale"])
+    view = await queue.get_job(job_id)
+    assert view["outputs"] == [{"name": "result.bin", "size": 500_000, "content_type": "application/x-test"}]
+
+    # one losing its lease while it writes: nothing of it shows
+    async def slow():
+        yield b"a" * CHUNK
+        await _expire(pool, job_id)
+        await queue.claim(["demo"], 1, "w3")
+        yield b"b" * CHUNK
+    with pytest.raises(LeaseLost):
+        await ctx2.save_output("result.bin", slow())
+    assert (await queue.get_job(job_id))["outputs"][0]["size"] == 500_000
+
+    # the attempt that took it meanwhile (w3) replaces the output
+    generation = await pool.fetchval("select generation from jobfeed.jobs where id = $1", job_id)
+    assert generation == second.generation + 1
+    ctx3 = Context(queue, dataclasses.replace(second, generation=generation), 30.0)
+    await ctx3.save_output("result.bin", b"new", "text/plain")
+    await ctx3.save_output("a.txt", iter([b"x", b"y"]))
+    view = await queue.get_job(job_id)
+    assert view["outputs"] == [{"name": "a.txt", "size": 2, "content_type": "application/octet-stream"},
+                               {"name": "result.bin", "size": 3, "content_type": "text/plain"}]
+    # the replaced output and the refused ones are gone
+    assert await pool.fetchval("select count(*) from jobfeed.job_files where job_id = $1", job_id) == 2
+    assert await pool.fetchval("select count(*) from jobfeed.file_chunks") == 2
+
+
+async def test_bad_output_names_are_refused(dsn, pool, demo_kind):
+    queue = Queue(pool)
+    job_id = (await queue.submit("demo", "t")).id
+    _, ctx = await _claim(pool, queue, job_id)
+    for name in ("", "a/b", "x" * 201, "\x00"):
+        with pytest.raises(ValueError):
+            await ctx.save_output(name, b"x")
+    with pytest.raises(ValueError):
+        await ctx.save_output("ok", b"x", "not a type\n")
+
+
+# ---------------------------------------------------------------- downloads
+
+async def _job_with_output(pool, data: bytes, name: str = "out.bin", content_type: str = "application/x-test"):
+    queue = Queue(pool)
+    job_id = (await queue.submit("demo", "t")).id
+    _, ctx = await _claim(pool, queue, job_id)
+    await ctx.save_output(name, data, content_type)
+    return job_id
+
+
+async def test_outputs_download_whole_and_in_ranges(dsn, pool, demo_kind):
+    data = os.urandom(2 * CHUNK + 99)
+    job_id = await _job_with_output(pool, data)
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url) as client:
+        url = f"/api/jobs/{job_id}/outputs/out.bin"
+        r = await client.get(url)
+        assert r.status_code == 200 and r.content == data
+        assert r.headers["content-type"] == "application/x-test"
+        assert r.headers["content-length"] == str(len(data))
+        assert r.headers["accept-ranges"] == "bytes"
+        assert r.headers["content-disposition"].startswith("attachment")
+        assert r.headers["content-security-policy"] == "sandbox"
+        size = len(data)
+        for header, (start, end) in [("bytes=0-0", (0, 1)), ("bytes=10-20", (10, 21)),
+                                     (f"bytes={CHUNK - 5}-{CHUNK + 5}", (CHUNK - 5, CHUNK + 6)),
+                                     (f"bytes={CHUNK}-", (CHUNK, size)), ("bytes=-100", (size - 100, size)),
+                                     (f"bytes=-{size * 2}", (0, size)), (f"bytes=5-{size * 3}", (5, size))]:
+            r = await client.get(url, headers={"range": header})
+            assert r.status_code == 206, header
+            assert r.content == data[start:end], header
+            assert r.headers["content-range"] == f"bytes {start}-{end - 1}/{size}", header
+            assert r.headers["content-length"] == str(end - start)
+        for header in (f"bytes={size}-", "bytes=-0", f"bytes={size + 10}-{size + 20}"):
+            r = await client.get(url, headers={"range": header})
+            assert r.status_code == 416, header
+            assert r.headers["content-range"] == f"bytes */{size}"
+        # ignored: several ranges, another unit, nonsense; and If-Range naming another version
+        for header in ("bytes=0-1,5-6", "items=0-1", "bytes=abc", "bytes=9-3"):
+            r = await client.get(url, headers={"range": header})
+            assert r.status_code == 200 and r.content == data, header
+        r = await client.get(url, headers={"range": "bytes=0-9", "if-range": '"0"'})
+        assert r.status_code == 200 and len(r.content) == size
+        etag = r.headers["etag"]
+        r = await client.get(url, headers={"range": "bytes=0-9", "if-range": etag})
+        assert r.status_code == 206 and r.content == data[:10]
+        # unknown output, unknown job
+        assert (await client.get(f"/api/jobs/{job_id}/outputs/nope")).status_code == 404
+        assert (await client.get(f"/api/jobs/{uuid.uuid4()}/outputs/out.bin")).status_code == 404
+        assert (await client.get("/api/jobs/xyz/outputs/out.bin")).status_code == 404
+
+
+async def test_an_empty_output_downloads(dsn, pool, demo_kind):
+    job_id = await _job_with_output(pool, b"", "empty")
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url) as client:
+        r = await client.get(f"/api/jobs/{job_id}/outputs/empty")
+        assert (r.status_code, r.content, r.headers["content-length"]) == (200, b"", "0")
+        assert (await client.get(f"/api/jobs/{job_id}/outputs/empty", headers={"range": "bytes=0-"})).status_code \
+            == 416
+
+
+async def test_outputs_follow_the_job_views_access_rules(dsn, pool, demo_kind):
+    async with serve(dsn, requester_header="x-user", job_access="requesters") as server, \
+            httpx.AsyncClient(base_url=server.url) as client:
+        r = await client.post("/api/jobs", json={"kind": "demo", "target": "private"}, headers={"x-user": "ann"})
+        job_id, request_id = uuid.UUID(r.json()["id"]), r.json()["request_id"]
+        _, ctx = await _claim(pool, Queue(pool), job_id)
+        await ctx.save_output("o", b"secret")
+        url = f"/api/jobs/{job_id}/outputs/o"
+        assert (await client.get(url, headers={"x-user": "ann"})).content == b"secret"
+        assert (await client.get(url, headers={"x-jobfeed-request": request_id})).content == b"secret"
+        assert (await client.get(url + f"?request={request_id}")).content == b"secret"
+        for headers in ({}, {"x-user": "bob"}, {"x-jobfeed-request": str(uuid.uuid4())}):
+            r = await client.get(url, headers=headers)
+            assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
