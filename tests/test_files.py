@@ -13,13 +13,14 @@ import os
 import uuid
 
 import httpx
+import psutil
 import pytest
 
 from jobfeed.worker import files
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.tasks import Context, LeaseLost
 
-from servers import serve
+from servers import serve, start_api_process
 
 CHUNK = files.CHUNK_SIZE
 
@@ -385,3 +386,86 @@ async def test_outputs_follow_the_job_views_access_rules(dsn, pool, demo_kind):
         for headers in ({}, {"x-user": "bob"}, {"x-jobfeed-request": str(uuid.uuid4())}):
             r = await client.get(url, headers=headers)
             assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
+
+
+# ---------------------------------------------------------------- memory: files pass through, never whole
+
+class PeakRss:
+    """The largest resident set of a process, sampled while a block runs."""
+
+    def __init__(self, pid: int):
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._task: asyncio.Task | None = None
+
+    async def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            await asyncio.sleep(0.005)
+
+    async def __aenter__(self) -> "PeakRss":
+        self.peak = self.proc.memory_info().rss
+        self._task = asyncio.create_task(self._sample())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
+async def test_a_20_mib_upload_and_download_pass_through_the_api_process(dsn, pool):
+    """The API process (uvicorn as deployed) grows by far less than the file
+    while 20 MiB go in, and again while they come out."""
+    size = 20 * 1024 * 1024
+    proc, url = await start_api_process(dsn)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            # warm up: every code path once, so that what grows later is the file
+            r = await client.post("/api/jobs", files={"job": job_part(target="warm"), "f": ("f", b"x" * CHUNK * 3)})
+            assert r.status_code == 201, r.text
+            await pool.execute("select jobfeed.cancel($1)", uuid.UUID(r.json()["id"]))
+            block = os.urandom(1024 * 1024)
+            digest_in = hashlib.sha256()
+
+            async def pieces():
+                for _ in range(size // len(block)):
+                    digest_in.update(block)
+                    yield block
+            head = b"--B\r\nContent-Disposition: form-data; name=\"job\"\r\nContent-Type: application/json\r\n\r\n" \
+                   b'{"kind": "demo", "target": "big"}\r\n' \
+                   b"--B\r\nContent-Disposition: form-data; name=\"video\"; filename=\"v\"\r\n\r\n"
+
+            async def body():
+                yield head
+                async for piece in pieces():
+                    yield piece
+                yield b"\r\n--B--\r\n"
+            before = psutil.Process(proc.proc.pid).memory_info().rss
+            async with PeakRss(proc.proc.pid) as upload:
+                r = await client.post("/api/jobs", content=body(),
+                                      headers={"content-type": "multipart/form-data; boundary=B"})
+            assert r.status_code == 201, r.text
+            job_id = uuid.UUID(r.json()["id"])
+            print(f"API RSS grew {(upload.peak - before) / 2**20:.1f} MiB during a 20 MiB upload")
+            assert upload.peak - before < 8 * 1024 * 1024, (upload.peak - before) / 2**20
+            [f] = await files.files_of(pool, job_id, "in")
+            assert f.size == size
+            assert await pool.fetchval("select count(*) from jobfeed.file_chunks where file_id = $1", f.id) \
+                == size // CHUNK
+
+            # out again as an output, downloaded through the API
+            _, ctx = await _claim(pool, Queue(pool), job_id)
+            await ctx.save_output("copy", ctx.open_input("video"), "video/mp4")
+            digest_out = hashlib.sha256()
+            before = psutil.Process(proc.proc.pid).memory_info().rss
+            async with PeakRss(proc.proc.pid) as download:
+                async with client.stream("GET", f"/api/jobs/{job_id}/outputs/copy") as r:
+                    assert r.headers["content-length"] == str(size)
+                    async for piece in r.aiter_bytes():
+                        digest_out.update(piece)
+            assert digest_out.hexdigest() == digest_in.hexdigest()
+            print(f"API RSS grew {(download.peak - before) / 2**20:.1f} MiB during a 20 MiB download")
+            assert download.peak - before < 8 * 1024 * 1024, (download.peak - before) / 2**20
+    finally:
+        await proc.stop()
