@@ -511,3 +511,31 @@ async def test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk(api, new_p
     await expect(page.locator("#bulk-message")).to_have_text("Canceled 3 jobs.")
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 3
     await expect(page.locator("#jobs tbody tr")).to_have_count(0)
+
+
+async def test_the_job_page_lists_outputs_as_download_links(api, new_page, http, pool):
+    """A handler saves a file while the page watches: a link appears, live, and
+    downloads the bytes."""
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.tasks import Context
+
+    created = await http.post("/api/jobs", json={"kind": "demo", "target": "video-9"})
+    job_id = created.json()["id"]
+    page = await new_page()
+    await page.goto(f"/jobs/{job_id}")
+    await expect(page.locator("#status")).to_have_text("queued")
+    await expect(page.locator("#outputs-panel")).to_be_hidden()
+
+    queue = Queue(pool)
+    [job] = await queue.claim(["demo"], 1, "browser-test")
+    data = os.urandom(300_000)
+    await Context(queue, job, 30.0).save_output("merged video.mp4", data, "video/mp4")
+    link = page.get_by_role("link", name="merged video.mp4")
+    await expect(link).to_be_visible()
+    await expect(page.locator("#outputs")).to_contain_text("293.0 KiB · video/mp4")
+    await shot(page, "job-outputs")
+    async with page.expect_download() as info:
+        await link.click()
+    download = await info.value
+    assert download.suggested_filename == "merged video.mp4"
+    assert Path(await download.path()).read_bytes() == data
