@@ -328,6 +328,8 @@ async def test_submit_form_works_with_the_keyboard_only(api, new_page):
     await page.keyboard.type("keyboard-1")
     await page.keyboard.press("Tab")
     await page.keyboard.type('{"steps": 2,')
+    await page.keyboard.press("Tab")  # the file field
+    await expect(page.locator("#files")).to_be_focused()
     await page.keyboard.press("Tab")
     await page.keyboard.press("Enter")
     error = page.locator("#payload-error")
@@ -539,3 +541,23 @@ async def test_the_job_page_lists_outputs_as_download_links(api, new_page, http,
     download = await info.value
     assert download.suggested_filename == "merged video.mp4"
     assert Path(await download.path()).read_bytes() == data
+
+
+async def test_the_submit_form_uploads_files(api, new_page, pool, tmp_path):
+    from jobfeed.worker import files
+
+    data = os.urandom(700_000)
+    (tmp_path / "clip.mp4").write_bytes(data)
+    page = await new_page()
+    await page.goto("/")
+    await expect(page.locator("#kind")).to_be_enabled()
+    await page.select_option("#kind", "demo")
+    await page.fill("#target", "upload-1")
+    await page.set_input_files("#files", str(tmp_path / "clip.mp4"))
+    await page.click("#submit")
+    await page.wait_for_url(JOB_URL)
+    job_id = uuid.UUID(JOB_URL.search(page.url).group(1))
+    [f] = await files.files_of(pool, job_id, "in")
+    assert (f.name, f.size) == ("clip.mp4", len(data))
+    got = b"".join([c async for c in files.open_file(pool, job_id, "in", "clip.mp4")])
+    assert got == data
