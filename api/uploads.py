@@ -23,7 +23,6 @@ from starlette.responses import Response
 
 from jobfeed.worker import files
 from jobfeed.worker.queue import Queue
-from jobfeed.worker.sql import query
 from jobfeed.worker.submission import JSON_DECODER
 
 from . import jobs
@@ -118,13 +117,10 @@ class _Upload:
         self.svc = svc
         self.conn = conn
         self.sub: jobs.Submitting | None = None
-        self.files: list[tuple[int, int]] = []  # (file id, size)
+        self.staging = files.Staging(conn)
         self.names: set[str] = set()
         self._job: bytearray | None = None
-        self._file: int | None = None
-        self._seq = 0
-        self._size = 0
-        self._rechunk = files.Rechunker()
+        self._in_file = False
 
     async def headers(self, headers: dict[bytes, bytes]) -> None:
         disposition, params = parse_options_header(headers.get(b"content-disposition", b""))
@@ -146,33 +142,24 @@ class _Upload:
         if len(self.names) >= MAX_FILES:
             raise ApiError(422, "too_many_files", f"at most {MAX_FILES} files per submission")
         self.names.add(name)
-        self._file = await self.conn.fetchval(query("file_stage"), name, content_type, files.CHUNK_SIZE)
-        self._seq = self._size = 0
+        await self.staging.begin(name, content_type)
+        self._in_file = True
 
     async def data(self, data: bytes) -> None:
         if self._job is not None:
             self._job += data
             if len(self._job) > self.svc.body_limit:
                 raise ApiError(413, "payload_too_large", f"the job part is over {self.svc.body_limit} bytes")
-        elif self._file is not None:
-            for chunk in self._rechunk.feed(data):
-                await self._put(chunk)
-
-    async def _put(self, chunk: bytes) -> None:
-        await self.conn.execute(query("file_put"), self._file, self._seq, chunk)
-        self._seq += 1
-        self._size += len(chunk)
+        elif self._in_file:
+            await self.staging.write(data)
 
     async def end(self) -> None:
         if self._job is not None:
             self.sub = jobs.check_body(_decode(bytes(self._job)), self.svc)
             self._job = None
-        elif self._file is not None:
-            rest = self._rechunk.rest()
-            if rest is not None:
-                await self._put(rest)
-            self.files.append((self._file, self._size))
-            self._file = None
+        elif self._in_file:
+            await self.staging.end()
+            self._in_file = False
 
 
 def _decode(data: bytes):
@@ -226,9 +213,5 @@ async def submit_with_files(request: Request, svc: Services) -> Response:
                 raise _bad("no part named job (the submission's JSON)")
             job_id, created, text, request_id, reused = await jobs.write(
                 request, svc, upload.sub, Queue(conn, settings=svc.settings))
-            ids = [f for f, _ in upload.files]
-            if ids and created:
-                await conn.execute(query("file_attach"), job_id, ids, [s for _, s in upload.files])
-            elif ids:  # joined a job that has its own files
-                await conn.execute(query("file_discard"), ids)
+            await upload.staging.attach(job_id, created)
     return jobs.answer(request, job_id, created, text, request_id, reused)

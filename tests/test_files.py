@@ -469,3 +469,31 @@ async def test_a_20_mib_upload_and_download_pass_through_the_api_process(dsn, po
             assert download.peak - before < 8 * 1024 * 1024, (download.peak - before) / 2**20
     finally:
         await proc.stop()
+
+
+# ---------------------------------------------------------------- jobfeed submit --file
+
+async def test_the_command_line_uploads_files(dsn, pool, tmp_path):
+    from test_cli import jobfeed
+
+    clip = tmp_path / "clip.mp4"
+    data = os.urandom(CHUNK + 17)
+    clip.write_bytes(data)
+    (tmp_path / "notes.txt").write_bytes(b"hi")
+    out = jobfeed(dsn, "submit", "demo", "t", "--file", f"video={clip}", "--file", f"notes={tmp_path / 'notes.txt'}")
+    assert out.returncode == 0, out.stderr
+    job_id = uuid.UUID(out.stdout.strip())
+    assert {f.name: (f.size, f.content_type) for f in await files.files_of(pool, job_id, "in")} == {
+        "video": (len(data), "video/mp4"), "notes": (2, "text/plain")}
+    assert await input_bytes(pool, job_id, "video") == data
+    # a duplicate stores none
+    again = jobfeed(dsn, "submit", "demo", "t", "--file", f"other={clip}")
+    assert again.returncode == 0 and uuid.UUID(again.stdout.strip()) == job_id
+    assert await pool.fetchval("select count(*) from jobfeed.job_files") == 2
+    for bad, message in ((f"video{clip}", "NAME=PATH"), (f"a/b={clip}", "file name"),
+                         (f"v={tmp_path / 'missing'}", "NAME=PATH")):
+        out = jobfeed(dsn, "submit", "demo", "t2", "--file", bad)
+        assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr
+    out = jobfeed(dsn, "submit", "demo", "t2", "--file", f"v={clip}", JOBFEED_MAX_UPLOAD="1KiB")
+    assert out.returncode != 0 and "JOBFEED_MAX_UPLOAD" in out.stderr
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 1

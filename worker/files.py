@@ -55,6 +55,49 @@ class Rechunker:
         return data or None
 
 
+class Staging:
+    """An upload's files, written a chunk at a time on `conn` inside the
+    transaction that then submits their job: attach() gives them to the job
+    when the submission created it, else drops them (a duplicate joined a job
+    that has its own). Rolled back, nothing of them remains."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.files: list[tuple[int, int]] = []  # (file id, size) of finished files
+        self._file: int | None = None
+        self._seq = 0
+        self._size = 0
+        self._rechunk = Rechunker()
+
+    async def begin(self, name: str, content_type: str) -> None:
+        self._file = await self.conn.fetchval(query("file_stage"), name, content_type, CHUNK_SIZE)
+        self._seq = self._size = 0
+
+    async def write(self, data: bytes) -> None:
+        for chunk in self._rechunk.feed(data):
+            await self._put(chunk)
+
+    async def _put(self, chunk: bytes) -> None:
+        await self.conn.execute(query("file_put"), self._file, self._seq, chunk)
+        self._seq += 1
+        self._size += len(chunk)
+
+    async def end(self) -> None:
+        rest = self._rechunk.rest()
+        if rest is not None:
+            await self._put(rest)
+        assert self._file is not None
+        self.files.append((self._file, self._size))
+        self._file = None
+
+    async def attach(self, job_id: uuid.UUID, created: bool) -> None:
+        ids = [f for f, _ in self.files]
+        if ids and created:
+            await self.conn.execute(query("file_attach"), job_id, ids, [s for _, s in self.files])
+        elif ids:  # joined a job that has its own files
+            await self.conn.execute(query("file_discard"), ids)
+
+
 async def files_of(db, job_id: uuid.UUID, direction: str) -> list[StoredFile]:
     rows = await db.fetch(query("files_of"), job_id, direction)
     return [StoredFile(r["id"], r["name"], r["size"], r["content_type"], r["chunk_size"]) for r in rows]
