@@ -20,7 +20,8 @@ from jobfeed.worker import files
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.tasks import Context, LeaseLost
 
-from servers import serve, start_api_process
+from servers import Watcher, serve, start_api_process
+from waiting import eventually
 
 CHUNK = files.CHUNK_SIZE
 
@@ -497,3 +498,31 @@ async def test_the_command_line_uploads_files(dsn, pool, tmp_path):
     out = jobfeed(dsn, "submit", "demo", "t2", "--file", f"v={clip}", JOBFEED_MAX_UPLOAD="1KiB")
     assert out.returncode != 0 and "JOBFEED_MAX_UPLOAD" in out.stderr
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 1
+
+
+async def test_sse_watchers_see_outputs_and_a_waiting_job_keeps_its_files(dsn, pool, demo_kind):
+    queue = Queue(pool)
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+        job_id = (await queue.submit("demo", "t")).id
+        watcher = Watcher(client, f"/api/jobs/{job_id}/events")
+        task = asyncio.create_task(watcher.run())
+        await watcher.opened.wait()
+        _, ctx = await _claim(pool, queue, job_id)
+        await ctx.save_output("a.bin", b"abc")
+        await ctx.save_output("a.bin", b"abcd")  # replaced: a change of its own
+        async def both_seen():
+            return len([v for v in watcher.views if v["outputs"]]) >= 2
+        await eventually(both_seen)
+        await queue.complete(job_id, ctx.job.generation, {"ok": True})
+        await asyncio.wait_for(task, 10)
+        sizes = [[o["size"] for o in v["outputs"]] for v in watcher.views]
+        assert [3] in sizes and sizes[-1] == [4]
+        versions = [v["version"] for v in watcher.views]
+        assert versions == sorted(set(versions))  # each output change a version of its own
+
+        # files with a job that waits for another: attached to it, committed with it
+        r = await client.post("/api/jobs", files={"job": job_part(target="after", after=[str(job_id)]),
+                                                  "f": ("f", b"later")})
+        assert r.status_code == 201, r.text
+        waiting = uuid.UUID(r.json()["id"])
+        assert await input_bytes(pool, waiting, "f") == b"later"
