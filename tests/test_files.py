@@ -508,11 +508,14 @@ async def test_sse_watchers_see_outputs_and_a_waiting_job_keeps_its_files(dsn, p
         task = asyncio.create_task(watcher.run())
         await watcher.opened.wait()
         _, ctx = await _claim(pool, queue, job_id)
+        async def seen(size: int):
+            async def probe():
+                return any(v["outputs"] and v["outputs"][0]["size"] == size for v in watcher.views)
+            await eventually(probe)
         await ctx.save_output("a.bin", b"abc")
+        await seen(3)
         await ctx.save_output("a.bin", b"abcd")  # replaced: a change of its own
-        async def both_seen():
-            return len([v for v in watcher.views if v["outputs"]]) >= 2
-        await eventually(both_seen)
+        await seen(4)
         await queue.complete(job_id, ctx.job.generation, {"ok": True})
         await asyncio.wait_for(task, 10)
         sizes = [[o["size"] for o in v["outputs"]] for v in watcher.views]
