@@ -13,6 +13,7 @@ group commit: a batch must never wait for a slow body."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Callable
 
@@ -169,6 +170,17 @@ def _decode(data: bytes):
         raise ApiError(400, "invalid_json", "the job part is not valid JSON") from None
 
 
+def _slots(request: Request, svc: Services) -> asyncio.Semaphore:
+    """An upload holds a pool connection while its body streams in: at most
+    half the pool's, so slow uploads never starve the other requests."""
+    state = request.app.state
+    slots = getattr(state, "upload_slots", None)
+    if slots is None:
+        size = svc.pool.get_max_size() if hasattr(svc.pool, "get_max_size") else 10
+        slots = state.upload_slots = asyncio.Semaphore(max(1, size // 2))
+    return slots
+
+
 async def submit_with_files(request: Request, svc: Services) -> Response:
     _check_origin(request)
     limit = svc.settings.max_upload
@@ -184,7 +196,7 @@ async def submit_with_files(request: Request, svc: Services) -> Response:
         parser = MultipartParser(boundary, events.callbacks())  # type: ignore[arg-type]
     except (ValueError, MultipartParseError):
         raise _bad("the multipart boundary is not valid") from None
-    async with svc.pool.acquire() as conn:
+    async with _slots(request, svc), svc.pool.acquire() as conn:
         async with conn.transaction():
             upload = _Upload(request, svc, conn)
             received = 0

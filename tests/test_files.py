@@ -529,3 +529,25 @@ async def test_sse_watchers_see_outputs_and_a_waiting_job_keeps_its_files(dsn, p
         assert r.status_code == 201, r.text
         waiting = uuid.UUID(r.json()["id"])
         assert await input_bytes(pool, waiting, "f") == b"later"
+
+
+async def test_slow_uploads_never_take_every_pool_connection(dsn, pool):
+    """Each upload holds a connection while its body streams in; a dozen slow
+    ones at once still leave the pool (10) to other requests."""
+    go = asyncio.Event()
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        async def slow_upload(n: int) -> int:
+            body, ctype = _multipart({"job": job_part(target=f"slow-{n}"), "f": ("f", b"x" * 100_000)})
+
+            async def pieces():
+                yield body[:50_000]
+                await go.wait()
+                yield body[50_000:]
+            r = await client.post("/api/jobs", content=pieces(), headers={"content-type": ctype})
+            return r.status_code
+        uploads = [asyncio.create_task(slow_upload(n)) for n in range(12)]
+        await asyncio.sleep(1.0)  # every upload has started its body
+        r = await asyncio.wait_for(client.get(f"/api/jobs/{uuid.uuid4()}"), 5)
+        assert r.status_code == 404
+        go.set()
+        assert await asyncio.gather(*uploads) == [201] * 12
