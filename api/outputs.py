@@ -82,5 +82,7 @@ async def download(request: Request) -> Response:
         status, (start, end) = 206, wanted
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{f.size}"
     headers["Content-Length"] = str(end - start)
+    if request.method == "HEAD":  # the headers alone: nothing is read from the database
+        return Response(status_code=status, headers=headers, media_type=f.content_type)
     return StreamingResponse(files.read(svc.pool, f, start, end), status_code=status, headers=headers,
                              media_type=f.content_type)

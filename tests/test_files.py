@@ -353,6 +353,8 @@ async def test_outputs_download_whole_and_in_ranges(dsn, pool, demo_kind):
         for header in ("bytes=0-1,5-6", "items=0-1", "bytes=abc", "bytes=9-3"):
             r = await client.get(url, headers={"range": header})
             assert r.status_code == 200 and r.content == data, header
+        head = await client.head(url, headers={"range": "bytes=0-9"})
+        assert (head.status_code, head.headers["content-length"], head.content) == (206, "10", b"")
         r = await client.get(url, headers={"range": "bytes=0-9", "if-range": '"0"'})
         assert r.status_code == 200 and len(r.content) == size
         etag = r.headers["etag"]
