@@ -553,3 +553,16 @@ async def test_slow_uploads_never_take_every_pool_connection(dsn, pool):
         assert r.status_code == 404
         go.set()
         assert await asyncio.gather(*uploads) == [201] * 12
+
+
+async def test_racing_uploads_for_one_target_make_one_job_with_one_set_of_files(dsn, pool):
+    contents = [os.urandom(CHUNK + 1 + n) for n in range(8)]
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        answers = await asyncio.gather(*(
+            client.post("/api/jobs", files={"job": job_part(target="race"), "f": ("f", data)}) for data in contents))
+    assert sorted(r.status_code for r in answers) == [200] * 7 + [201]
+    assert len({r.json()["id"] for r in answers}) == 1
+    [winner] = [contents[n] for n, r in enumerate(answers) if r.status_code == 201]
+    job_id = uuid.UUID(answers[0].json()["id"])
+    assert await input_bytes(pool, job_id, "f") == winner
+    assert await stored(pool) == {"jobs": 1, "files": 1, "chunks": 2}
