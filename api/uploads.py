@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Callable
 
 from python_multipart.exceptions import MultipartParseError
@@ -31,6 +32,10 @@ from .auth import own_origin
 from .errors import ApiError
 from .parse import digits
 from .state import Services, services
+
+# python-multipart logs every malformed body at WARNING: a client could fill
+# the logs with its garbage. It is answered 400 instead.
+logging.getLogger("python_multipart").setLevel(logging.ERROR)
 
 MAX_FILES = 64            # file parts per submission
 MAX_PART_HEADERS = 16384  # bytes of one part's headers
