@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import uuid
+from pathlib import Path
 
 import httpx
 import psutil
@@ -569,3 +570,37 @@ async def test_racing_uploads_for_one_target_make_one_job_with_one_set_of_files(
     job_id = uuid.UUID(answers[0].json()["id"])
     assert await input_bytes(pool, job_id, "f") == winner
     assert await stored(pool) == {"jobs": 1, "files": 1, "chunks": 2}
+
+
+# ---------------------------------------------------------------- fan-out and fan-in with files, end to end
+
+async def test_an_uploaded_video_is_split_analysed_in_parts_and_merged(dsn, pool):
+    """Upload a file; a worker process runs the parent, which splits it into 8
+    children; each reads its slice of the parent's input and saves its part;
+    the parent merges the parts into one output, downloaded whole and in a range."""
+    from conftest import JOBFEED, worker_env
+    from servers import Process
+
+    video = os.urandom(3 * CHUNK + 12345)
+    expected = video.translate(bytes(255 - b for b in range(256)))
+    worker = Process(JOBFEED + ["worker", "--kinds", "clip,clip_part"],
+                     worker_env(dsn, JOBFEED_TASKS="files_tasks", PYTHONPATH=str(Path(__file__).parent)))
+    async with worker:
+        await worker.start(ready=r"kinds ")
+        async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            r = await client.post("/api/jobs", files={"job": job_part(kind="clip", target="holiday.mp4"),
+                                                      "video": ("holiday.mp4", video, "video/mp4")})
+            assert r.status_code == 201, r.text
+            job_id = r.json()["id"]
+            view = (await client.get(f"/api/jobs/{job_id}?wait=30s")).json()
+            assert view["status"] == "completed", (view, worker.log)
+            assert view["result"] == {"parts": 8}
+            assert view["outputs"] == [{"name": "merged.bin", "size": len(video),
+                                        "content_type": "application/octet-stream"}]
+            got = await client.get(f"/api/jobs/{job_id}/outputs/merged.bin")
+            assert got.content == expected
+            part = await client.get(f"/api/jobs/{job_id}/outputs/merged.bin",
+                                    headers={"range": f"bytes={CHUNK - 3}-{2 * CHUNK}"})
+            assert part.status_code == 206 and part.content == expected[CHUNK - 3:2 * CHUNK + 1]
+    children = await pool.fetch("select id from jobfeed.jobs where parent_id = $1", uuid.UUID(job_id))
+    assert len(children) == 8

@@ -289,14 +289,21 @@ class Context:
             self._lose()
 
     # Files (worker/files.py): read chunk by chunk, never whole.
-    def open_input(self, name: str, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
+    def open_input(self, name: str, start: int = 0, end: int | None = None, *,
+                   job_id: uuid.UUID | str | None = None) -> AsyncIterator[bytes]:
         """`async for chunk in ctx.open_input("video")`: the uploaded file's bytes
-        (start..end-1 when given). FileNotFound when the job has no such input."""
-        return files.open_file(self._queue.pool, self.job.id, "in", name, start, end)
+        (start..end-1 when given); job_id: another job's input (a child reading
+        its parent's). FileNotFound when the job has no such input."""
+        return files.open_file(self._queue.pool, _job_id(job_id, self.job.id), "in", name, start, end)
 
-    async def list_inputs(self) -> list[dict]:
+    def open_output(self, job_id: uuid.UUID | str, name: str, start: int = 0,
+                    end: int | None = None) -> AsyncIterator[bytes]:
+        """Another job's output (a parent merging its children's), chunk by chunk."""
+        return files.open_file(self._queue.pool, _job_id(job_id, self.job.id), "out", name, start, end)
+
+    async def list_inputs(self, job_id: uuid.UUID | str | None = None) -> list[dict]:
         """The job's inputs: [{"name", "size", "content_type"}], by name."""
-        return [f.public() for f in await files.files_of(self._queue.pool, self.job.id, "in")]
+        return [f.public() for f in await files.files_of(self._queue.pool, _job_id(job_id, self.job.id), "in")]
 
     async def save_output(self, name: str, chunks: bytes | Iterable[bytes] | AsyncIterable[bytes],
                           content_type: str = files.DEFAULT_CONTENT_TYPE) -> None:
@@ -309,6 +316,10 @@ class Context:
     def _lose(self) -> None:
         self.lost.set()
         raise LeaseLost(f"job {self.job.id} generation {self.job.generation}: lease lost")
+
+
+def _job_id(given: uuid.UUID | str | None, own: uuid.UUID) -> uuid.UUID:
+    return own if given is None else given if isinstance(given, uuid.UUID) else uuid.UUID(str(given))
 
 
 # ---------------------------------------------------------------- HTTP helpers
