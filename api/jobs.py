@@ -78,11 +78,15 @@ async def _submit(request: Request, svc) -> Response:
         try:
             with tracing.span("jobfeed submit", attributes={"jobfeed.kind": kind}):
                 if after or signals:
-                    # rare, and it locks its dependencies: outside the group commit (no request recorded)
-                    job_id, created, text = await svc.queue.submit_json(
+                    # rare, and it locks its dependencies: outside the group commit
+                    if any(v is not None for v in schedule.kwargs().values()):
+                        raise QueueError("invalid_request", "after and await_signals do not combine with "
+                                         "run_at, delay, priority or concurrency_key", 422)
+                    job_id, created, text, request_id = await svc.queue.submit_waiting_request_json(
                         kind, target, payload, max_payload=svc.settings.max_payload, after=after,
-                        await_signals=signals, signal_timeout=signal_timeout, **schedule.kwargs())
-                    request_id, reused = None, False
+                        await_signals=signals, signal_timeout=signal_timeout, requester=svc.requester(request),
+                        max_active=svc.settings.max_active_per_requester)
+                    reused = False
                 else:
                     job_id, created, text, request_id, reused = await svc.batcher.submit(
                         kind, target, payload, schedule, requester=svc.requester(request), force=force,

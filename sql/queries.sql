@@ -13,6 +13,10 @@ select id, created, view::text from jobfeed.submit_v2($1, $2, $3::jsonb, $4, $5,
 -- name: submit_waiting
 select id, created, view::text from jobfeed.submit_waiting($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7);
 
+-- name: submit_waiting_request
+select id, created, view::text, request_id
+  from jobfeed.submit_waiting_request($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7, $8, $9);
+
 -- name: signal
 select first, view::text from jobfeed.signal($1, $2, $3::jsonb);
 

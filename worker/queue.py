@@ -197,11 +197,16 @@ class Queue:
         as a bare submission. A new job may wait: after (ids of jobs it runs
         after; it fails with dependency_failed if one does not complete) and
         await_signals (names delivered with signal(); signal_timeout seconds,
-        else it fails with signal_timeout); these record no request and do not
-        combine with run_after, priority or concurrency_key."""
+        else it fails with signal_timeout); these do not combine with
+        run_after, priority, concurrency_key or notify_url."""
         if after or await_signals:
-            if request or requester is not None or notify_url is not None:
-                raise QueueError("invalid_request", "after and await_signals do not record requests", 422)
+            if notify_url is not None:
+                raise QueueError("invalid_request", "notify_url does not combine with after or await_signals", 422)
+            if request or requester is not None:
+                job_id, created, _, request_id = await self.submit_waiting_request_json(
+                    kind, target, payload, after=after, await_signals=await_signals,
+                    signal_timeout=signal_timeout, max_payload=max_payload, requester=requester)
+                return Submission(job_id, created, False, request_id)
             job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
                                                         priority=priority, concurrency_key=concurrency_key,
                                                         max_payload=max_payload, after=after,
@@ -231,6 +236,21 @@ class Queue:
                                  requester, notify_url, max_active, force, priority, concurrency_key)
         r = rows[0]
         return r["id"], r["created"], r["view"], r["request_id"], r["reused"]
+
+    async def submit_waiting_request_json(
+            self, kind: str, target: str, payload: dict | None = None, *,
+            after: Sequence[uuid.UUID | str] | None = None, await_signals: Sequence[str] | None = None,
+            signal_timeout: float | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+            requester: str | None = None, max_active: int | None = None) -> tuple[uuid.UUID, bool, str, uuid.UUID]:
+        """submit_json() with after/await_signals, recording a request: (job id,
+        created, public view as JSON text, request id)."""
+        text = json.dumps(payload if payload is not None else {})
+        await self._add_kind(kind)
+        ids = [a if isinstance(a, uuid.UUID) else uuid.UUID(str(a)) for a in after or ()]
+        rows = await self._fetch("submit_waiting_request", kind, target, text, ids, list(await_signals or ()),
+                                 _seconds(signal_timeout), max_payload, requester, max_active)
+        r = rows[0]
+        return r["id"], r["created"], r["view"], r["request_id"]
 
     async def submit_json(self, kind: str, target: str, payload: dict | None = None, *,
                           run_after: dt.datetime | None = None, priority: int | None = None,

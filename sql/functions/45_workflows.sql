@@ -130,6 +130,50 @@ begin
     return query select v_id, v_created, v_view;
 end $$;
 
+-- submit_waiting() recording a request, as every HTTP submission does (the
+-- answer's request_id, the view's requesters, access by requesters). A job
+-- made final at once (a dependency already failed) gets an inactive request.
+create or replace function jobfeed.submit_waiting_request(
+    p_kind text, p_target text, p_payload jsonb, p_after uuid[], p_signals text[],
+    p_signal_timeout interval default null, p_max_payload int default 65536,
+    p_requester text default null, p_max_active int default null, p_now timestamptz default null)
+returns table (id uuid, created boolean, view jsonb, request_id uuid)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_id uuid;
+    v_created boolean;
+    v_job jobfeed.jobs;
+    v_request uuid;
+begin
+    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
+    loop
+        select s.id, s.created into v_id, v_created
+          from jobfeed.submit_waiting(p_kind, p_target, p_payload, p_after, p_signals, p_signal_timeout,
+                                      p_max_payload, p_now) s;
+        -- the row lock a leave takes (as submit_request): a job joined here is unfinished
+        update jobfeed.jobs j set requesters = j.requesters + 1
+         where j.id = v_id and j.state not in ('completed', 'failed', 'canceled')
+        returning j.* into v_job;
+        exit when found;
+        if v_created then  -- final already: the request is on record, never active
+            select j.* into v_job from jobfeed.jobs j where j.id = v_id;
+            exit;
+        end if;
+    end loop;
+    if not v_created then
+        perform jobfeed.check_duplicate(p_kind, v_id, p_payload);
+    end if;
+    insert into jobfeed.requests (job_id, requester, created_at)
+    values (v_id, p_requester, v_now)
+    returning requests.id into v_request;
+    if not v_created then
+        perform jobfeed.notify_requesters(array[v_id], array[v_job.version]);
+    end if;
+    return query select v_id, v_created, jobfeed.public_view(v_job), v_request;
+end $$;
+
 -- Deliver signal p_name to job p_id. The first delivery wins; a repeat changes
 -- nothing (first = false). 404 not_found; 409 not_awaited for a name the job
 -- does not await. Returns the job's public view.

@@ -35,6 +35,7 @@ grant execute on function
     jobfeed.admin_session_valid(uuid, timestamptz),
     jobfeed.close_admin_session(uuid),
     jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, boolean, timestamptz, int, text),
+    jobfeed.submit_waiting_request(text, text, jsonb, uuid[], text[], interval, int, text, int, timestamptz),
     jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, boolean[], timestamptz,
                                  timestamptz, int, text),
     jobfeed.leave(uuid, timestamptz),
