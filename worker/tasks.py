@@ -71,11 +71,13 @@ Handler = Callable[["Job", "Context"], Awaitable[Any]]
 
 
 def parse_rate(text: str, name: str = "rate") -> tuple[int, float]:
-    """'100/1m' -> (100, 60.0): at most 100 starts per minute."""
+    """'100/1m' -> (100, 60.0): at most 100 starts per minute. A bare unit
+    ('5/s', '100/m') is one of it."""
     count, _, period = str(text).partition("/")
+    period = period.strip()
     try:
         n = int(count.strip())
-        seconds = parse_duration(period, name)
+        seconds = parse_duration(f"1{period}" if period.isalpha() else period, name)
     except (ValueError, SettingError):
         raise ValueError(f"{name}: {text!r} is not a rate (write e.g. 100/1m, 5/1s)") from None
     if n < 1:
