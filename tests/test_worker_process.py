@@ -155,6 +155,16 @@ async def test_budget_mode_handles_at_most_max_jobs_then_exits(dsn, queue, pool)
     assert sorted(states) == ["completed"] * 3 + ["queued"] * 2, out
 
 
+async def test_budget_mode_defaults_to_three_jobs(dsn, queue, pool):
+    # CONTRACT: budget mode's defaults are 240 s, 30 s and 3 jobs
+    ids = [(await queue.submit("demo", f"d{i}", {"steps": 1, "step_ms": 10}))[0] for i in range(5)]
+    proc = start_worker(dsn, "--concurrency", "1", "--budget", "20s", "--reserve", "1s")
+    out = run_to_exit(proc, 15)
+    assert proc.returncode == 0, out
+    states = [await pool.fetchval("select state::text from jobfeed.jobs where id = $1", i) for i in ids]
+    assert sorted(states) == ["completed"] * 3 + ["queued"] * 2, out
+
+
 async def test_budget_mode_exits_when_nothing_is_due(dsn):
     proc = start_worker(dsn, "--budget", "30s", "--reserve", "1s")
     out = run_to_exit(proc, 10)
