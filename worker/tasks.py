@@ -312,15 +312,15 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def check_response(response: httpx.Response) -> httpx.Response:
-    """Raise the JobError an upstream answer calls for: 5xx and 429 transient
-    (honouring Retry-After), 404/410/422 and other 4xx permanent, 401/403 release
+    """Raise the JobError an upstream answer calls for: 5xx, 429 and 408 (a
+    timeout) transient (honouring Retry-After), 404/410/422 and other 4xx permanent, 401/403 release
     (our own credentials are at fault, not the job)."""
     status = response.status_code
     if status < 400:
         return response
     code = f"http_{status}"
     message = f"{response.request.method} {response.request.url} answered {status}"
-    if status >= 500 or status == 429:
+    if status >= 500 or status in (429, 408):
         raise Transient(code, message, retry_after=_retry_after(response))
     if status in _RELEASE_STATUS:
         raise Release(code, message, retry_after=_retry_after(response) or 60)
