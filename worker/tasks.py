@@ -25,7 +25,8 @@ class JobError(Exception):
     """An attempt ended without a result. `code` is short and stable (shown to
     admins, and to users once the job has finally failed)."""
 
-    def __init__(self, code: str, message: str = "", *, retry_after: float | None = None):
+    # retry_after may be given by position too: the contract reads "code, message, optional retry_after"
+    def __init__(self, code: str, message: str = "", retry_after: float | None = None):
         super().__init__(message or code)
         self.code = code
         self.message = message or code
