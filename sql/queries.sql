@@ -8,7 +8,7 @@ select jobfeed.register_kind_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $1
 select k::text from jobfeed.list_kinds() k;
 
 -- name: submit
-select id, created, view::text from jobfeed.submit_v2($1, $2, $3::jsonb, $4, $5, null, $6, $7);
+select id, created, view::text from jobfeed.submit_v3($1, $2, $3::jsonb, $4, $5, null, $6, $7);
 
 -- name: submit_waiting
 select id, created, view::text from jobfeed.submit_waiting($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7);
@@ -37,7 +37,7 @@ select jobfeed.leave($1)::text;
 select jobfeed.may_view($1, $2, $3);
 
 -- name: set_kind_request_policy
-select jobfeed.set_kind_request_policy($1, $2, $3, $4);
+select jobfeed.set_kind_request_policy_v2($1, $2, $3, $4, $5);
 
 -- name: get_job
 select jobfeed.get_job($1)::text;

@@ -81,6 +81,7 @@ SECURITY = "tests/test_security.py"
 API_JOBS = "tests/test_api_jobs.py"
 LIMITS = "tests/test_api_limits.py"
 RUNNER = "tests/test_worker_runner.py"
+DEDUPE = "tests/test_requests_dedupe.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
 
@@ -340,6 +341,11 @@ EDITS: list[Edit] = [
     Edit("budget-no-max-jobs", "worker/runner.py",
          "            free = min(free, self.max_jobs - self.claimed_count)\n", "            pass\n",
          (PROCESS,), "budget mode handles at most --max-jobs"),
+    # ------------------------------------------------------------ requests
+    Edit("requester-dedupe-ignores-identity", "sql/functions/10_helpers.sql",
+         "case when p_dedupe = 'requester' then nullif(p_requester, '') else '' end",
+         "case when p_dedupe = 'requester' then '' else '' end",
+         (DEDUPE,), 'dedupe="requester": strangers never share a job'),
 ]
 
 

@@ -27,6 +27,8 @@ CALLS = {
     "set_kind_request_policy": "select jobfeed.set_kind_request_policy('k', 'keep')",
     "register_kind_v2": "select jobfeed.register_kind_v2('k')",
     "submit_v2": "select * from jobfeed.submit_v2('k', gen_random_uuid()::text)",
+    "submit_v3": "select * from jobfeed.submit_v3('k', gen_random_uuid()::text)",
+    "set_kind_request_policy_v2": "select jobfeed.set_kind_request_policy_v2('k', 'keep')",
     "submit_many_v2": "select * from jobfeed.submit_many_v2('k', array[gen_random_uuid()::text])",
     "submit_many_views_v2": "select * from jobfeed.submit_many_views_v2('k', array[gen_random_uuid()::text], null)",
     "set_kind_paused": "select jobfeed.set_kind_paused('nothing', true)",
@@ -95,7 +97,8 @@ CALLS = {
     "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
     "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
-    "reusable": "select jobfeed.reusable('k', 't', now())",
+    "reusable": "select jobfeed.reusable('k', 't', null, now())",
+    "dedupe_scope": "select jobfeed.dedupe_scope('global', null)",
     "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",
     "queue_webhooks": "select jobfeed.queue_webhooks()",  # a trigger's: callable by nobody
 }
@@ -104,7 +107,7 @@ ALLOWED = {
     "jobfeed_api": {"register_kind", "list_kinds", "submit", "submit_many", "submit_many_views", "get_job", "get_jobs", "admin_get_job",
                     "admin_get_jobs", "admin_list_jobs", "stats", "stats_v2", "retry", "cancel", "list_workers", "charts", "set_traceparent",
                     "open_admin_session", "admin_session_valid", "close_admin_session",
-                    "register_kind_v2", "submit_v2", "submit_many_v2", "submit_many_views_v2",
+                    "register_kind_v2", "submit_v2", "submit_v3", "submit_many_v2", "submit_many_views_v2",
                     "set_kind_paused", "bulk_retry", "bulk_cancel", "list_schedules",
                     "submit_request", "submit_many_requests", "leave", "may_view",
                     "submit_waiting", "signal"},
@@ -112,7 +115,8 @@ ALLOWED = {
                        "extend_many", "extend", "register_schedule", "enqueue_slot", "list_schedules",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped",
-                       "set_traceparent", "set_kind_request_policy", "submit_waiting", "signal", "signals_of"},
+                       "set_traceparent", "set_kind_request_policy", "set_kind_request_policy_v2", "submit_waiting",
+                       "signal", "signals_of"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
 }
 

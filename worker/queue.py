@@ -321,8 +321,8 @@ class Queue:
         return await self._fetchval("may_view", job_id, requester, request_id)
 
     async def set_kind_request_policy(self, kind: str, *, on_abandon: str = "cancel", on_duplicate: str = "join",
-                                      reuse_for: float | None = None) -> None:
-        await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for))
+                                      reuse_for: float | None = None, dedupe: str = "global") -> None:
+        await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for), dedupe)
 
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""

@@ -87,6 +87,7 @@ class TaskSpec:
     max_running_per_key: int | None = None   # running jobs per concurrency_key
     rate: tuple[int, float] | None = None    # (starts, per seconds), across workers
     periodic: Periodic | None = None         # schedule= or every=: one job per slot
+    dedupe: str = "global"  # who shares an unfinished job: everyone, or one requester identity
 
     def resolved(self, settings: Settings) -> "TaskSpec":
         """Fill what the kind leaves open from the settings (JOBFEED_LEASE, ...)."""
@@ -106,13 +107,17 @@ class Registry:
              validate: Callable[[dict], None] | None = None, on_abandon: str = "cancel",
              on_duplicate: str = "join", reuse_for: float | str | None = None, priority: int = 0,
              max_running: int | None = None, max_running_per_key: int | None = None, rate: str | None = None,
-             schedule: str | None = None, timezone: str | None = None, every: str | float | None = None):
+             schedule: str | None = None, timezone: str | None = None, every: str | float | None = None,
+             dedupe: str = "global"):
         """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
         `validate(payload)` raising ValueError makes a submission a 422.
         `on_abandon`: what happens to an unfinished job when its last requester
         leaves: "cancel" (the default) or "keep" (it runs to the end).
         `on_duplicate`: "join" (share the unfinished job) or "reject_different"
         (409 payload_conflict when the payload differs).
+        `dedupe`: "global" (every submission of a target shares its unfinished
+        job) or "requester" (only those of one requester identity; a
+        submission without one never shares).
         `reuse_for` ("10m", or seconds): a submission that soon after the
         target's last completion gets that completed job. priority is
         the submissions' default; max_running, max_running_per_key and rate
@@ -121,6 +126,8 @@ class Registry:
             raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
         if on_duplicate in ("rerun", "replace"):
             raise ValueError(f'@task({kind!r}): on_duplicate={on_duplicate!r} is not available in this release')
+        if dedupe not in ("global", "requester"):
+            raise ValueError(f'@task({kind!r}): dedupe must be "global" or "requester", not {dedupe!r}')
         if on_duplicate not in ("join", "reject_different"):
             raise ValueError(f'@task({kind!r}): on_duplicate must be "join" or "reject_different", '
                              f'not {on_duplicate!r}')
@@ -145,7 +152,7 @@ class Registry:
             self._specs[kind] = TaskSpec(kind, handler, max_attempts, lease,
                                          tuple(backoff) if backoff else None, jitter, description, validate,
                                          on_abandon, on_duplicate, reuse_seconds,
-                                         priority, max_running, max_running_per_key, parsed_rate, when)
+                                         priority, max_running, max_running_per_key, parsed_rate, when, dedupe)
             return handler
         return register
 
@@ -193,7 +200,7 @@ async def register_kind(queue, spec: TaskSpec, *, overwrite: bool) -> None:
                               max_running_per_key=spec.max_running_per_key, rate=spec.rate)
     if overwrite:  # workers run the kind: they say what abandoning it does
         await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon, on_duplicate=spec.on_duplicate,
-                                            reuse_for=spec.reuse_for)
+                                            reuse_for=spec.reuse_for, dedupe=spec.dedupe)
 
 
 class Context:

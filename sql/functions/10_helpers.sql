@@ -156,3 +156,11 @@ begin
     perform jobfeed.notify_changed(v_ids, v_vers);
     return cardinality(v_ids);
 end $$;
+
+-- Which submissions may share a job (jobs.dedupe_scope): all of a "global"
+-- kind (''); under "requester" those of one identity, and a submission
+-- without one none (null: distinct in the unique index).
+create or replace function jobfeed.dedupe_scope(p_dedupe text, p_requester text)
+returns text language sql immutable parallel safe as $$
+    select case when p_dedupe = 'requester' then nullif(p_requester, '') else '' end
+$$;

@@ -57,10 +57,12 @@ $$;
 -- unfinished one that already holds the target, with its public view (what an
 -- HTTP submitter is answered, without a second query). Look, insert, look
 -- again: whatever finishes or starts in between, the caller gets a live job.
-create or replace function jobfeed.submit_v2(
+-- p_requester is the identity a "requester"-deduped kind shares jobs by (null:
+-- this submission never shares); "global" kinds ignore it.
+create or replace function jobfeed.submit_v3(
     p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
     p_max_payload int default 65536, p_now timestamptz default null,
-    p_priority int default null, p_concurrency_key text default null)
+    p_priority int default null, p_concurrency_key text default null, p_requester text default null)
 returns table (id uuid, created boolean, view jsonb)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
@@ -70,9 +72,11 @@ declare
     v_max int;
     v_priority int;
     v_problem text[] := jobfeed.submission_problem(p_target, p_payload, p_max_payload);
+    v_scope text;
     v_job jobfeed.jobs;
 begin
-    select k.max_attempts, coalesce(p_priority, k.priority) into v_max, v_priority
+    select k.max_attempts, coalesce(p_priority, k.priority), jobfeed.dedupe_scope(k.dedupe, p_requester)
+      into v_max, v_priority, v_scope
       from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
@@ -84,16 +88,17 @@ begin
         -- Look first: a duplicate (the common case for a shared target) is then
         -- one index probe, without an INSERT's set-up (in-function: 58 -> 24 us).
         select j.* into v_job from jobfeed.jobs j
-         where j.kind = p_kind and j.target = p_target and j.state not in ('completed', 'failed', 'canceled');
+         where j.kind = p_kind and j.target = p_target and j.dedupe_scope = v_scope
+           and j.state not in ('completed', 'failed', 'canceled');
         if found then
             return query select v_job.id, false, jobfeed.public_view(v_job);
             return;
         end if;
         insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at,
-                                       priority, concurrency_key)
+                                       priority, concurrency_key, dedupe_scope)
         values (p_kind, p_target, v_payload, v_max, coalesce(p_run_after, v_now), v_now, v_now,
-                v_priority, p_concurrency_key)
-        on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
+                v_priority, p_concurrency_key, v_scope)
+        on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing
         returning j.* into v_job;
         if v_job.id is not null then
             perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
@@ -104,6 +109,17 @@ begin
         -- Another submitter took the target between our look and our insert: look again.
     end loop;
 end $$;
+
+-- submit_v3 without a requester (for a "requester"-deduped kind: never shares).
+create or replace function jobfeed.submit_v2(
+    p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
+    p_max_payload int default 65536, p_now timestamptz default null,
+    p_priority int default null, p_concurrency_key text default null)
+returns table (id uuid, created boolean, view jsonb)
+language sql security definer set search_path = jobfeed, pg_temp as $$
+    select s.id, s.created, s.view from jobfeed.submit_v3(p_kind, p_target, p_payload, p_run_after, p_max_payload,
+                                                          p_now, p_priority, p_concurrency_key) s
+$$;
 
 -- Submit many jobs of one kind in one statement (an outbox flush, a bulk import).
 -- Rows go in in target order: two batches racing over the same targets wait on
@@ -134,8 +150,9 @@ declare
     v_any_held boolean;
     v_id_prefix text;
     v_id_seed text;
+    v_dedupe text;
 begin
-    select k.max_attempts, coalesce(p_priority, k.priority) into v_max, v_priority
+    select k.max_attempts, coalesce(p_priority, k.priority), k.dedupe into v_max, v_priority, v_dedupe
       from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
@@ -145,6 +162,17 @@ begin
     end if;
     if p_payloads is not null and cardinality(p_payloads) <> cardinality(p_targets) then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets and payloads differ in number');
+    end if;
+    if v_dedupe = 'requester' then
+        -- No requester here: under dedupe="requester" no item shares, so each is
+        -- a new job (submit_v3 checks it; nothing to wait on in the index).
+        return query
+            select t.n::int, s.id, s.created
+              from unnest(p_targets, p_payloads) with ordinality t(target, payload, n),
+                   lateral jobfeed.submit_v3(p_kind, t.target, t.payload, p_run_after, p_max_payload, p_now,
+                                             p_priority, p_concurrency_key) s
+             order by t.n;
+        return;
     end if;
     -- the first item with a problem refuses the whole batch
     select c.n, c.problem into v_bad, v_problem
@@ -162,13 +190,15 @@ begin
 
     -- Look first, as submit does. Is any target held? (One index scan for the lot.)
     v_any_held := exists (select from jobfeed.jobs j
-                           where j.kind = p_kind and j.target = any (p_targets) and j.state not in ('completed', 'failed', 'canceled'));
+                           where j.kind = p_kind and j.target = any (p_targets) and j.dedupe_scope = ''
+                             and j.state not in ('completed', 'failed', 'canceled'));
     if v_any_held then
         -- Who holds each: an index probe per item, as a scalar sub-select (a join
         -- may be planned, with stale statistics, as a scan of every unfinished
         -- job per item). All held (a re-sent batch, a burst of duplicates): share.
         v_held := array(select (select j.id from jobfeed.jobs j
-                                 where j.kind = p_kind and j.target = t.target and j.state not in ('completed', 'failed', 'canceled'))
+                                 where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
+                                   and j.state not in ('completed', 'failed', 'canceled'))
                           from unnest(p_targets) with ordinality t(target, n)
                          order by t.n);
         if array_position(v_held, null) is null then
@@ -217,7 +247,7 @@ begin
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
              where v_pending is null or t.target = any (v_pending)
              order by t.target, t.n
-            on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
+            on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing
             returning j.id, j.target
         )
         select v_new_ids || coalesce(array_agg(ins.id), '{}'), v_new_targets || coalesce(array_agg(ins.target), '{}')
@@ -227,7 +257,7 @@ begin
         select array_agg(r.id order by r.n), array_agg(r.created order by r.n) into v_ids, v_created
           from (select t.n,
                        coalesce(i.id, (select j.id from jobfeed.jobs j
-                                        where j.kind = p_kind and j.target = t.target
+                                        where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
                                           and j.state not in ('completed', 'failed', 'canceled'))) as id,
                        i.id is not null and t.n = min(t.n) over (partition by t.target) as created
                   from unnest(p_targets) with ordinality t(target, n)

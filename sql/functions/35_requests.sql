@@ -38,34 +38,59 @@ begin
     end if;
 end $$;
 
--- A worker records its kind's request policies (workers run the kind).
-create or replace function jobfeed.set_kind_request_policy(
+-- A worker records its kind's request policies (workers run the kind),
+-- dedupe="requester" and the rerun and replace duplicate policies included.
+create or replace function jobfeed.set_kind_request_policy_v2(
     p_kind text, p_on_abandon text default 'cancel', p_on_duplicate text default 'join',
-    p_reuse_for interval default null)
+    p_reuse_for interval default null, p_dedupe text default 'global')
 returns void language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 begin
     if p_on_abandon is null or p_on_abandon not in ('cancel', 'keep') then
         perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_abandon must be "cancel" or "keep"');
     end if;
-    if p_on_duplicate is null or p_on_duplicate not in ('join', 'reject_different') then
-        perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_duplicate must be "join" or "reject_different"');
+    if p_on_duplicate is null or p_on_duplicate not in ('join', 'reject_different', 'rerun', 'replace') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind',
+                                    'on_duplicate must be "join", "reject_different", "rerun" or "replace"');
+    end if;
+    if p_dedupe is null or p_dedupe not in ('global', 'requester') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'dedupe must be "global" or "requester"');
     end if;
     if p_reuse_for <= '0' then
         perform jobfeed.raise_error('JF422', 'invalid_kind', 'reuse_for must be longer than zero');
     end if;
     update jobfeed.kinds k
-       set on_abandon = p_on_abandon, on_duplicate = p_on_duplicate, reuse_for = p_reuse_for, updated_at = now()
+       set on_abandon = p_on_abandon, on_duplicate = p_on_duplicate, reuse_for = p_reuse_for, dedupe = p_dedupe,
+           updated_at = now()
      where k.kind = p_kind
-       and (k.on_abandon, k.on_duplicate, k.reuse_for) is distinct from (p_on_abandon, p_on_duplicate, p_reuse_for);
+       and (k.on_abandon, k.on_duplicate, k.reuse_for, k.dedupe)
+           is distinct from (p_on_abandon, p_on_duplicate, p_reuse_for, p_dedupe);
 end $$;
 
--- The completed job a submission of (kind, target) may reuse: the latest one
--- completed within the kind's reuse_for; null when the kind reuses nothing.
-create or replace function jobfeed.reusable(p_kind text, p_target text, p_now timestamptz)
+-- The first release's set_kind_request_policy: join or reject_different, the
+-- kind's dedupe left as it is.
+create or replace function jobfeed.set_kind_request_policy(
+    p_kind text, p_on_abandon text default 'cancel', p_on_duplicate text default 'join',
+    p_reuse_for interval default null)
+returns void language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+begin
+    if p_on_duplicate is null or p_on_duplicate not in ('join', 'reject_different') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_duplicate must be "join" or "reject_different"');
+    end if;
+    perform jobfeed.set_kind_request_policy_v2(p_kind, p_on_abandon, p_on_duplicate, p_reuse_for,
+                                               (select k.dedupe from jobfeed.kinds k where k.kind = p_kind));
+end $$;
+
+-- The completed job a submission of (kind, target) by p_requester may reuse:
+-- the latest one completed within the kind's reuse_for that the submission
+-- could have shared (same dedupe scope: under dedupe="requester" only the same
+-- identity's, none for an anonymous one); null when the kind reuses nothing.
+drop function if exists jobfeed.reusable(text, text, timestamptz);
+create or replace function jobfeed.reusable(p_kind text, p_target text, p_requester text, p_now timestamptz)
 returns uuid language sql stable as $$
     select j.id from jobfeed.jobs j, jobfeed.kinds k
      where k.kind = p_kind and k.reuse_for is not null
        and j.kind = p_kind and j.target = p_target and j.state = 'completed'
+       and j.dedupe_scope = jobfeed.dedupe_scope(k.dedupe, p_requester)
        and j.finished_at > p_now - k.reuse_for
      order by j.finished_at desc
      limit 1
@@ -111,7 +136,7 @@ declare
     v_request uuid;
 begin
     perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
-    v_id := case when not coalesce(p_force, false) then jobfeed.reusable(p_kind, p_target, v_now) end;
+    v_id := case when not coalesce(p_force, false) then jobfeed.reusable(p_kind, p_target, p_requester, v_now) end;
     if v_id is not null then  -- a recent result: this request is one of its (inactive) requests
         insert into jobfeed.requests (job_id, requester, notify_url, created_at)
         values (v_id, p_requester, p_notify_url, v_now)
@@ -122,8 +147,8 @@ begin
     end if;
     loop
         select s.id, s.created into v_id, v_created
-          from jobfeed.submit_v2(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
-                                 p_priority, p_concurrency_key) s;
+          from jobfeed.submit_v3(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
+                                 p_priority, p_concurrency_key, p_requester) s;
         -- The row lock a leave also takes: if the last requester left and the
         -- job was canceled meanwhile, it is no longer unfinished: submit again.
         update jobfeed.jobs j set requesters = j.requesters + 1, notify = j.notify or p_notify_url is not null
@@ -168,6 +193,7 @@ declare
     v_joined uuid[] := '{}';
     v_joined_versions bigint[] := '{}';
     v_requests uuid[];
+    v_views jsonb[];
     v_prefix text;
     v_seed text;
 begin
@@ -179,10 +205,32 @@ begin
            from (select t.requester, count(*) as n from unnest(p_requesters) t(requester)
                   where t.requester is not null group by t.requester order by t.requester) r;
     end if;
+    if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.dedupe = 'requester') then
+        -- dedupe="requester": items share by (target, requester), so each goes
+        -- alone, in (target, requester) order (two batches racing over the same
+        -- ones wait on the dedupe index in one order, never in a cycle); the
+        -- caps were checked above, their locks are held.
+        v_views := array_fill(null::jsonb, array[v_count]);
+        v_requests := array_fill(null::uuid, array[v_count]);
+        for v_round in select k from generate_series(1, v_count) k order by p_targets[k], p_requesters[k], k loop
+            select s.* into v_job
+              from jobfeed.submit_request(p_kind, p_targets[v_round.k], p_payloads[v_round.k], p_run_after,
+                                          p_max_payload, p_requesters[v_round.k], p_notify_urls[v_round.k], null,
+                                          p_forces[v_round.k], p_now, p_priority, p_concurrency_key) s;
+            v_ids[v_round.k] := v_job.id;
+            v_created[v_round.k] := v_job.created;
+            v_views[v_round.k] := v_job.view;
+            v_requests[v_round.k] := v_job.request_id;
+            v_reused[v_round.k] := v_job.reused;
+        end loop;
+        return query select k::int, v_ids[k], v_created[k], v_views[k], v_requests[k], v_reused[k]
+                       from generate_series(1, v_count) k order by k;
+        return;
+    end if;
     -- reuse_for: items not forced whose target completed recently get that job
     if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.reuse_for is not null) then
         for v_round in
-            select k, jobfeed.reusable(p_kind, p_targets[k], v_now) as id
+            select k, jobfeed.reusable(p_kind, p_targets[k], p_requesters[k], v_now) as id
               from generate_series(1, v_count) k where not coalesce(p_forces[k], false)
         loop
             if v_round.id is not null then
@@ -327,7 +375,7 @@ begin
            v_max, now(), now(), now()
       from jobfeed.requests r
      where r.job_id = new.id and r.notify_url is not null and r.left_at is null
-    on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing;
+    on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing;
     get diagnostics v_count = row_count;
     if v_count > 0 then
         perform jobfeed.notify_due('jobfeed.webhook', v_count);

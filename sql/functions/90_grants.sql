@@ -20,6 +20,7 @@ grant execute on function
     jobfeed.submit_many(text, text[], jsonb[], timestamptz, int, timestamptz),
     jobfeed.submit_many_views(text, text[], jsonb[], int),
     jobfeed.submit_v2(text, text, jsonb, timestamptz, int, timestamptz, int, text),
+    jobfeed.submit_v3(text, text, jsonb, timestamptz, int, timestamptz, int, text, text),
     jobfeed.submit_many_v2(text, text[], jsonb[], timestamptz, int, timestamptz, int, text),
     jobfeed.submit_many_views_v2(text, text[], jsonb[], int, timestamptz, int, text),
     jobfeed.get_job(uuid),
@@ -46,6 +47,7 @@ grant execute on function
 to jobfeed_api;
 
 grant execute on function jobfeed.set_kind_request_policy(text, text, text, interval) to jobfeed_worker;
+grant execute on function jobfeed.set_kind_request_policy_v2(text, text, text, interval, text) to jobfeed_worker;
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
