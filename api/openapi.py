@@ -55,7 +55,13 @@ _HTML = {"description": "a page of the web UI", "content": {"text/html": {"schem
 
 OPERATIONS: dict[tuple[str, str], dict] = {
     ("POST", "/api/jobs"): {
-        "summary": "Submit a job, deduplicated by (kind, target)",
+        "summary": "Submit a job, deduplicated by (kind, target) (and the requester identity when the kind "
+                   "has dedupe=\"requester\")",
+        "description": "A duplicate of an unfinished job follows the kind's on_duplicate: join (share it), "
+                       "reject_different (409 when the payload differs), rerun (a running job runs once more "
+                       "afterwards with the newest payload) or replace (the running attempt is fenced out "
+                       "and the job starts over with the new payload). Under rerun and replace a job not "
+                       "running takes the newest payload.",
         "security": [{}, {"bearer": []}],
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Submission")}}},
         "responses": {

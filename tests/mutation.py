@@ -82,6 +82,7 @@ API_JOBS = "tests/test_api_jobs.py"
 LIMITS = "tests/test_api_limits.py"
 RUNNER = "tests/test_worker_runner.py"
 DEDUPE = "tests/test_requests_dedupe.py"
+RERUN = "tests/test_requests_rerun.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
 
@@ -346,6 +347,21 @@ EDITS: list[Edit] = [
          "case when p_dedupe = 'requester' then nullif(p_requester, '') else '' end",
          "case when p_dedupe = 'requester' then '' else '' end",
          (DEDUPE,), 'dedupe="requester": strangers never share a job'),
+    Edit("rerun-runs-twice", "sql/functions/50_outcomes.sql",
+         "               rerun_payload = null\n          from unnest(p_ids, p_generations, p_results)",
+         "               rerun_payload = j.rerun_payload\n          from unnest(p_ids, p_generations, p_results)",
+         (RERUN,), 'on_duplicate="rerun" runs exactly once more, not again and again'),
+    Edit("rerun-flashes-completed", "sql/functions/50_outcomes.sql",
+         "               version = j.version + (j.rerun_payload is null)::int,",
+         "               version = j.version + 1,",
+         (RERUN,), "the public view stays processing through a rerun: no version bump"),
+    Edit("replace-counts-the-attempt", "sql/functions/35_requests.sql",
+         "set state = 'queued', generation = j.generation + 1, attempts = greatest(j.attempts - 1, 0),",
+         "set state = 'queued', generation = j.generation + 1, attempts = j.attempts,",
+         (RERUN,), "a replaced attempt is not counted against max_attempts"),
+    Edit("replace-does-not-fence", "sql/functions/35_requests.sql",
+         "    elsif p_policy = 'rerun' then", "    elsif p_policy in ('rerun', 'replace') then",
+         (RERUN,), 'on_duplicate="replace" fences the running attempt out at once'),
 ]
 
 

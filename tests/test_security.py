@@ -99,6 +99,8 @@ CALLS = {
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
     "reusable": "select jobfeed.reusable('k', 't', null, now())",
     "dedupe_scope": "select jobfeed.dedupe_scope('global', null)",
+    "take_duplicate": "select jobfeed.take_duplicate(gen_random_uuid(), 'rerun', '{}', now())",
+    "start_rerun": "select jobfeed.start_rerun(gen_random_uuid(), 1, 'completed', null, null, now())",
     "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",
     "queue_webhooks": "select jobfeed.queue_webhooks()",  # a trigger's: callable by nobody
 }

@@ -79,7 +79,7 @@ class TaskSpec:
     description: str = ""
     validate: Callable[[dict], None] | None = None  # raises ValueError for a payload it refuses
     on_abandon: str = "cancel"  # when its last requester leaves: "cancel" or "keep"
-    on_duplicate: str = "join"  # a duplicate of an unfinished job: "join" or "reject_different"
+    on_duplicate: str = "join"  # a duplicate of an unfinished job: join, reject_different, rerun, replace
     reuse_for: float | None = None  # seconds a completion answers new submissions of its target
     # flow control (README "Scheduling and flow control"), enforced by the claim
     priority: int = 0                        # submissions' default; higher is claimed first
@@ -113,8 +113,10 @@ class Registry:
         `validate(payload)` raising ValueError makes a submission a 422.
         `on_abandon`: what happens to an unfinished job when its last requester
         leaves: "cancel" (the default) or "keep" (it runs to the end).
-        `on_duplicate`: "join" (share the unfinished job) or "reject_different"
-        (409 payload_conflict when the payload differs).
+        `on_duplicate`: "join" (share the unfinished job), "reject_different"
+        (409 payload_conflict when the payload differs), "rerun" (a running job
+        runs once more afterwards with the newest payload) or "replace" (the
+        running attempt is fenced out and the job starts over with it).
         `dedupe`: "global" (every submission of a target shares its unfinished
         job) or "requester" (only those of one requester identity; a
         submission without one never shares).
@@ -124,13 +126,11 @@ class Registry:
         ("100/1m") are enforced by the claim across all workers."""
         if on_abandon not in ("cancel", "keep"):
             raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
-        if on_duplicate in ("rerun", "replace"):
-            raise ValueError(f'@task({kind!r}): on_duplicate={on_duplicate!r} is not available in this release')
         if dedupe not in ("global", "requester"):
             raise ValueError(f'@task({kind!r}): dedupe must be "global" or "requester", not {dedupe!r}')
-        if on_duplicate not in ("join", "reject_different"):
-            raise ValueError(f'@task({kind!r}): on_duplicate must be "join" or "reject_different", '
-                             f'not {on_duplicate!r}')
+        if on_duplicate not in ("join", "reject_different", "rerun", "replace"):
+            raise ValueError(f'@task({kind!r}): on_duplicate must be "join", "reject_different", "rerun" or '
+                             f'"replace", not {on_duplicate!r}')
         reuse_seconds = parse_duration(reuse_for, f"@task({kind!r}) reuse_for") if isinstance(reuse_for, str) \
             else reuse_for
         if reuse_seconds is not None and reuse_seconds <= 0:

@@ -73,10 +73,12 @@ declare
     v_priority int;
     v_problem text[] := jobfeed.submission_problem(p_target, p_payload, p_max_payload);
     v_scope text;
+    v_policy text;
     v_job jobfeed.jobs;
 begin
-    select k.max_attempts, coalesce(p_priority, k.priority), jobfeed.dedupe_scope(k.dedupe, p_requester)
-      into v_max, v_priority, v_scope
+    select k.max_attempts, coalesce(p_priority, k.priority), jobfeed.dedupe_scope(k.dedupe, p_requester),
+           k.on_duplicate
+      into v_max, v_priority, v_scope, v_policy
       from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
@@ -90,6 +92,11 @@ begin
         select j.* into v_job from jobfeed.jobs j
          where j.kind = p_kind and j.target = p_target and j.dedupe_scope = v_scope
            and j.state not in ('completed', 'failed', 'canceled');
+        if found and v_policy in ('rerun', 'replace') then
+            -- the duplicate's payload goes to the job (see take_duplicate)
+            continue when not jobfeed.take_duplicate(v_job.id, v_policy, v_payload, v_now);
+            select j.* into v_job from jobfeed.jobs j where j.id = v_job.id;
+        end if;
         if found then
             return query select v_job.id, false, jobfeed.public_view(v_job);
             return;
@@ -151,8 +158,11 @@ declare
     v_id_prefix text;
     v_id_seed text;
     v_dedupe text;
+    v_policy text;
+    v_dup record;
 begin
-    select k.max_attempts, coalesce(p_priority, k.priority), k.dedupe into v_max, v_priority, v_dedupe
+    select k.max_attempts, coalesce(p_priority, k.priority), k.dedupe, k.on_duplicate
+      into v_max, v_priority, v_dedupe, v_policy
       from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
@@ -269,6 +279,20 @@ begin
         end if;
     end loop;
 
+    if v_policy in ('rerun', 'replace') then
+        -- Each job with duplicates takes its latest item's payload (see
+        -- take_duplicate), in id order as every batch locks rows. One that
+        -- finished meanwhile is left to the caller (submit_many_requests
+        -- finds it final and submits those items again).
+        for v_dup in
+            select a.id, (array_agg(coalesce(p_payloads[a.n], '{}'::jsonb) order by a.n desc))[1] as payload
+              from unnest(v_ids, v_created) with ordinality a(id, created, n)
+             group by a.id having bool_or(not a.created)
+             order by a.id
+        loop
+            perform jobfeed.take_duplicate(v_dup.id, v_policy, v_dup.payload, v_now);
+        end loop;
+    end if;
     if cardinality(v_new_ids) > 0 then
         perform jobfeed.notify_changed(v_new_ids, array_fill(1::bigint, array[cardinality(v_new_ids)]));
         perform jobfeed.notify_due(p_kind, cardinality(v_new_ids));

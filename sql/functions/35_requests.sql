@@ -109,6 +109,71 @@ begin
     end if;
 end $$;
 
+-- on_duplicate "rerun" and "replace": what a duplicate carrying p_payload does
+-- to the unfinished job p_id (under its row lock). A job not running right now
+-- (never started, between attempts, waiting) takes the newest payload for its
+-- next attempt. A running one: "rerun" asks for one more run after this
+-- attempt (rerun_payload: the newest wins, so several duplicates during one
+-- attempt give one rerun; the attempt's end takes it, see start_rerun and
+-- complete_many); "replace" fences the attempt out (generation bump: its lease
+-- is lost, its writes refused), does not count it, and queues the job at once
+-- with the new payload. Public status stays 'processing': no version bump.
+-- False when the job is final by now (the caller submits again).
+create or replace function jobfeed.take_duplicate(p_id uuid, p_policy text, p_payload jsonb, p_now timestamptz)
+returns boolean language plpgsql as $$
+declare
+    v_job jobfeed.jobs;
+begin
+    select j.* into v_job from jobfeed.jobs j
+     where j.id = p_id and j.state not in ('completed', 'failed', 'canceled')
+       for update;
+    if not found then
+        return false;
+    end if;
+    if v_job.state <> 'running' then
+        update jobfeed.jobs j set payload = p_payload, rerun_payload = null where j.id = p_id;
+    elsif p_policy = 'rerun' then
+        update jobfeed.jobs j set rerun_payload = p_payload where j.id = p_id;
+    else
+        perform jobfeed.finish_attempts(array[p_id], array[v_job.generation], 'replaced', 'replaced',
+                                        'a duplicate submission replaced this attempt', p_now);
+        update jobfeed.jobs j
+           set state = 'queued', generation = j.generation + 1, attempts = greatest(j.attempts - 1, 0),
+               lease_until = null, run_after = p_now, payload = p_payload, rerun_payload = null
+         where j.id = p_id;
+        perform jobfeed.notify_due(v_job.kind, 1);
+    end if;
+    return true;
+end $$;
+
+-- The attempt (p_id, p_generation) ends while a rerun is pending: the job goes
+-- back to queued at once with the newest payload and the kind's attempts anew
+-- (those used so far stay counted in `attempts`), and the attempt is logged
+-- with p_outcome. False (nothing done) when no rerun is pending or the lease
+-- is lost. complete_many does the same in its own statement.
+create or replace function jobfeed.start_rerun(
+    p_id uuid, p_generation int, p_outcome text, p_code text, p_message text, p_now timestamptz)
+returns boolean language plpgsql as $$
+declare
+    v_kind text;
+begin
+    select j.kind into v_kind from jobfeed.jobs j
+     where j.id = p_id and j.generation = p_generation and j.state = 'running' and j.rerun_payload is not null
+       for update;
+    if not found then
+        return false;
+    end if;
+    perform jobfeed.finish_attempts(array[p_id], array[p_generation], p_outcome, p_code, p_message, p_now);
+    update jobfeed.jobs j
+       set state = 'queued', lease_until = null, run_after = p_now, payload = j.rerun_payload,
+           rerun_payload = null, checkpoint = null,
+           max_attempts = j.attempts + coalesce((select k.max_attempts from jobfeed.kinds k where k.kind = j.kind),
+                                                j.max_attempts)
+     where j.id = p_id;
+    perform jobfeed.notify_due(v_kind, 1);
+    return true;
+end $$;
+
 -- Earlier (unreleased) signatures of submit_request/submit_many_requests, before
 -- they took the scheduling fields: gone, so that calls are never ambiguous.
 drop function if exists jobfeed.submit_request(text, text, jsonb, timestamptz, int, text, text, int, boolean,
