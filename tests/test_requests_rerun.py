@@ -88,6 +88,18 @@ async def test_rerun_after_a_failed_attempt_runs_the_newest_payload_with_fresh_a
     assert (await queue.get_job(s.id))["status"] == "processing"  # attempts left for the rerun
 
 
+async def test_rerun_survives_a_lease_expiring_with_no_attempts_left(pool, queue, kinds):
+    s = await queue.submit("again", "gone", {"v": 1})
+    (job,) = await queue.claim(["again"], 1, "w")
+    await pool.execute("update jobfeed.jobs set attempts = max_attempts, lease_until = now() - interval '1 minute' "
+                       "where id = $1", s.id)
+    await queue.submit("again", "gone", {"v": 2})
+    await pool.execute("select jobfeed.fail_expired(null, now())")
+    assert (await queue.get_job(s.id))["status"] == "processing"
+    (rerun,) = await queue.claim(["again"], 1, "w")
+    assert rerun.payload == {"v": 2}
+
+
 async def test_100_concurrent_duplicates_during_one_attempt_give_exactly_one_rerun(dsn, kinds):
     big = await db.create_pool(dsn, min_size=20, max_size=20)
     try:

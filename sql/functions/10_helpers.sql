@@ -131,7 +131,19 @@ declare
     v_ids uuid[];
     v_gens int[];
     v_vers bigint[];
+    v_rerun record;
 begin
+    -- A rerun asked for (on_duplicate="rerun") still runs: the job is queued
+    -- with the newest payload instead of failing.
+    for v_rerun in
+        select j.id, j.generation from jobfeed.jobs j
+         where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts
+           and j.rerun_payload is not null and (p_kinds is null or j.kind = any (p_kinds))
+         for update skip locked
+    loop
+        perform jobfeed.start_rerun(v_rerun.id, v_rerun.generation, 'lease_expired', 'lease_expired',
+                                    'the lease expired; the rerun asked for runs next', p_now);
+    end loop;
     with expired as (
         select j.id from jobfeed.jobs j
          where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts
