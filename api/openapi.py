@@ -260,6 +260,10 @@ _PUBLIC = {
     "created_at": _TIME, "updated_at": _TIME, "finished_at": {**_TIME, "nullable": True},
     "version": {"type": "integer"},
     "requesters": {"type": "integer", "description": "active requests (changes go out under the same version)"},
+    "position": {"type": "integer", "nullable": True,
+                 "description": "reads only (not in POST answers): for a due job never started, how many jobs "
+                                "of its kind are claimed before it; null otherwise. On SSE refreshed at most "
+                                "every 2 s under the same version"},
     "scheduled_for": {**_TIME, "nullable": True,
                       "description": "the run_at/delay asked for, until the first start; null when due now"},
 }

@@ -45,6 +45,9 @@ select jobfeed.get_job($1)::text;
 -- name: get_jobs
 select v::text from jobfeed.get_jobs($1) v;
 
+-- name: positions
+select id, position from jobfeed.positions($1);
+
 -- name: admin_get_job
 select jobfeed.admin_get_job($1)::text;
 

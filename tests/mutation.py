@@ -83,6 +83,7 @@ LIMITS = "tests/test_api_limits.py"
 RUNNER = "tests/test_worker_runner.py"
 DEDUPE = "tests/test_requests_dedupe.py"
 RERUN = "tests/test_requests_rerun.py"
+POSITION = "tests/test_requests_position.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
 
@@ -362,6 +363,14 @@ EDITS: list[Edit] = [
     Edit("replace-does-not-fence", "sql/functions/35_requests.sql",
          "    elsif p_policy = 'rerun' then", "    elsif p_policy in ('rerun', 'replace') then",
          (RERUN,), 'on_duplicate="replace" fences the running attempt out at once'),
+    Edit("position-ignores-priority", "sql/functions/20_views.sql",
+         "        select q.id, (row_number() over (partition by q.kind order by q.priority desc, q.run_after, q.id) - 1)::int",
+         "        select q.id, (row_number() over (partition by q.kind order by q.run_after, q.id) - 1)::int",
+         (POSITION,), "position counts the jobs the claim takes first: higher priority first"),
+    Edit("position-of-started-jobs", "sql/functions/20_views.sql",
+         "where j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now",
+         "where j.id = any (p_ids) and j.state = 'queued' and j.run_after <= p_now",
+         (POSITION,), "position is null once a job has started (a retry waiting is not in line for the public)"),
 ]
 
 

@@ -381,6 +381,11 @@ class Queue:
     async def get_jobs_json(self, job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         return [r[0] for r in await self._fetch("get_jobs", list(job_ids))]
 
+    async def positions(self, job_ids: Sequence[uuid.UUID | str]) -> dict[str, int]:
+        """Queue positions of those of these jobs that are due and never started
+        (one query for the lot), by id as text."""
+        return {str(r["id"]): r["position"] for r in await self._fetch("positions", list(job_ids))}
+
     async def admin_get_job(self, job_id: uuid.UUID) -> dict | None:
         text = await self._fetchval("admin_get_job", job_id)
         return None if text is None else json.loads(text)

@@ -25,6 +25,7 @@ grant execute on function
     jobfeed.submit_many_views_v2(text, text[], jsonb[], int, timestamptz, int, text),
     jobfeed.get_job(uuid),
     jobfeed.get_jobs(uuid[]),
+    jobfeed.positions(uuid[]),
     jobfeed.admin_get_job(uuid),
     jobfeed.admin_get_jobs(uuid[]),
     jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),

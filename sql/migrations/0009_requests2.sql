@@ -25,3 +25,9 @@ create unique index jobs_unfinished_target on jobfeed.jobs (kind, target, dedupe
 -- while the job was running (null: none asked). The attempt's completion
 -- takes it in the same statement.
 alter table jobfeed.jobs add column rerun_payload jsonb;
+
+-- The claim's order, complete: priority desc, run_after, then id, so that a
+-- queue position (how many jobs are claimed first) is exact among jobs that
+-- share a run_after (a batch's). Same columns as before plus the id.
+drop index jobfeed.jobs_queued_priority;
+create index jobs_queued_priority on jobfeed.jobs (kind, priority desc, run_after, id) where state = 'queued';
