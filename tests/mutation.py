@@ -84,6 +84,7 @@ RUNNER = "tests/test_worker_runner.py"
 DEDUPE = "tests/test_requests_dedupe.py"
 RERUN = "tests/test_requests_rerun.py"
 POSITION = "tests/test_requests_position.py"
+WEBHOOKS = "tests/test_webhooks.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
 
@@ -371,6 +372,12 @@ EDITS: list[Edit] = [
          "where j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now",
          "where j.id = any (p_ids) and j.state = 'queued' and j.run_after <= p_now",
          (POSITION,), "position is null once a job has started (a retry waiting is not in line for the public)"),
+    Edit("reused-job-not-notified", "sql/functions/35_requests.sql",
+         ("            perform jobfeed.queue_deliveries(array[v_request]);",
+          "    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, v_count) k"),
+         ("            null;",
+          "    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, 0) k"),
+         (WEBHOOKS,), "a submission answered with a reused final job gets its webhook too"),
 ]
 
 

@@ -105,6 +105,7 @@ CALLS = {
     "start_rerun": "select jobfeed.start_rerun(gen_random_uuid(), 1, 'completed', null, null, now())",
     "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",
     "queue_webhooks": "select jobfeed.queue_webhooks()",  # a trigger's: callable by nobody
+    "queue_deliveries": "select jobfeed.queue_deliveries(array[gen_random_uuid()])",
 }
 
 ALLOWED = {

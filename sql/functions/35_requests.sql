@@ -206,6 +206,9 @@ begin
         insert into jobfeed.requests (job_id, requester, notify_url, created_at)
         values (v_id, p_requester, p_notify_url, v_now)
         returning requests.id into v_request;
+        if p_notify_url is not null then  -- final already: its webhook goes now
+            perform jobfeed.queue_deliveries(array[v_request]);
+        end if;
         return query select v_id, false, (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_id),
                             v_request, true;
         return;
@@ -349,6 +352,9 @@ begin
     insert into jobfeed.requests (id, job_id, requester, notify_url, created_at)
     select v_requests[k], v_ids[k], p_requesters[k], p_notify_urls[k], v_now
       from generate_series(1, v_count) k order by k;
+    -- items answered with a final job (reuse_for) that want to hear: now
+    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, v_count) k
+                                            where v_reused[k] and p_notify_urls[k] is not null));
     if cardinality(v_joined) > 0 then
         perform jobfeed.notify_requesters(v_joined, v_joined_versions);
     end if;
@@ -424,10 +430,25 @@ $$;
 -- run them (jobfeed/worker/webhooks.py): retried with backoff, at least once.
 create or replace function jobfeed.queue_webhooks()
 returns trigger language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+begin
+    perform jobfeed.queue_deliveries(array(select r.id from jobfeed.requests r
+                                            where r.job_id = new.id and r.notify_url is not null
+                                              and r.left_at is null));
+    return null;
+end $$;
+
+-- One delivery job per request of p_requests that gave a URL and whose job is
+-- final (the trigger's, when the job ends; a submission answered with a job
+-- that is final already, reuse_for, when it is made).
+create or replace function jobfeed.queue_deliveries(p_requests uuid[])
+returns void language plpgsql as $$
 declare
     v_max int;
     v_count int;
 begin
+    if cardinality(p_requests) = 0 then
+        return;
+    end if;
     insert into jobfeed.kinds (kind, max_attempts, lease, backoff, description)
     values ('jobfeed.webhook', 10, '1 minute', '{10 seconds,1 minute,5 minutes,15 minutes,60 minutes}',
             'delivers a final job view to a notify_url')
@@ -436,16 +457,17 @@ begin
     insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
     select 'jobfeed.webhook', r.id::text,
            jsonb_build_object('url', r.notify_url, 'webhook_id', 'msg_' || replace(r.id::text, '-', ''),
-                              'job_id', new.id, 'body', jobfeed.public_view(new)),
+                              'job_id', f.id, 'body', jobfeed.public_view(f)),
            v_max, now(), now(), now()
-      from jobfeed.requests r
-     where r.job_id = new.id and r.notify_url is not null and r.left_at is null
+      from jobfeed.requests r join jobfeed.jobs f on f.id = r.job_id
+     where r.id = any (p_requests) and r.notify_url is not null
+       and f.state in ('completed', 'failed', 'canceled')
+     order by r.id
     on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing;
     get diagnostics v_count = row_count;
     if v_count > 0 then
         perform jobfeed.notify_due('jobfeed.webhook', v_count);
     end if;
-    return null;
 end $$;
 
 create or replace trigger jobs_queue_webhooks
