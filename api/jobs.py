@@ -70,19 +70,18 @@ async def _submit(request: Request, svc) -> Response:
         signals, signal_timeout = parse_signals(body.get("await_signals", []), body.get("signal_timeout"))
     except InvalidSubmission as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None
-    if (after or signals) and notify_url is not None:
-        raise ApiError(422, "invalid_request", "notify_url does not combine with after or await_signals")
     tracing.annotate({"jobfeed.kind": kind})
     traceparent = tracing.current_traceparent()  # this request's span: every run of the job joins its trace
     with svc.metrics.submitting() as timed:
         try:
             with tracing.span("jobfeed submit", attributes={"jobfeed.kind": kind}):
                 if after or signals:
-                    # rare, and it locks its dependencies: outside the group commit (no request recorded)
-                    job_id, created, text = await svc.queue.submit_json(
+                    # rare, and it locks its dependencies: outside the group commit, a request all the same
+                    job_id, created, text, request_id, reused = await svc.queue.submit_waiting_json(
                         kind, target, payload, max_payload=svc.settings.max_payload, after=after,
-                        await_signals=signals, signal_timeout=signal_timeout, **schedule.kwargs())
-                    request_id, reused = None, False
+                        await_signals=signals, signal_timeout=signal_timeout, request=True,
+                        requester=svc.requester(request), notify_url=notify_url,
+                        max_active=svc.settings.max_active_per_requester, force=force, **schedule.kwargs())
                 else:
                     job_id, created, text, request_id, reused = await svc.batcher.submit(
                         kind, target, payload, schedule, requester=svc.requester(request), force=force,

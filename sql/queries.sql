@@ -11,7 +11,9 @@ select k::text from jobfeed.list_kinds() k;
 select id, created, view::text from jobfeed.submit_v3($1, $2, $3::jsonb, $4, $5, null, $6, $7);
 
 -- name: submit_waiting
-select id, created, view::text from jobfeed.submit_waiting($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7);
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_waiting_v2($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7, null, $8, $9, $10, $11, $12,
+                                 $13, $14, $15);
 
 -- name: signal
 select first, view::text from jobfeed.signal($1, $2, $3::jsonb);

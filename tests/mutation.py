@@ -85,6 +85,7 @@ DEDUPE = "tests/test_requests_dedupe.py"
 RERUN = "tests/test_requests_rerun.py"
 POSITION = "tests/test_requests_position.py"
 WEBHOOKS = "tests/test_webhooks.py"
+WAITING = "tests/test_requests_waiting.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
 
@@ -378,6 +379,10 @@ EDITS: list[Edit] = [
          ("            null;",
           "    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, 0) k"),
          (WEBHOOKS,), "a submission answered with a reused final job gets its webhook too"),
+    Edit("waiting-ignores-run-at", "sql/functions/45_workflows.sql",
+         "set state = 'queued', run_after = greatest(p_now, j.run_after) where j.id = p_id;",
+         "set state = 'queued', run_after = p_now where j.id = p_id;",
+         (WAITING,), "a job waiting on dependencies that also has a run_at is due at the later of the two"),
 ]
 
 

@@ -25,7 +25,7 @@ returns jsonb language sql stable as $$
         'requesters', case when j.state not in ('completed', 'failed', 'canceled') then j.requesters else 0 end,
         -- The time asked for with run_at/delay, until the first start. After a
         -- start it stays null: a retry's delay is not the public's business.
-        'scheduled_for', case when j.generation = 0 and j.state = 'queued' and j.run_after > j.updated_at
+        'scheduled_for', case when j.generation = 0 and j.state in ('queued', 'waiting') and j.run_after > j.updated_at
                               then j.run_after end)
 $$;
 

@@ -12,6 +12,8 @@ to jobfeed_api, jobfeed_worker;
 
 grant execute on function
     jobfeed.submit_waiting(text, text, jsonb, uuid[], text[], interval, int, timestamptz),
+    jobfeed.submit_waiting_v2(text, text, jsonb, uuid[], text[], interval, int, timestamptz, timestamptz, int, text,
+                              boolean, text, text, int, boolean),
     jobfeed.signal(uuid, text, jsonb, timestamptz)
 to jobfeed_api, jobfeed_worker;
 
