@@ -279,7 +279,9 @@ SCHEMAS = {
                                             "items": {"type": "string", "format": "uuid"},
                                             "description": "ids of jobs this one waits for (true state "
                                                            "waiting); one failed or canceled fails it "
-                                                           "with dependency_failed"},
+                                                           "with dependency_failed. Combines with run_at/"
+                                                           "delay (due at the later of the two), priority, "
+                                                           "concurrency_key and notify_url"},
                                   "await_signals": {"type": "array", "maxItems": 100,
                                                     "items": {"type": "string", "minLength": 1},
                                                     "description": "signal names the job waits for (POST "

@@ -61,15 +61,17 @@ returns table (id uuid, "position" int) language sql stable as $$
     ), last_one as (
         select distinct on (m.kind) m.kind, m.priority, m.run_after
           from mine m order by m.kind, m.priority, m.run_after desc
-    ), line as (
-        select q.id, (row_number() over (partition by q.kind order by q.priority desc, q.run_after, q.id) - 1)::int
-                     as "position"
-          from last_one b
-          join jobfeed.jobs q on q.kind = b.kind and q.state = 'queued' and q.run_after <= p_now
-                             and q.priority >= b.priority
-                             and (q.priority > b.priority or q.run_after <= b.run_after)
     )
-    select l.id, l."position" from line l join mine m on m.id = l.id
+    -- per kind, its line in index order (numbered as read: no sort)
+    select l.id, l."position"
+      from last_one b
+     cross join lateral (
+        select q.id, (row_number() over (order by q.priority desc, q.run_after, q.id) - 1)::int as "position"
+          from jobfeed.jobs q
+         where q.kind = b.kind and q.state = 'queued' and q.run_after <= p_now and q.priority >= b.priority
+           and (q.priority > b.priority or q.run_after <= b.run_after)
+         order by q.priority desc, q.run_after, q.id) l
+      join mine m on m.id = l.id
 $$;
 
 -- The positions of these jobs (the feed refreshes its watched queued jobs'
