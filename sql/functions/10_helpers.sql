@@ -137,7 +137,7 @@ begin
     -- with the newest payload instead of failing.
     for v_rerun in
         select j.id, j.generation from jobfeed.jobs j
-         where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts
+         where j.state = 'running' and j.lease_until < p_now and j.max_attempts <= j.attempts
            and j.rerun_payload is not null and (p_kinds is null or j.kind = any (p_kinds))
          for update skip locked
     loop
