@@ -95,9 +95,18 @@ $$;
 -- with their positions (one pass for the lot).
 create or replace function jobfeed.get_jobs(p_ids uuid[])
 returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
-    select jobfeed.public_view(j) || jsonb_build_object('position', p."position")
-      from jobfeed.jobs j left join jobfeed.queue_positions(p_ids, now()) p on p.id = j.id
-     where j.id = any (p_ids)
+    -- each row read once; positions asked only for the queued ones (none, in
+    -- the common re-read of running jobs' progress)
+    with rows as materialized (
+        select j as job from jobfeed.jobs j where j.id = any (p_ids)
+    ), pos as (
+        select p.id, p."position"
+          from jobfeed.queue_positions(array(select (r.job).id from rows r
+                                              where (r.job).state = 'queued' and (r.job).generation = 0),
+                                       now()) p
+    )
+    select jobfeed.public_view(r.job) || jsonb_build_object('position', pos."position")
+      from rows r left join pos on pos.id = (r.job).id
 $$;
 
 create or replace function jobfeed.admin_get_job(p_id uuid)
