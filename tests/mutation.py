@@ -81,6 +81,11 @@ SECURITY = "tests/test_security.py"
 API_JOBS = "tests/test_api_jobs.py"
 LIMITS = "tests/test_api_limits.py"
 RUNNER = "tests/test_worker_runner.py"
+DEDUPE = "tests/test_requests_dedupe.py"
+RERUN = "tests/test_requests_rerun.py"
+POSITION = "tests/test_requests_position.py"
+WEBHOOKS = "tests/test_webhooks.py"
+WAITING = "tests/test_requests_waiting.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
 FILES = "tests/test_files.py"
@@ -220,8 +225,8 @@ EDITS: list[Edit] = [
          "then",
          (Q_PUBLIC, Q_OUT, SSE), "public progress never goes backwards"),
     Edit("complete-not-announced", "sql/functions/50_outcomes.sql",
-         "    perform jobfeed.notify_changed(v_ids, v_vers);\n    return v_ids;",
-         "    return v_ids;",
+         "    perform jobfeed.notify_changed(v_ids, v_vers);\n    if v_reruns is not null then",
+         "    if v_reruns is not null then",
          (Q_PUBLIC, SSE), "every change of a job's public view is announced"),
     Edit("status-flickers-queued", "sql/functions/10_helpers.sql",
          "when 'queued' then case when p_generation > 0 then 'processing' else 'queued' end",
@@ -370,6 +375,44 @@ EDITS: list[Edit] = [
     Edit("budget-no-max-jobs", "worker/runner.py",
          "            free = min(free, self.max_jobs - self.claimed_count)\n", "            pass\n",
          (PROCESS,), "budget mode handles at most --max-jobs"),
+    # ------------------------------------------------------------ requests
+    Edit("requester-dedupe-ignores-identity", "sql/functions/10_helpers.sql",
+         "case when p_dedupe = 'requester' then nullif(p_requester, '') else '' end",
+         "case when p_dedupe = 'requester' then '' else '' end",
+         (DEDUPE,), 'dedupe="requester": strangers never share a job'),
+    Edit("rerun-runs-twice", "sql/functions/50_outcomes.sql",
+         "               rerun_payload = null\n          from unnest(p_ids, p_generations, p_results)",
+         "               rerun_payload = j.rerun_payload\n          from unnest(p_ids, p_generations, p_results)",
+         (RERUN,), 'on_duplicate="rerun" runs exactly once more, not again and again'),
+    Edit("rerun-flashes-completed", "sql/functions/50_outcomes.sql",
+         "               version = j.version + (j.rerun_payload is null)::int,",
+         "               version = j.version + 1,",
+         (RERUN,), "the public view stays processing through a rerun: no version bump"),
+    Edit("replace-counts-the-attempt", "sql/functions/35_requests.sql",
+         "set state = 'queued', generation = j.generation + 1, attempts = greatest(j.attempts - 1, 0),",
+         "set state = 'queued', generation = j.generation + 1, attempts = j.attempts,",
+         (RERUN,), "a replaced attempt is not counted against max_attempts"),
+    Edit("replace-does-not-fence", "sql/functions/35_requests.sql",
+         "    elsif p_policy = 'rerun' then", "    elsif p_policy in ('rerun', 'replace') then",
+         (RERUN,), 'on_duplicate="replace" fences the running attempt out at once'),
+    Edit("position-ignores-priority", "sql/functions/20_views.sql",
+         "        select q.id, (row_number() over (order by q.priority desc, q.run_after, q.id) - 1)::int as \"position\"",
+         "        select q.id, (row_number() over (order by q.run_after, q.id) - 1)::int as \"position\"",
+         (POSITION,), "position counts the jobs the claim takes first: higher priority first"),
+    Edit("position-of-started-jobs", "sql/functions/20_views.sql",
+         "where j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now",
+         "where j.id = any (p_ids) and j.state = 'queued' and j.run_after <= p_now",
+         (POSITION,), "position is null once a job has started (a retry waiting is not in line for the public)"),
+    Edit("reused-job-not-notified", "sql/functions/35_requests.sql",
+         ("            perform jobfeed.queue_deliveries(array[v_request]);",
+          "    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, v_count) k"),
+         ("            null;",
+          "    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, 0) k"),
+         (WEBHOOKS,), "a submission answered with a reused final job gets its webhook too"),
+    Edit("waiting-ignores-run-at", "sql/functions/45_workflows.sql",
+         "set state = 'queued', run_after = greatest(p_now, j.run_after) where j.id = p_id;",
+         "set state = 'queued', run_after = p_now where j.id = p_id;",
+         (WAITING,), "a job waiting on dependencies that also has a run_at is due at the later of the two"),
     # ------------------------------------------------------------ files in and out
     Edit("upload-limit-off-by-a-chunk", "api/uploads.py",
          "                    if received > limit:\n", "                    if received > limit + 65536:\n",
