@@ -203,10 +203,10 @@ EDITS: list[Edit] = [
     Edit("permanent-unfenced", "sql/functions/50_outcomes.sql",
          "           last_error_code = p_code, last_error_message = p_message, version = j.version + 1\n"
          "     where j.id = p_id and j.generation = p_generation and j.state = 'running'\n"
-         "    returning j.version into v_ver;",
+         "    returning j.version, j.kind into v_ver, v_kind;",
          "           last_error_code = p_code, last_error_message = p_message, version = j.version + 1\n"
          "     where j.id = p_id and j.state = 'running'\n"
-         "    returning j.version into v_ver;",
+         "    returning j.version, j.kind into v_ver, v_kind;",
          (Q_FENCE, Q_OUT), "fail_permanent is fenced by generation"),
     Edit("release-counts-attempt", "sql/functions/50_outcomes.sql",
          "attempts = greatest(j.attempts - 1, 0)", "attempts = j.attempts",
@@ -220,8 +220,8 @@ EDITS: list[Edit] = [
          "then",
          (Q_PUBLIC, Q_OUT, SSE), "public progress never goes backwards"),
     Edit("complete-not-announced", "sql/functions/50_outcomes.sql",
-         "    perform jobfeed.notify_changed(v_ids, v_vers);\n    return v_ids;",
-         "    return v_ids;",
+         "    perform jobfeed.notify_changed(v_ids, v_vers);\n    perform jobfeed.notify_freed(v_kinds);\n",
+         "    perform jobfeed.notify_freed(v_kinds);\n",
          (Q_PUBLIC, SSE), "every change of a job's public view is announced"),
     Edit("status-flickers-queued", "sql/functions/10_helpers.sql",
          "when 'queued' then case when p_generation > 0 then 'processing' else 'queued' end",

@@ -110,6 +110,7 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
     v_vers bigint[];
+    v_kinds text[];
 begin
     perform jobfeed.lock_held(p_ids, p_generations);
     with upd as (
@@ -118,7 +119,7 @@ begin
                updated_at = v_now, version = j.version + 1
           from unnest(p_ids, p_generations, p_results) as t(id, generation, result)
          where j.id = t.id and j.generation = t.generation and j.state::text = 'running'
-        returning j.id, j.generation, j.version, j.attempts, j.worker_id, j.claimed_at
+        returning j.id, j.generation, j.version, j.attempts, j.worker_id, j.claimed_at, j.kind
     ), logged as (
         -- finish_attempts' row, written from the UPDATE's own rows: this is the
         -- drain's hot path, and reading the jobs again cost a tenth of it.
@@ -126,11 +127,12 @@ begin
         select upd.id, upd.generation, upd.attempts, upd.worker_id, upd.claimed_at, v_now, 'completed' from upd
         on conflict (job_id, generation) do nothing
     )
-    select array_agg(upd.id), array_agg(upd.version) into v_ids, v_vers from upd;
+    select array_agg(upd.id), array_agg(upd.version), array_agg(upd.kind) into v_ids, v_vers, v_kinds from upd;
     if v_ids is null then
         return '{}';
     end if;
     perform jobfeed.notify_changed(v_ids, v_vers);
+    perform jobfeed.notify_freed(v_kinds);
     return v_ids;
 end $$;
 
@@ -173,6 +175,7 @@ begin
         returning j.version into v_ver;
         perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'transient', p_code, p_message, v_now);
         perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+        perform jobfeed.notify_freed(array[v_kind]);
         return true;
     end if;
     v_backoff := coalesce(v_backoff, '{1 minute,5 minutes,15 minutes,60 minutes}');
@@ -197,17 +200,19 @@ returns boolean language plpgsql security definer set search_path = jobfeed, pg_
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ver bigint;
+    v_kind text;
 begin
     update jobfeed.jobs j
        set state = 'failed', lease_until = null, finished_at = v_now, updated_at = v_now,
            last_error_code = p_code, last_error_message = p_message, version = j.version + 1
      where j.id = p_id and j.generation = p_generation and j.state = 'running'
-    returning j.version into v_ver;
+    returning j.version, j.kind into v_ver, v_kind;
     if not found then
         return false;
     end if;
     perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'permanent', p_code, p_message, v_now);
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+    perform jobfeed.notify_freed(array[v_kind]);
     return true;
 end $$;
 
