@@ -83,6 +83,12 @@ LIMITS = "tests/test_api_limits.py"
 RUNNER = "tests/test_worker_runner.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
+FLOW_LIMITS = "tests/test_flow_limits.py"
+FLOW_ADMIN = "tests/test_flow_admin.py::test_pause_takes_submissions_claims_nothing_and_survives_registration"
+PRIORITY = "tests/test_scheduling.py::test_higher_priority_first_then_earlier_run_after"
+RUN_AT = "tests/test_scheduling.py::test_run_at_waits_and_shows_scheduled_for_until_the_first_start"
+PERIODIC = "tests/test_periodic.py"
+WAKE = "tests/test_flow_wake.py"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
@@ -170,6 +176,53 @@ EDITS: list[Edit] = [
          "where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts",
          "where j.state = 'running' and j.lease_until < p_now and j.attempts > j.max_attempts",
          (Q_OUT, Q_FENCE, SWEEP), "lease expired with attempts exhausted: failed (lease_expired)"),
+    # ------------------------------------------------------------ scheduling and flow control
+    Edit("priority-ignored", "sql/functions/40_claim.sql",
+         "                        order by q.priority desc, q.run_after\n",
+         "                        order by q.run_after\n",
+         (PRIORITY,), "among due jobs of a kind, higher priority is claimed first, then the earlier run_after"),
+    Edit("scheduled-for-reveals-retry", "sql/functions/20_views.sql",
+         "'scheduled_for', case when j.generation = 0 and j.state = 'queued'",
+         "'scheduled_for', case when j.state = 'queued'",
+         (RUN_AT,), "scheduled_for shows until the first start only: a retry's delay stays private"),
+    Edit("max-running-per-worker", "sql/functions/41_claim_limited.sql",
+         # counted in two places: before the first pass and after each
+         ("        v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"
+          "                                    where r.kind = p_kind and r.state = 'running')::int;",
+          "            v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"
+          "                                        where r.kind = p_kind and r.state = 'running')::int;"),
+         ("        v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"
+          "                                    where r.kind = p_kind and r.state = 'running' and r.worker_id = p_worker)::int;",
+          "            v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"
+          "                                        where r.kind = p_kind and r.state = 'running' and r.worker_id = p_worker)::int;"),
+         (FLOW_LIMITS,), "max_running caps the kind across every worker, not per worker"),
+    Edit("max-running-per-key-off-by-one", "sql/functions/41_claim_limited.sql",
+         ("and r.concurrency_key = q.concurrency_key) < p_max_per_key)",
+          "and r.concurrency_key = c.concurrency_key) <= p_max_per_key"),
+         ("and r.concurrency_key = q.concurrency_key) <= p_max_per_key)",
+          "and r.concurrency_key = c.concurrency_key) <= p_max_per_key + 1"),
+         (FLOW_LIMITS,), "max_running_per_key: never more running jobs of one key than the cap"),
+    Edit("rate-starts-not-counted", "sql/functions/41_claim_limited.sql",
+         "    if p_rate_count is not null and v_total > 0 then",
+         "    if false then",
+         (FLOW_LIMITS,), "rate: at most N starts per period across all workers"),
+    Edit("pause-ignored", "sql/functions/40_claim.sql",
+         "    if v_paused then\n        return;",
+         "    if false then\n        return;",
+         (FLOW_ADMIN,), "nothing of a paused kind is claimed"),
+    Edit("periodic-slot-not-recorded-first", "sql/functions/65_schedules.sql",
+         "    on conflict do nothing;\n    if not found then\n        return null;\n    end if;\n",
+         "    on conflict do nothing;\n",
+         (PERIODIC,), "one job per periodic slot, whatever dedupe says (the slot table decides)"),
+    Edit("freed-slot-not-notified", "sql/functions/41_claim_limited.sql",
+         "      where k.max_running is not null or k.max_running_per_key is not null;",
+         "      where false;",
+         (WAKE,), "a capped kind's freed slot wakes a waiting worker at once, not at its poll"),
+    Edit("blocked-key-counted-due", "sql/functions/40_claim.sql",
+         "                                 and j.run_after > coalesce(case when k.max_running_per_key is not null\n"
+         "                                                                 then p_claimed_at end, '-infinity')) q",
+         "                                 ) q",
+         (WAKE,), "a worker whose due jobs all wait behind a full key sleeps, never claims in a loop"),
     # ------------------------------------------------------------ outcomes
     Edit("complete-unfenced", "sql/functions/50_outcomes.sql",
          "where j.id = t.id and j.generation = t.generation and j.state::text = 'running'\n"
