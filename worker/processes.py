@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 from typing import AsyncIterator
 
 from . import db, migrate as migrations, tasks
@@ -79,5 +81,15 @@ def cmd_api(settings: Settings, args) -> int:
     # register the kinds they know, as every API process does).
     os.environ["DATABASE_URL"] = dsn
     os.environ["JOBFEED_ADMIN_TOKEN"] = admin_token(settings)
-    serve_processes(settings, workers=args.workers)
+    # Several processes behind one port: each keeps its metrics in files of a
+    # directory they share, so any of them answers /metrics for all (see
+    # api/metrics.py). Set before uvicorn starts them; removed when they end.
+    own_dir = None
+    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="jobfeed-metrics-")
+    try:
+        serve_processes(settings, workers=args.workers)
+    finally:
+        if own_dir is not None:
+            shutil.rmtree(own_dir, ignore_errors=True)
     return 0
