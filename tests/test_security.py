@@ -94,6 +94,7 @@ CALLS = {
     "fail_signal_timeouts": "select jobfeed.fail_signal_timeouts(now())",
     "notify_due": "select jobfeed.notify_due('k', 1)",
     "notify_freed": "select jobfeed.notify_freed(array['k'])",
+    "sample_depth_from": "select jobfeed.sample_depth_from('{}', now())",
     "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
     "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
