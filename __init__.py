@@ -6,10 +6,10 @@ shared by everyone who asks for the same target, with live progress over SSE.
 
 from .worker.db import create_pool
 from .worker.queue import Job, Queue, QueueError, Submission
-from .worker.tasks import (Context, LeaseLost, Permanent, Release, Transient, check_response, http_errors,
-                           task)
+from .worker.tasks import (Context, LeaseLost, Permanent, Release, Transient, WaitFor, check_response,
+                           http_errors, task)
 
 __all__ = [
     "Context", "Job", "LeaseLost", "Permanent", "Queue", "QueueError", "Release", "Submission", "Transient",
-    "check_response", "create_pool", "http_errors", "task",
+    "WaitFor", "check_response", "create_pool", "http_errors", "task",
 ]

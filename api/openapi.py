@@ -303,6 +303,8 @@ SCHEMAS = {
         "worker_id": {"type": "string", "nullable": True}, "started_at": {**_TIME, "nullable": True},
         "last_error": {**_ERROR_OBJ, "nullable": True}, "payload": {"type": "object"},
         "priority": {"type": "integer"}, "concurrency_key": {"type": "string", "nullable": True},
+        "parent_id": {"type": "string", "format": "uuid", "nullable": True,
+                      "description": "the job whose handler submitted this one with ctx.submit"},
         "attempts_log": {"type": "array", "items": {"type": "object"}}}},
     "JobsPage": {"type": "object", "properties": {
         "jobs": {"type": "array", "items": _ref("AdminJobView")},

@@ -74,10 +74,11 @@ select changed, picked, last_id from jobfeed.bulk_cancel($1::jobfeed.job_state, 
 
 -- name: claim
 with c as materialized (select * from jobfeed.claim_v2($1, $2, $3, $4) with ordinality),
-     s as (select * from jobfeed.signals_of(array(select c.id from c)))
+     s as (select * from jobfeed.signals_of(array(select c.id from c))),
+     w as (select * from jobfeed.children_of(array(select c.id from c)))
 select c.id, c.kind, c.target, c.payload::text, c.attempts, c.max_attempts, c.generation, c.lease_until,
-       c.checkpoint::text, extract(epoch from c.lease)::float8, s.signals::text
-  from c left join s on s.job_id = c.id
+       c.checkpoint::text, extract(epoch from c.lease)::float8, s.signals::text, w.children::text
+  from c left join s on s.job_id = c.id left join w on w.job_id = c.id
  order by c.ordinality;
 
 -- name: job_timings
@@ -118,6 +119,15 @@ select jobfeed.checkpoint($1, $2, $3::jsonb);
 
 -- name: complete_many
 select jobfeed.complete_many($1, $2, $3::jsonb[]);
+
+-- name: complete_spawning
+select jobfeed.complete_spawning($1, $2, $3::jsonb, $4::jsonb);
+
+-- name: wait_for
+select jobfeed.wait_for($1, $2, $3::jsonb, $4::uuid[]);
+
+-- name: child_id
+select jobfeed.child_id($1, $2, $3, $4, $5::jsonb, $6);
 
 -- name: complete
 select jobfeed.complete($1, $2, $3::jsonb);

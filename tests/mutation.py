@@ -89,6 +89,7 @@ PRIORITY = "tests/test_scheduling.py::test_higher_priority_first_then_earlier_ru
 RUN_AT = "tests/test_scheduling.py::test_run_at_waits_and_shows_scheduled_for_until_the_first_start"
 PERIODIC = "tests/test_periodic.py"
 WAKE = "tests/test_flow_wake.py"
+CHILDREN = "tests/test_workflows_children.py"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
@@ -301,10 +302,38 @@ EDITS: list[Edit] = [
          ("         where j.state is not null\n           and coalesce(j.finished_at, j.created_at)",
           "where j.id = doomed.id"),
          (SWEEP,), "cleanup never deletes unfinished jobs"),
+    Edit("sweep-deletes-named-child", "sql/functions/70_sweep.sql",
+         "           and not exists (select from jobfeed.jobs p\n"
+         "                            where p.id = j.parent_id and p.state not in ('completed', 'failed', 'canceled'))\n",
+         "",
+         (CHILDREN,), "the sweeper keeps a finished child while its parent is unfinished"),
+    Edit("sweep-deletes-waited-for", "sql/functions/70_sweep.sql",
+         "where d.dep_id = j.id and w.state not in ('completed', 'failed', 'canceled'))",
+         "where d.dep_id = j.id and w.state not in ('completed', 'failed', 'canceled') and d.wait_pos is null)",
+         (CHILDREN,), "the sweeper keeps a finished job a waiting parent named in ctx.wait_for"),
     Edit("sweep-ignores-retention", "sql/functions/70_sweep.sql",
          "and j.finished_at < jobfeed.clock(p_now) - p_retention",
          "and j.finished_at < jobfeed.clock(p_now)",
          (SWEEP,), "finished jobs are kept for the retention period"),
+    # ------------------------------------------------------------ children (ctx.submit, ctx.wait_for)
+    Edit("children-unfenced", "sql/functions/46_children.sql",
+         "        return false;\n    end if;\n    perform jobfeed.spawn_children(p_id, p_children, v_now);\n"
+         "    return cardinality(",
+         "        null;\n    end if;\n    perform jobfeed.spawn_children(p_id, p_children, v_now);\n"
+         "    return cardinality(",
+         (CHILDREN,), "a stale attempt's children are never written"),
+    Edit("children-ids-per-attempt", "sql/functions/46_children.sql",
+         "md5(v_seed::text || chr(31) || p_kind", "md5(p_generation::text || v_seed::text || chr(31) || p_kind",
+         (CHILDREN,), "every attempt of a parent names the same children: a retry never makes a second set"),
+    Edit("wait-for-not-waking", "sql/functions/45_workflows.sql",
+         "v_open := v_share.done < v_share.total", "v_open := v_share.total > 0",
+         (CHILDREN,), "a parent waiting for jobs becomes due once all of them are final"),
+    Edit("wait-for-no-share-lock", "sql/functions/46_children.sql",
+         "    perform from jobfeed.jobs j where j.id = any (v_wait) order by j.id for share;\n", "",
+         (CHILDREN,), "the last child finishing while its parent's wait_for commits never strands the parent"),
+    Edit("timeout-not-transient", "worker/runner.py",
+         'raise Transient("timeout", ', 'raise Permanent("timeout", ',
+         (CHILDREN,), "a run past its timeout is a transient failure (code timeout), retried"),
     # ------------------------------------------------------------ feed and streams
     Edit("feed-admin-no-resync", "api/feed.py",
          "        for admin in self._admins:\n            admin.resync()\n", "",

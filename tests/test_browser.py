@@ -511,3 +511,27 @@ async def test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk(api, new_p
     await expect(page.locator("#bulk-message")).to_have_text("Canceled 3 jobs.")
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 3
     await expect(page.locator("#jobs tbody tr")).to_have_count(0)
+
+
+async def test_admin_detail_of_a_child_links_to_its_parent(api, new_page, http, pool):
+    """No worker: a parent is claimed and completed by hand with one child
+    (ctx.submit's SQL); the child's detail shows its parent as a link that
+    opens the parent's detail."""
+    from jobfeed.worker.queue import Queue
+
+    queue = Queue(pool)
+    parent = (await http.post("/api/jobs", json={"kind": "demo", "target": "parent"})).json()["id"]
+    (claimed,) = await queue.claim(["demo"], 1, "by-hand")
+    child = await queue.child_id(claimed.id, claimed.generation, "demo", "child", {})
+    assert await queue.complete_spawning(claimed.id, claimed.generation, None,
+                                         [{"id": str(child), "kind": "demo", "target": "child", "payload": {}}])
+    page = await new_page(DESKTOP)
+    await page.goto(f"/admin#job={child}")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#detail-heading")).to_have_text("demo: child")
+    link = page.locator("#detail-facts a", has_text=parent)
+    await link.click()
+    await expect(page.locator("#detail-heading")).to_have_text("demo: parent")
+    await expect(page.locator("#detail .badge")).to_have_text("completed")
+    assert page.url.endswith(f"#job={parent}")

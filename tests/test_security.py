@@ -63,6 +63,10 @@ CALLS = {
     "submit_waiting": "select * from jobfeed.submit_waiting('k', gen_random_uuid()::text, '{}', '{}', '{a}')",
     "signal": "select * from jobfeed.signal(gen_random_uuid(), 'a', '{}')",
     "signals_of": "select * from jobfeed.signals_of(array[gen_random_uuid()])",
+    "child_id": "select jobfeed.child_id(gen_random_uuid(), 1, 'k', 't', '{}')",
+    "complete_spawning": "select jobfeed.complete_spawning(gen_random_uuid(), 1, null, '[]')",
+    "wait_for": "select jobfeed.wait_for(gen_random_uuid(), 1, '[]', '{}')",
+    "children_of": "select * from jobfeed.children_of(array[gen_random_uuid()])",
     "job_timings": "select * from jobfeed.job_timings(array[gen_random_uuid()])",
     "worker_beat": "select jobfeed.worker_beat('w', 'h', array['k'], 1, 0, '1 minute')",
     "worker_stopped": "select jobfeed.worker_stopped('w')",
@@ -91,6 +95,7 @@ CALLS = {
     "lock_held": "select jobfeed.lock_held('{}', '{}')",
     "settle_waiting": "select jobfeed.settle_waiting(gen_random_uuid(), now())",
     "settle_dependents": "select jobfeed.settle_dependents()",
+    "spawn_children": "select jobfeed.spawn_children(gen_random_uuid(), '[]', now())",
     "fail_signal_timeouts": "select jobfeed.fail_signal_timeouts(now())",
     "notify_due": "select jobfeed.notify_due('k', 1)",
     "notify_freed": "select jobfeed.notify_freed(array['k'])",
@@ -115,7 +120,8 @@ ALLOWED = {
                        "next_due_v2", "extend_many", "extend", "register_schedule", "enqueue_slot", "list_schedules",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped",
-                       "set_traceparent", "set_kind_request_policy", "submit_waiting", "signal", "signals_of"},
+                       "set_traceparent", "set_kind_request_policy", "submit_waiting", "signal", "signals_of",
+                       "child_id", "complete_spawning", "wait_for", "children_of"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
 }
 
@@ -201,6 +207,22 @@ async def test_worker_and_api_round_trip_through_functions_only(login, pool):
     assert '"completed"' in await api.fetchval("select jobfeed.get_job($1)::text", jid)
     sweeper = await login("jobfeed_sweeper")
     assert await sweeper.fetchval("select jobfeed.delete_finished('0', 10, now() + interval '1 second')") == 1
+
+
+async def test_the_worker_role_writes_children_and_waits_through_functions_only(login, pool):
+    worker = await login("jobfeed_worker")
+    jid = (await worker.fetchrow("select * from jobfeed.submit_waiting('k', 'parent', '{}', '{}', '{}')"))["id"]
+    [r] = await worker.fetch("select * from jobfeed.claim(array['k'], 1, 'w')")
+    child = await worker.fetchval("select jobfeed.child_id($1, $2, 'k', 'child', '{}')", jid, r["generation"])
+    planned = f'[{{"id": "{child}", "kind": "k", "target": "child", "payload": {{}}}}]'
+    assert await worker.fetchval("select jobfeed.wait_for($1, $2, $3::jsonb, $4::uuid[])",
+                                 jid, r["generation"], planned, [child]) is True
+    [c] = await worker.fetch("select * from jobfeed.claim(array['k'], 1, 'w')")
+    assert c["id"] == child
+    assert await worker.fetchval("select jobfeed.complete($1, $2, '7')", child, c["generation"]) is True
+    [again] = await worker.fetch("select * from jobfeed.claim(array['k'], 1, 'w')")
+    assert again["id"] == jid
+    assert '"result": 7' in await worker.fetchval("select children::text from jobfeed.children_of($1)", [jid])
 
 
 async def test_service_roles_cannot_move_the_clock(login, pool):

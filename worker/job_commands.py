@@ -78,6 +78,8 @@ async def cmd_show(settings: Settings, args) -> int:
     for key in ("id", "kind", "target", "state", "status", "attempts", "max_attempts", "generation",
                 "run_after", "lease_until", "created_at", "finished_at"):
         print(f"{key:>13}: {view.get(key)}")
+    if view.get("parent_id"):  # a child: submitted by that job's handler
+        print(f"{'parent_id':>13}: {view['parent_id']}")
     for key in ("progress", "last_error", "result", "payload"):
         print(f"{key:>13}: {json.dumps(view.get(key))}")
     print("     attempts:")

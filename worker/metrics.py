@@ -31,6 +31,7 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 COMPLETED, FAILED, RETRIED, RELEASED, LOST, ABANDONED = (
     "completed", "failed", "retried", "released", "lost", "abandoned")
 FINAL = (COMPLETED, FAILED)
+WAITING = "waiting"  # the handler returned ctx.wait_for: it runs again later
 
 RUN = Histogram("jobfeed_job_run_seconds", "Handler run time of one attempt, by kind and outcome.",
                 ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)

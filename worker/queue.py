@@ -100,6 +100,9 @@ class Job:
     checkpoint: Any       # what an earlier attempt saved with ctx.checkpoint, or None
     lease: float | None = None  # seconds: the lease the claim granted (the heartbeat's pace)
     signals: dict | None = None  # the signals it awaited: name -> data (None: it awaited none)
+    # what its latest ctx.wait_for waited for, in that order: {id, kind, target,
+    # status, result, error} each (None: it never waited)
+    children: list | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -445,7 +448,7 @@ class Queue:
         rows = await self._fetch("claim", list(kinds), limit, worker_id, _seconds(lease))
         loads = json.loads
         return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
-                    r[9], None if r[10] is None else loads(r[10]))
+                    r[9], None if r[10] is None else loads(r[10]), None if r[11] is None else loads(r[11]))
                 for r in rows]
 
     async def job_timings(self, ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
@@ -516,6 +519,29 @@ class Queue:
         done = await self._fetchval("complete_many", [j[0] for j in jobs], [j[1] for j in jobs],
                                     [json.dumps(j[2]) for j in jobs])
         return set(done)
+
+    async def child_id(self, parent_id: uuid.UUID, generation: int, kind: str, target: str, payload: dict | None,
+                       max_payload: int = MAX_PAYLOAD_BYTES) -> uuid.UUID | None:
+        """The id a child of (kind, target) has (or will have once the parent's
+        outcome writes it); None when the parent's lease is lost. QueueError for
+        a submission submit() would refuse."""
+        await self._add_kind(kind)
+        return await self._fetchval("child_id", parent_id, generation, kind, target,
+                                    json.dumps(payload if payload is not None else {}), max_payload)
+
+    async def complete_spawning(self, job_id: uuid.UUID, generation: int, result: Any,
+                                children: Sequence[dict]) -> bool:
+        """Complete the job and write its children (dicts of id, kind, target,
+        payload, priority, concurrency_key) in one fenced transaction."""
+        return await self._fetchval("complete_spawning", job_id, generation, json.dumps(result),
+                                    json.dumps(list(children), default=str))
+
+    async def wait_for(self, job_id: uuid.UUID, generation: int, children: Sequence[dict],
+                       wait: Sequence[uuid.UUID]) -> bool:
+        """Write the children, then the job waits until every job in `wait` is
+        final; fenced like the other outcomes."""
+        return await self._fetchval("wait_for", job_id, generation, json.dumps(list(children), default=str),
+                                    list(wait))
 
     async def fail_transient(self, job_id: uuid.UUID, generation: int, code: str, message: str | None,
                              retry_after: float | None = None) -> bool:

@@ -19,12 +19,12 @@ import re
 import socket
 import time
 import uuid
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import db, logs, metrics, redact, schedules, tracing
 from .db import Listener
 from .queue import Job, Queue, retrying
-from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec
+from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
 from .testsignal import Signal, Timer
 
 log = logging.getLogger("jobfeed.worker")
@@ -297,6 +297,21 @@ class _Seats:
         self._view = view
 
 
+async def _call(spec: TaskSpec, job: Job, ctx: Context):
+    """Run the handler, within the kind's timeout if it has one: past it, the
+    run is canceled and ends as a transient failure with code "timeout"."""
+    if spec.timeout is None:
+        return await spec.handler(job, ctx)
+    window = asyncio.timeout(spec.timeout)
+    try:
+        async with window:
+            return await spec.handler(job, ctx)
+    except TimeoutError:
+        if window.expired():
+            raise Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s") from None
+        raise
+
+
 class Runner:
     def __init__(self, queue: Queue, dsn: str, specs: Sequence[TaskSpec], *, concurrency: int = 10,
                  worker_id: str | None = None, poll_interval: float = 5.0, grace: float = 30.0,
@@ -526,12 +541,12 @@ class Runner:
         started = time.monotonic()
         try:
             try:
-                result = await spec.handler(job, entry.ctx)
+                result = await _call(spec, job, entry.ctx)
             except asyncio.CancelledError:
                 if entry.stop_reason is None:
                     raise  # not ours: the runner itself is being torn down
                 asyncio.current_task().uncancel()  # type: ignore[union-attr]  # we run in a task
-                outcome: tuple[str, JobError | None]
+                outcome: tuple[str, Any]
                 if entry.stop_reason in ("shutdown", "budget"):
                     outcome = ("error", Release(entry.stop_reason, f"worker {entry.stop_reason}", retry_after=0))
                 else:
@@ -546,15 +561,19 @@ class Runner:
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", redact.unexpected(exc))
             else:
-                self._observe_end(job, ("done", None), time.monotonic() - started)
-                entry.recording = True  # from here on, a stop() must not cancel it
-                await self._flush_progress(entry)
-                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
-                    self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # written in a batch
-                return
+                if isinstance(result, WaitFor) or entry.ctx.children:
+                    # with its children, in one call of its own (not the batch)
+                    outcome = ("wait", result) if isinstance(result, WaitFor) else ("spawn", result)
+                else:
+                    self._observe_end(job, ("done", None), time.monotonic() - started)
+                    entry.recording = True  # from here on, a stop() must not cancel it
+                    await self._flush_progress(entry)
+                    with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
+                        self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # in a batch
+                    return
             label = self._observe_end(job, outcome, time.monotonic() - started)
             entry.recording = True
-            if outcome[0] == "error":
+            if outcome[0] in ("error", "wait", "spawn"):
                 await self._flush_progress(entry)
             entry.ctx.close()
             self._running.pop(key, None)
@@ -562,9 +581,9 @@ class Runner:
             self._wake.set()
             try:
                 what, value = outcome
-                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": label,
-                                                                 "jobfeed.code": value.code if value else ""}):
-                    await self._record(job, what, value, entry.ctx.lease)
+                code = value.code if isinstance(value, JobError) else ""
+                with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": label, "jobfeed.code": code}):
+                    await self._record(job, what, value, entry.ctx.lease, entry.ctx.children)
             finally:
                 self._recording -= 1
                 self._wake.set()
@@ -576,11 +595,13 @@ class Runner:
             metrics.RUNNING.labels(job.kind).dec()
             self._wake.set()
 
-    def _observe_end(self, job: Job, outcome: tuple[str, JobError | None], seconds: float) -> str:
+    def _observe_end(self, job: Job, outcome: tuple[str, object], seconds: float) -> str:
         what, error = outcome
-        code = error.code if error is not None else ""
-        if what == "done":
+        code = error.code if isinstance(error, JobError) else ""
+        if what in ("done", "spawn"):
             label = metrics.COMPLETED
+        elif what == "wait":
+            label = metrics.WAITING
         elif what in ("lost", "abandoned"):
             label = metrics.LOST if what == "lost" else metrics.ABANDONED
         elif isinstance(error, Permanent):
@@ -605,13 +626,19 @@ class Runner:
         except Exception as exc:
             log.warning("job %s: writing its last progress failed (%s)", entry.ctx.job.id, exc)
 
-    async def _record(self, job: Job, what: str, value, lease: float) -> None:
+    async def _record(self, job: Job, what: str, value, lease: float, planned: Sequence[dict] = ()) -> None:
+        """Write an attempt's outcome; its planned children (ctx.submit) go only
+        with a completion or a wait_for, in the same fenced call."""
         q, ident = self.queue, (job.id, job.generation)
         if what in ("lost", "abandoned"):
             log.info("job %s gen %d: %s, nothing recorded", job.id, job.generation,
                      "lease lost" if what == "lost" else "abandoned by its handler")
             return
-        if isinstance(value, Permanent):
+        if what == "wait":
+            call = lambda: q.wait_for(*ident, planned, value.ids)  # noqa: E731
+        elif what == "spawn":
+            call = lambda: q.complete_spawning(*ident, value, planned)  # noqa: E731
+        elif isinstance(value, Permanent):
             call = lambda: q.fail_permanent(*ident, value.code, value.message)  # noqa: E731
         elif isinstance(value, Release):
             call = lambda: q.release(*ident, value.code, value.retry_after or 0, value.message)  # noqa: E731

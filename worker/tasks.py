@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import email.utils
 import importlib
 import time
+import uuid
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 import httpx
@@ -52,6 +54,19 @@ class LeaseLost(Exception):
     Stop working on it; nothing more about it will be recorded."""
 
 
+class WaitFor:
+    """What `ctx.wait_for(ids)` makes: returned by a handler, the job waits
+    (true state 'waiting') until every job named is final, then runs again
+    with them in job.children."""
+    __slots__ = ("ids",)
+
+    def __init__(self, ids: Sequence[uuid.UUID]):
+        self.ids = tuple(ids)
+
+    def __repr__(self) -> str:
+        return f"WaitFor({len(self.ids)} jobs)"
+
+
 Handler = Callable[["Job", "Context"], Awaitable[Any]]
 
 
@@ -87,6 +102,7 @@ class TaskSpec:
     max_running_per_key: int | None = None   # running jobs per concurrency_key
     rate: tuple[int, float] | None = None    # (starts, per seconds), across workers
     periodic: Periodic | None = None         # schedule= or every=: one job per slot
+    timeout: float | None = None             # seconds a run may take; past it: transient, code timeout
 
     def resolved(self, settings: Settings) -> "TaskSpec":
         """Fill what the kind leaves open from the settings (JOBFEED_LEASE, ...)."""
@@ -106,7 +122,8 @@ class Registry:
              validate: Callable[[dict], None] | None = None, on_abandon: str = "cancel",
              on_duplicate: str = "join", reuse_for: float | str | None = None, priority: int = 0,
              max_running: int | None = None, max_running_per_key: int | None = None, rate: str | None = None,
-             schedule: str | None = None, timezone: str | None = None, every: str | float | None = None):
+             schedule: str | None = None, timezone: str | None = None, every: str | float | None = None,
+             timeout: str | float | None = None):
         """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
         `validate(payload)` raising ValueError makes a submission a 422.
         `on_abandon`: what happens to an unfinished job when its last requester
@@ -116,7 +133,9 @@ class Registry:
         `reuse_for` ("10m", or seconds): a submission that soon after the
         target's last completion gets that completed job. priority is
         the submissions' default; max_running, max_running_per_key and rate
-        ("100/1m") are enforced by the claim across all workers."""
+        ("100/1m") are enforced by the claim across all workers. `timeout`
+        ("10m", or seconds): a run that takes longer is canceled and counts as
+        a transient failure with code "timeout"."""
         if on_abandon not in ("cancel", "keep"):
             raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
         if on_duplicate in ("rerun", "replace"):
@@ -140,12 +159,20 @@ class Registry:
             except SettingError as exc:
                 raise ValueError(str(exc)) from None
         when = periodic(kind, schedule, timezone, every)
+        try:
+            timeout_seconds = parse_duration(timeout, f"@task({kind!r}) timeout") if isinstance(timeout, str) \
+                else timeout
+        except SettingError as exc:
+            raise ValueError(str(exc)) from None
+        if timeout_seconds is not None and (isinstance(timeout_seconds, bool) or timeout_seconds <= 0):
+            raise ValueError(f"@task({kind!r}): timeout must be longer than zero")
 
         def register(handler: Handler) -> Handler:
             self._specs[kind] = TaskSpec(kind, handler, max_attempts, lease,
                                          tuple(backoff) if backoff else None, jitter, description, validate,
                                          on_abandon, on_duplicate, reuse_seconds,
-                                         priority, max_running, max_running_per_key, parsed_rate, when)
+                                         priority, max_running, max_running_per_key, parsed_rate, when,
+                                         timeout_seconds)
             return handler
         return register
 
@@ -206,6 +233,44 @@ class Context:
         self.lease = lease
         self.lost = asyncio.Event()
         self.heartbeat = True  # the runner renews this job's lease while True
+        self.children: list[dict] = []  # submitted by submit(): written with the outcome
+
+    async def submit(self, kind: str, target: str, payload: dict | None = None, *,
+                     priority: int | None = None, concurrency_key: str | None = None) -> uuid.UUID:
+        """Submit a child job; answers its id at once. The child is written
+        only with this attempt's outcome (a completion, or a wait_for), in the
+        same fenced transaction: an attempt that fails, is released or lost
+        writes none, and every attempt names the same children, so a retry
+        never makes a second set. A target an unfinished job already holds
+        joins that job (its id is answered). A submission submit() would
+        refuse raises Permanent."""
+        from .queue import QueueError
+        from .submission import InvalidSubmission, check_schedule, check_submission
+        try:
+            kind, target, payload = check_submission(kind, target, {} if payload is None else payload)
+            check_schedule(priority=priority, concurrency_key=concurrency_key)
+            child = await self._queue.child_id(self.job.id, self.job.generation, kind, target, payload)
+        except (InvalidSubmission, QueueError) as exc:
+            raise Permanent(exc.code, f"ctx.submit({kind!r}, {target!r}): {exc.message}") from None
+        if child is None:
+            self._lose()
+        if all(c["id"] != str(child) for c in self.children):
+            # a copy: the handler may change its dict before the outcome writes it
+            self.children.append({"id": str(child), "kind": kind, "target": target, "payload": copy.deepcopy(payload),
+                                  "priority": priority, "concurrency_key": concurrency_key})
+        return child
+
+    def wait_for(self, ids: Sequence[uuid.UUID | str]) -> WaitFor:
+        """`return ctx.wait_for(ids)`: this attempt ends without a result and
+        without counting; the job runs again once every job named (children of
+        ctx.submit or any others) is completed, failed or canceled, with them
+        in job.children."""
+        if isinstance(ids, (str, uuid.UUID)):
+            ids = [ids]
+        try:
+            return WaitFor([i if isinstance(i, uuid.UUID) else uuid.UUID(str(i)) for i in ids])
+        except ValueError:
+            raise Permanent("unknown_dependency", "ctx.wait_for takes job ids") from None
 
     async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         if not await self._queue.progress(self.job.id, self.job.generation, done, total, message):

@@ -43,6 +43,7 @@ returns jsonb language sql stable as $$
         'started_at', j.started_at,
         'priority', j.priority,
         'concurrency_key', j.concurrency_key,
+        'parent_id', j.parent_id,
         'last_error', case when j.last_error_code is not null then
                           jsonb_build_object('code', j.last_error_code, 'message', j.last_error_message) end,
         'payload', j.payload)

@@ -10,13 +10,17 @@
 
 -- Settle one waiting job: failed (dependency_failed, naming the first failed
 -- or canceled dependency), queued and due (all completed, every awaited signal
--- arrived), or still waiting.
+-- arrived, every job of its ctx.wait_for final), or still waiting. A job
+-- waiting for jobs (wait_pos rows, see 46_children.sql) shows the share of
+-- them that is final as its progress, never going backwards.
 create or replace function jobfeed.settle_waiting(p_id uuid, p_now timestamptz)
 returns void language plpgsql as $$
 declare
     v_job jobfeed.jobs;
     v_bad record;
     v_open boolean;
+    v_share record;
+    v_progress jsonb;
 begin
     select j.* into v_job from jobfeed.jobs j where j.id = p_id and j.state = 'waiting' for update;
     if not found then
@@ -24,7 +28,7 @@ begin
     end if;
     select d.dep_id, j.state into v_bad
       from jobfeed.job_deps d left join jobfeed.jobs j on j.id = d.dep_id
-     where d.job_id = p_id and (j.id is null or j.state in ('failed', 'canceled'))
+     where d.job_id = p_id and d.wait_pos is null and (j.id is null or j.state in ('failed', 'canceled'))
      order by d.dep_id
      limit 1;
     if v_bad.dep_id is not null then
@@ -38,9 +42,25 @@ begin
         perform jobfeed.notify_changed(array[p_id], array[v_job.version]);
         return;
     end if;
-    v_open := exists (select from jobfeed.job_deps d join jobfeed.jobs j on j.id = d.dep_id
-                       where d.job_id = p_id and j.state <> 'completed')
+    -- a job waited for that is gone counts as final
+    select count(*) filter (where j.state is null or j.state in ('completed', 'failed', 'canceled')) as done,
+           count(*) as total
+      into v_share
+      from jobfeed.job_deps d left join jobfeed.jobs j on j.id = d.dep_id
+     where d.job_id = p_id and d.wait_pos is not null;
+    v_open := v_share.done < v_share.total
+              or exists (select from jobfeed.job_deps d join jobfeed.jobs j on j.id = d.dep_id
+                          where d.job_id = p_id and d.wait_pos is null and j.state <> 'completed')
               or exists (select from jobfeed.job_signals s where s.job_id = p_id and s.arrived_at is null);
+    if v_share.total > 0 then
+        v_progress := jsonb_build_object('done', v_share.done, 'total', v_share.total, 'message', null);
+        if jobfeed.progress_rank(v_progress) > jobfeed.progress_rank(v_job.progress) then
+            update jobfeed.jobs j set progress = v_progress, version = j.version + 1, updated_at = p_now
+             where j.id = p_id
+            returning j.version into v_job.version;
+            perform jobfeed.notify_changed(array[p_id], array[v_job.version]);
+        end if;
+    end if;
     if not v_open then
         -- becoming due is not a public change (still 'queued' or 'processing')
         update jobfeed.jobs j set state = 'queued', run_after = p_now where j.id = p_id;

@@ -10,7 +10,8 @@ $$;
 -- Delete up to p_limit jobs that finished more than p_retention ago, with their
 -- attempts log. Returns how many went; call again until it returns < p_limit.
 -- Unfinished jobs are never touched, nor finished ones an unfinished job
--- names in its `after`.
+-- names in its `after` or its ctx.wait_for (job_deps), nor children of an
+-- unfinished parent.
 create or replace function jobfeed.delete_finished(
     p_retention interval, p_limit int default 1000, p_now timestamptz default null)
 returns int language sql security definer set search_path = jobfeed, pg_temp as $$
@@ -21,6 +22,8 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
            -- kept while an unfinished job still runs after it
            and not exists (select from jobfeed.job_deps d join jobfeed.jobs w on w.id = d.job_id
                              where d.dep_id = j.id and w.state not in ('completed', 'failed', 'canceled'))
+           and not exists (select from jobfeed.jobs p
+                            where p.id = j.parent_id and p.state not in ('completed', 'failed', 'canceled'))
          order by j.finished_at
          limit p_limit
          for update skip locked

@@ -67,7 +67,11 @@ grant execute on function
     jobfeed.register_schedule(text, text, text, interval, timestamptz),
     jobfeed.enqueue_slot(text, timestamptz, timestamptz),
     jobfeed.list_schedules(),
-    jobfeed.signals_of(uuid[])
+    jobfeed.signals_of(uuid[]),
+    jobfeed.child_id(uuid, int, text, text, jsonb, int),
+    jobfeed.complete_spawning(uuid, int, jsonb, jsonb, timestamptz),
+    jobfeed.wait_for(uuid, int, jsonb, uuid[], timestamptz),
+    jobfeed.children_of(uuid[])
 to jobfeed_worker;
 
 grant execute on function jobfeed.list_workers(timestamptz), jobfeed.charts(timestamptz) to jobfeed_api;

@@ -63,6 +63,11 @@ function renderDetail() {
     ["Run after", timeEl(job.run_after)],
     ["Lease until", timeEl(job.lease_until)],
     ["Worker", job.worker_id || "—"],
+    // a child (ctx.submit) links to the job whose handler submitted it
+    ["Parent", job.parent_id ? h("a", {
+      href: `#job=${encodeURIComponent(job.parent_id)}`,
+      onclick: (e) => { e.preventDefault(); openJob(job.parent_id); },
+    }, job.parent_id) : "—"],
     ["Created", timeEl(job.created_at)],
     ["Started", timeEl(job.started_at)],
     ["Updated", timeEl(job.updated_at)],
