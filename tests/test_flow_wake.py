@@ -73,11 +73,15 @@ async def free(queue, how: str, job) -> None:
         assert await queue.complete(job.id, job.generation, {})
     elif how == "fail":
         assert await queue.fail_permanent(job.id, job.generation, "broken", None)
+    elif how == "wait":  # its handler returned ctx.wait_for(...): it waits, no longer running
+        await queue.register_kind("other", max_attempts=3, lease=LEASE, backoff=(1.0,))
+        other = (await queue.submit("other", "x")).id
+        assert await queue.wait_for(job.id, job.generation, [], [other])
     else:
         await queue.cancel(job.id)
 
 
-@pytest.mark.parametrize("how", ["complete", "fail", "cancel"])
+@pytest.mark.parametrize("how", ["complete", "fail", "cancel", "wait"])
 async def test_a_freed_max_running_slot_wakes_a_sleeping_worker(queue, workers, how):
     await workers.register("capped", max_running=1)
     held = await other_worker_holds(queue, "capped", "a")
