@@ -24,7 +24,7 @@ from jobfeed.worker import db, migrate, tasks
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.settings import Settings
 
-from . import admin, health, jobs, openapi, ui
+from . import admin, health, jobs, openapi, outputs, ui
 from .batching import SubmitBatcher
 from .errors import EXCEPTION_HANDLERS
 from .feed import Feed
@@ -41,6 +41,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/jobs/{job_id}", jobs.get_job, methods=["GET"]),
         Route("/api/jobs/{job_id}/events", jobs.job_events, methods=["GET"]),
         Route("/api/jobs/{job_id}/signals/{name}", jobs.signal, methods=["POST"]),
+        Route("/api/jobs/{job_id}/outputs/{name}", outputs.download, methods=["GET"]),
         Route("/api/requests/{request_id}", jobs.leave_request, methods=["DELETE"]),
         Route("/api/requests/{request_id}/leave", jobs.leave_request, methods=["POST"]),
         Route("/api/kinds", jobs.list_kinds, methods=["GET"]),

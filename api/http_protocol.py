@@ -11,7 +11,9 @@ timeout either, and httptools is the faster parser.) This subclass adds both:
   JOBFEED_MAX_HEADER_BYTES the answer is 431 and the connection closes;
 - from a request's first byte (or the connection's opening) until its body is
   complete, JOBFEED_REQUEST_TIMEOUT runs: past it the connection closes, with a
-  408 when no response has started.
+  408 when no response has started. Every _BODY_PROGRESS bytes of body that
+  arrive start it again, so a large upload on a slow but honest link finishes,
+  while a client dribbling bytes never earns more time.
 
 Every place that starts uvicorn passes `uvicorn_options(settings)`."""
 
@@ -27,6 +29,7 @@ from jobfeed.worker.settings import Settings
 
 _HEAD_END = b"\r\n\r\n"
 _LINGER = 1.0  # seconds a refused connection stays half-open so that the answer arrives
+_BODY_PROGRESS = 64 * 1024  # body bytes that earn a request another JOBFEED_REQUEST_TIMEOUT
 
 
 def _error(status: int, reason: str, code: str, message: str) -> bytes:
@@ -43,6 +46,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._head_bytes = 0
         self._head_done = False
+        self._body_bytes = 0
         self._tail = b""
         self._refused = False
         self._deadline: asyncio.TimerHandle | None = None
@@ -107,7 +111,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_done = True
+        self._body_bytes = 0
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes >= _BODY_PROGRESS and self._deadline is not None:
+            self._body_bytes = 0
+            self._arm()
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._disarm()

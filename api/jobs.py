@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+
 import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker import tracing
-from jobfeed.worker.queue import QueueError
+from jobfeed.worker.queue import Queue, QueueError
 from jobfeed.worker.submission import (InvalidSubmission, Schedule, check_schedule, check_submission, host_allowed,
                                        parse_after, parse_signals, storable)
 
-from . import access, auth, streams, waiting
+from . import access, auth, streams, uploads, waiting
 from .body import read_json
 from .errors import ApiError, json_text
 from .state import services
@@ -57,11 +60,26 @@ async def submit(request: Request) -> Response:
     svc = services(request)
     auth.require_api_token(request, svc.settings.api_token)
     with tracing.span("POST /api/jobs", parent=request.headers.get("traceparent"), server=True):
+        if uploads.is_multipart(request.headers.get("content-type")):
+            return await uploads.submit_with_files(request, svc)
         return await _submit(request, svc)
 
 
-async def _submit(request: Request, svc) -> Response:
-    body = await read_json(request, svc.body_limit)
+@dataclasses.dataclass
+class Submitting:
+    """A submission's fields, checked."""
+    kind: str
+    target: str
+    payload: dict
+    schedule: Schedule
+    force: bool
+    notify_url: str | None
+    after: list
+    signals: list[str]
+    signal_timeout: float | None
+
+
+def check_body(body, svc) -> Submitting:
     kind, target, payload, schedule = _check_submission(body)
     force = _force(body)
     notify_url = _notify_url(body, svc.settings.webhook_hosts)
@@ -72,23 +90,40 @@ async def _submit(request: Request, svc) -> Response:
         raise ApiError(exc.status, exc.code, exc.message) from None
     if (after or signals) and notify_url is not None:
         raise ApiError(422, "invalid_request", "notify_url does not combine with after or await_signals")
-    tracing.annotate({"jobfeed.kind": kind})
+    return Submitting(kind, target, payload, schedule, force, notify_url, after, signals, signal_timeout)
+
+
+async def _submit(request: Request, svc) -> Response:
+    sub = check_body(await read_json(request, svc.body_limit), svc)
+    return answer(request, *await write(request, svc, sub))
+
+
+async def write(request: Request, svc, sub: Submitting, queue: Queue | None = None) -> Answer:
+    """Submit: through the group commit, or, given `queue` (on a connection in
+    a transaction: an upload's), on it alone."""
+    tracing.annotate({"jobfeed.kind": sub.kind})
     traceparent = tracing.current_traceparent()  # this request's span: every run of the job joins its trace
     with svc.metrics.submitting() as timed:
         try:
-            with tracing.span("jobfeed submit", attributes={"jobfeed.kind": kind}):
-                if after or signals:
+            with tracing.span("jobfeed submit", attributes={"jobfeed.kind": sub.kind}):
+                if sub.after or sub.signals:
                     # rare, and it locks its dependencies: outside the group commit (no request recorded)
-                    job_id, created, text = await svc.queue.submit_json(
-                        kind, target, payload, max_payload=svc.settings.max_payload, after=after,
-                        await_signals=signals, signal_timeout=signal_timeout, **schedule.kwargs())
+                    job_id, created, text = await (queue or svc.queue).submit_json(
+                        sub.kind, sub.target, sub.payload, max_payload=svc.settings.max_payload, after=sub.after,
+                        await_signals=sub.signals, signal_timeout=sub.signal_timeout, **sub.schedule.kwargs())
                     request_id, reused = None, False
+                elif queue is not None:
+                    job_id, created, text, request_id, reused = await queue.submit_request_json(
+                        sub.kind, sub.target, sub.payload, max_payload=svc.settings.max_payload,
+                        requester=svc.requester(request), notify_url=sub.notify_url,
+                        max_active=svc.settings.max_active_per_requester, force=sub.force,
+                        **sub.schedule.kwargs())
                 else:
                     job_id, created, text, request_id, reused = await svc.batcher.submit(
-                        kind, target, payload, schedule, requester=svc.requester(request), force=force,
-                        notify_url=notify_url)
+                        sub.kind, sub.target, sub.payload, sub.schedule, requester=svc.requester(request),
+                        force=sub.force, notify_url=sub.notify_url)
                 if traceparent and created:
-                    await svc.queue.set_traceparent(job_id, traceparent)
+                    await (queue or svc.queue).set_traceparent(job_id, traceparent)
         except QueueError as exc:
             if exc.code == "too_many_jobs":  # a job of theirs must finish or be left first
                 raise ApiError(429, exc.code, exc.message,
@@ -97,7 +132,15 @@ async def _submit(request: Request, svc) -> Response:
         except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
             # e.g. "\u0000" in a string, or nesting deeper than jsonb takes
             raise ApiError(422, "invalid_payload", "payload holds JSON that PostgreSQL cannot store") from None
-        timed["kind"] = kind
+        timed["kind"] = sub.kind
+    return job_id, created, text, request_id, reused
+
+
+Answer = tuple[uuid.UUID, bool, str, "uuid.UUID | None", bool]
+
+
+def answer(request: Request, job_id: uuid.UUID, created: bool, text: str, request_id: uuid.UUID | None,
+           reused: bool) -> Response:
     text = with_flag(text, "deduplicated", not created and not reused)
     if request_id is not None:
         text = with_field(text, "request_id", str(request_id))

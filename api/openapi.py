@@ -57,17 +57,28 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("POST", "/api/jobs"): {
         "summary": "Submit a job, deduplicated by (kind, target)",
         "security": [{}, {"bearer": []}],
-        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Submission")}}},
+        "description": "As multipart/form-data: a part named job holding the JSON submission, and file "
+                       "parts, each an input of the job under its part's name (1 to 200 bytes, no '/'; at "
+                       "most 64), read by handlers with ctx.open_input(name). The whole body is at most "
+                       "JOBFEED_MAX_UPLOAD (413); the files commit with the job, and a duplicate stores none.",
+        "requestBody": {"required": True, "content": {
+            "application/json": {"schema": _ref("Submission")},
+            "multipart/form-data": {"schema": {"type": "object", "required": ["job"], "properties": {
+                "job": {**_ref("Submission")}}, "additionalProperties": {"type": "string", "format": "binary"}},
+                "encoding": {"job": {"contentType": "application/json"}}}}},
         "responses": {
             "201": _json(_ref("SubmitResult"), "a new job; Location names it"),
             "200": _json(_ref("SubmitResult"), "an unfinished job already held the target (deduplicated: true), "
                                                "or a recent completion is reused (reused: true)"),
             **_BODY_ERRORS,
+            "400": _err("malformed JSON (invalid_json) or multipart body (invalid_multipart)"),
             "401": _err("JOBFEED_API_TOKEN is set and the request lacks it"),
+            "403": _err("a multipart upload from another origin (csrf)"),
             "409": _err("the kind rejects a duplicate with a different payload (payload_conflict)"),
-            "413": _err("payload or body too large (payload_too_large)"),
+            "413": _err("payload or body too large, or an upload over JOBFEED_MAX_UPLOAD (payload_too_large)"),
             "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload, invalid_run_at, "
-                        "invalid_delay, invalid_priority, invalid_concurrency_key, notify_url_not_allowed or unknown_dependency"),
+                        "invalid_delay, invalid_priority, invalid_concurrency_key, notify_url_not_allowed, "
+                        "unknown_dependency, invalid_file_name or too_many_files"),
             "429": _err("this requester already waits for JOBFEED_MAX_ACTIVE_PER_REQUESTER jobs "
                         "(too_many_jobs); see Retry-After"),
         }},
@@ -111,6 +122,22 @@ OPERATIONS: dict[tuple[str, str], dict] = {
             "409": _err("not_awaited: the job does not await this signal"),
             "422": _err("invalid_payload: JSON that PostgreSQL cannot store"),
         }},
+    ("GET", "/api/jobs/{job_id}/outputs/{name}"): {
+        "summary": "Download a file the job's handler saved (ctx.save_output)",
+        "description": "Streamed, as an attachment. One byte range (Range: bytes=a-b, a-, -n) answers 206 "
+                       "with Content-Range; several ranges or a malformed one are ignored (200); If-Range "
+                       "takes the ETag. Same access rules as the job view.",
+        "parameters": [_JOB_ID, {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                       {"name": "Range", "in": "header", "schema": {"type": "string"}},
+                       {"name": "If-Range", "in": "header", "schema": {"type": "string"}}, *_PRESENTED],
+        "responses": {
+            "200": {"description": "the whole file, in the content type its handler gave",
+                    "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+            "206": {"description": "the range asked for; Content-Range says which",
+                    "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}},
+            "404": _err("no such job or output (or, with JOBFEED_JOB_ACCESS=requesters, not yours)"),
+            "416": _err("the range asks for no byte of the file (range_not_satisfiable); "
+                        "Content-Range: bytes */size")}},
     ("GET", "/api/kinds"): {
         "summary": "Registered kinds and their settings",
         "responses": {"200": _json({"type": "object", "properties": {
@@ -254,6 +281,10 @@ _PUBLIC = {
     "created_at": _TIME, "updated_at": _TIME, "finished_at": {**_TIME, "nullable": True},
     "version": {"type": "integer"},
     "requesters": {"type": "integer", "description": "active requests (changes go out under the same version)"},
+    "outputs": {"type": "array", "description": "files the handler saved, by name; download at "
+                                                 "/api/jobs/{id}/outputs/{name}",
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "size": {"type": "integer"},
+                                                           "content_type": {"type": "string"}}}},
     "scheduled_for": {**_TIME, "nullable": True,
                       "description": "the run_at/delay asked for, until the first start; null when due now"},
 }

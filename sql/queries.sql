@@ -164,3 +164,27 @@ select jobfeed.enqueue_slot($1, $2, $3);
 
 -- name: list_schedules
 select v::text from jobfeed.list_schedules() v;
+
+-- name: file_stage
+select jobfeed.file_stage($1, $2, $3);
+
+-- name: file_put
+select jobfeed.file_put($1, $2, $3);
+
+-- name: file_attach
+select jobfeed.file_attach($1, $2, $3);
+
+-- name: file_discard
+select jobfeed.file_discard($1);
+
+-- name: output_begin
+select jobfeed.output_begin($1, $2, $3, $4, $5);
+
+-- name: output_finish
+select jobfeed.output_finish($1, $2, $3, $4);
+
+-- name: files_of
+select id, name, size, content_type, chunk_size from jobfeed.files_of($1, $2);
+
+-- name: file_read
+select jobfeed.file_read($1, $2, $3, $4);

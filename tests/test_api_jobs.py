@@ -12,7 +12,7 @@ from jobfeed.api.app import create_app
 from servers import asgi_client, make_settings
 
 PUBLIC_FIELDS = {"id", "kind", "target", "status", "progress", "result", "error", "created_at",
-                 "updated_at", "finished_at", "version", "requesters", "scheduled_for"}
+                 "updated_at", "finished_at", "version", "requesters", "scheduled_for", "outputs"}
 
 
 @pytest.fixture

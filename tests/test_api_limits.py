@@ -4,6 +4,8 @@ in-process transport hands the app the whole body at once)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import time
 
 import httpx
@@ -207,6 +209,29 @@ async def test_slowloris_connections_are_closed_after_the_request_timeout(dsn):
                     if time.monotonic() > deadline:
                         break
                 assert pings >= 5
+
+
+async def test_a_slow_honest_upload_outlasts_the_request_timeout(dsn, pool):
+    """The body's progress earns time: 1.5 MiB sent in 64 KiB pieces over about
+    2.5 s passes a 1 s request timeout (a dribbling client earns nothing, above)."""
+    body = httpx.Request("POST", "http://x/", files={
+        "job": (None, json.dumps({"kind": "demo", "target": "slow-upload"}), "application/json"),
+        "video": ("video", os.urandom(1536 * 1024))})
+    payload, ctype = body.read(), body.headers["content-type"]
+
+    async def slowly():
+        for i in range(0, len(payload), 65536):
+            yield payload[i:i + 65536]
+            await asyncio.sleep(0.1)
+
+    async with serve(dsn, request_timeout=1.0) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            started = time.monotonic()
+            r = await client.post("/api/jobs", content=slowly(), headers={"content-type": ctype})
+            assert time.monotonic() - started > 2, "the upload was not slow enough to prove anything"
+            assert r.status_code == 201, r.text
+    size = await pool.fetchval("select sum(length(data)) from jobfeed.file_chunks")
+    assert size == 1536 * 1024
 
 
 async def test_limits_apply_to_an_api_process_started_from_the_command_line(dsn):

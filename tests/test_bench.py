@@ -132,3 +132,14 @@ def test_the_median_trial_counts_whole_and_any_wrong_count_fails():
     assert (chosen["single"]["rate"], chosen["batch"]["rate"], chosen["ok"]) == (2.0, 8.0, True)
     failed = median_trial("enqueue", enqueues + [{"ok": False, "error": "boom"}])
     assert failed["ok"] is False and failed["single"]["rate"] == 2.0
+
+
+def test_the_files_bench_runs(tmp_path):
+    """bench.files at a tiny size: it counts the bytes both ways and reports the ratio to COPY."""
+    out = tmp_path / "files.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.files", "--size", "4MiB", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-4000:])
+    result = json.loads(out.read_text())
+    assert result["size_bytes"] == 4 * 1024 * 1024
+    assert result["upload_to_copy_ratio"] > 0 and result["download"]["mb_per_s"] > 0

@@ -328,6 +328,8 @@ async def test_submit_form_works_with_the_keyboard_only(api, new_page):
     await page.keyboard.type("keyboard-1")
     await page.keyboard.press("Tab")
     await page.keyboard.type('{"steps": 2,')
+    await page.keyboard.press("Tab")  # the file field
+    await expect(page.locator("#files")).to_be_focused()
     await page.keyboard.press("Tab")
     await page.keyboard.press("Enter")
     error = page.locator("#payload-error")
@@ -511,6 +513,54 @@ async def test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk(api, new_p
     await expect(page.locator("#bulk-message")).to_have_text("Canceled 3 jobs.")
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 3
     await expect(page.locator("#jobs tbody tr")).to_have_count(0)
+
+
+async def test_the_job_page_lists_outputs_as_download_links(api, new_page, http, pool):
+    """A handler saves a file while the page watches: a link appears, live, and
+    downloads the bytes."""
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.tasks import Context
+
+    created = await http.post("/api/jobs", json={"kind": "demo", "target": "video-9"})
+    job_id = created.json()["id"]
+    page = await new_page()
+    await page.goto(f"/jobs/{job_id}")
+    await expect(page.locator("#status")).to_have_text("queued")
+    await expect(page.locator("#outputs-panel")).to_be_hidden()
+
+    queue = Queue(pool)
+    [job] = await queue.claim(["demo"], 1, "browser-test")
+    data = os.urandom(300_000)
+    await Context(queue, job, 30.0).save_output("merged video.mp4", data, "video/mp4")
+    link = page.get_by_role("link", name="merged video.mp4")
+    await expect(link).to_be_visible()
+    await expect(page.locator("#outputs")).to_contain_text("293.0 KiB · video/mp4")
+    await shot(page, "job-outputs")
+    async with page.expect_download() as info:
+        await link.click()
+    download = await info.value
+    assert download.suggested_filename == "merged video.mp4"
+    assert Path(await download.path()).read_bytes() == data
+
+
+async def test_the_submit_form_uploads_files(api, new_page, pool, tmp_path):
+    from jobfeed.worker import files
+
+    data = os.urandom(700_000)
+    (tmp_path / "clip.mp4").write_bytes(data)
+    page = await new_page()
+    await page.goto("/")
+    await expect(page.locator("#kind")).to_be_enabled()
+    await page.select_option("#kind", "demo")
+    await page.fill("#target", "upload-1")
+    await page.set_input_files("#files", str(tmp_path / "clip.mp4"))
+    await page.click("#submit")
+    await page.wait_for_url(JOB_URL)
+    job_id = uuid.UUID(JOB_URL.search(page.url).group(1))
+    [f] = await files.files_of(pool, job_id, "in")
+    assert (f.name, f.size) == ("clip.mp4", len(data))
+    got = b"".join([c async for c in files.open_file(pool, job_id, "in", "clip.mp4")])
+    assert got == data
 
 
 async def test_admin_detail_of_a_child_links_to_its_parent(api, new_page, http, pool):

@@ -63,6 +63,14 @@ CALLS = {
     "submit_waiting": "select * from jobfeed.submit_waiting('k', gen_random_uuid()::text, '{}', '{}', '{a}')",
     "signal": "select * from jobfeed.signal(gen_random_uuid(), 'a', '{}')",
     "signals_of": "select * from jobfeed.signals_of(array[gen_random_uuid()])",
+    "file_stage": "select jobfeed.file_stage('f', 'text/plain', 1024)",
+    "file_attach": "select jobfeed.file_attach(gen_random_uuid(), '{}', '{}')",
+    "file_discard": "select jobfeed.file_discard('{}')",
+    "output_begin": "select jobfeed.output_begin(gen_random_uuid(), 1, 'f', 'text/plain', 1024)",
+    "output_finish": "select jobfeed.output_finish(gen_random_uuid(), 1, 0, 0)",
+    "file_put": "select jobfeed.file_put(0, 0, 'x')",
+    "files_of": "select * from jobfeed.files_of(gen_random_uuid(), 'in')",
+    "file_read": "select jobfeed.file_read(0, 0)",
     "child_id": "select jobfeed.child_id(gen_random_uuid(), 1, 'k', 't', '{}')",
     "complete_spawning": "select jobfeed.complete_spawning(gen_random_uuid(), 1, null, '[]')",
     "wait_for": "select jobfeed.wait_for(gen_random_uuid(), 1, '[]', '{}')",
@@ -115,18 +123,20 @@ ALLOWED = {
                     "register_kind_v2", "submit_v2", "submit_many_v2", "submit_many_views_v2",
                     "set_kind_paused", "bulk_retry", "bulk_cancel", "list_schedules",
                     "submit_request", "submit_many_requests", "leave", "may_view",
-                    "submit_waiting", "signal"},
+                    "submit_waiting", "signal", "file_stage", "file_attach", "file_discard", "file_put",
+                    "files_of", "file_read"},
     "jobfeed_worker": {"register_kind", "register_kind_v2", "list_kinds", "claim", "claim_v2", "next_due",
                        "next_due_v2", "extend_many", "extend", "register_schedule", "enqueue_slot", "list_schedules",
                        "progress", "checkpoint", "complete_many", "complete", "fail_transient",
                        "fail_permanent", "release", "job_timings", "worker_beat", "worker_stopped",
                        "set_traceparent", "set_kind_request_policy", "submit_waiting", "signal", "signals_of",
+                       "output_begin", "output_finish", "file_put", "files_of", "file_read",
                        "child_id", "complete_spawning", "wait_for", "children_of"},
     "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
 }
 
 TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions", "admin_sessions",
-          "stats_snapshot", "workers", "depth_samples", "job_deps", "job_signals")
+          "stats_snapshot", "workers", "depth_samples", "job_deps", "job_signals", "job_files", "file_chunks")
 
 
 def as_user(url: str, user: str) -> str:
@@ -280,3 +290,25 @@ async def test_function_privileges_match_the_matrix(pool):
     assert names == set(CALLS), "a function is missing from CALLS (or gone): decide who may call it"
     for r in rows:
         assert r["can"] == (r["proname"] in ALLOWED[r["role"]]), (r["role"], r["proname"])
+
+
+async def test_files_round_trip_through_functions_only(login, pool):
+    """Uploads (API), inputs and outputs (worker) and their deletion (sweeper) need no table access."""
+    api, worker = await login("jobfeed_api"), await login("jobfeed_worker")
+    async with api.transaction():
+        fid = await api.fetchval("select jobfeed.file_stage('in.bin', 'application/x-test', 4)")
+        assert await api.fetchval("select jobfeed.file_put($1, 0, 'abcd')", fid) is True
+        jid = (await api.fetchrow("select * from jobfeed.submit('k', 'files')"))["id"]
+        await api.execute("select jobfeed.file_attach($1, $2, $3)", jid, [fid], [4])
+    [r] = await worker.fetch("select * from jobfeed.claim(array['k'], 1, 'w')")
+    [f] = await worker.fetch("select * from jobfeed.files_of($1, 'in')", jid)
+    assert await worker.fetchval("select jobfeed.file_read($1, 0)", f["id"]) == b"abcd"
+    out = await worker.fetchval("select jobfeed.output_begin($1, $2, 'o', 'text/plain', 4)", jid, r["generation"])
+    assert await worker.fetchval("select jobfeed.file_put($1, 0, 'xy')", out) is True
+    assert await worker.fetchval("select jobfeed.output_finish($1, $2, $3, 2)", jid, r["generation"], out) is True
+    [o] = await api.fetch("select * from jobfeed.files_of($1, 'out')", jid)
+    assert await api.fetchval("select jobfeed.file_read($1, 0, 2, 1)", o["id"]) == b"y"
+    assert await worker.fetchval("select jobfeed.complete($1, $2, '1')", jid, r["generation"]) is True
+    sweeper = await login("jobfeed_sweeper")
+    assert await sweeper.fetchval("select jobfeed.delete_finished('0', 10, now() + interval '1 second')") == 1
+    assert await pool.fetchval("select count(*) from jobfeed.file_chunks") == 0

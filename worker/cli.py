@@ -75,6 +75,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--payload", help="JSON object")
     s.add_argument("--after", action="append", default=[], metavar="JOB_ID",
                    help="run after this job completes (repeatable)")
+    s.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
+                   help="upload a file as the job's input NAME (repeatable; handlers read ctx.open_input(NAME))")
     s.add_argument("--follow", action="store_true", help="show progress until the job finishes")
     s.add_argument("--json", action="store_true", help="print the public view as one JSON line")
     when = s.add_mutually_exclusive_group()

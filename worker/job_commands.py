@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import mimetypes
+import os
 import sys
 import uuid
 from typing import Any, Awaitable, Callable
 
-from . import db, migrate as migrations, tasks
+from . import db, files, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
 from .startup import UsageError, prepare
@@ -20,15 +22,30 @@ async def cmd_submit(settings: Settings, args) -> int:
     payload = parse_payload(args.payload) if args.payload is not None else {}
     after = parse_after(args.after)
     schedule = check_schedule(args.at, args.delay, args.priority, args.key)
+    inputs = _inputs(args.file, settings.max_upload)
     dsn = await prepare(settings)
     kind, target, payload = check_submission(args.kind, args.target, payload)
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-submit")
     try:
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=False)
-        job_id, created, view_text = await queue.submit_json(kind, target, payload,
-                                                             max_payload=settings.max_payload, after=after,
-                                                             **schedule.kwargs())
+        if inputs:
+            async with pool.acquire() as conn, conn.transaction():
+                # the job and its files commit together, as with an HTTP upload
+                staging = files.Staging(conn)
+                for name, path in inputs:
+                    await staging.begin(name, mimetypes.guess_type(path)[0] or files.DEFAULT_CONTENT_TYPE)
+                    with open(path, "rb") as f:
+                        while data := f.read(files.CHUNK_SIZE):
+                            await staging.write(data)
+                    await staging.end()
+                job_id, created, view_text = await Queue(conn, settings=settings).submit_json(
+                    kind, target, payload, max_payload=settings.max_payload, after=after, **schedule.kwargs())
+                await staging.attach(job_id, created)
+        else:
+            job_id, created, view_text = await queue.submit_json(kind, target, payload,
+                                                                 max_payload=settings.max_payload, after=after,
+                                                                 **schedule.kwargs())
         if not args.follow:
             if args.json:
                 print(json.dumps({**json.loads(view_text), "deduplicated": not created}))
@@ -46,6 +63,25 @@ async def cmd_submit(settings: Settings, args) -> int:
         return 0 if view["status"] == "completed" else 1
     finally:
         await pool.close()
+
+
+def _inputs(specs: list[str], limit: int) -> list[tuple[str, str]]:
+    """--file NAME=PATH, checked: (name, path) pairs."""
+    inputs: list[tuple[str, str]] = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not os.path.isfile(path):
+            raise UsageError(f"--file {spec!r}: write NAME=PATH, PATH a readable file")
+        try:
+            files.check_name(name)
+        except ValueError as exc:
+            raise UsageError(f"--file {spec!r}: {exc}") from None
+        if name in (n for n, _ in inputs):
+            raise UsageError(f"--file: two files are named {name!r}")
+        inputs.append((name, path))
+    if sum(os.path.getsize(p) for _, p in inputs) > limit:
+        raise UsageError(f"--file: the files are over JOBFEED_MAX_UPLOAD ({limit} bytes)")
+    return inputs
 
 
 def _uuid(text: str, what: str) -> uuid.UUID:

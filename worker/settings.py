@@ -145,6 +145,7 @@ class Settings:
     metrics_token: str | None = None
     metrics_port: int | None = None  # workers and sweepers serve /metrics here when set
     log_format: str = "text"          # or "json": one object per line (worker/logs.py)
+    max_upload: int = 100 * 1024 * 1024  # a multipart POST /api/jobs, files and all (JOBFEED_MAX_UPLOAD)
 
     def __post_init__(self):
         check_admin_token(self.admin_token)
@@ -205,6 +206,8 @@ class Settings:
                 values[field] = parse_positive_int(env[key], key)
         if env.get("JOBFEED_MAX_HEADER_BYTES"):
             values["max_header_bytes"] = parse_size(env["JOBFEED_MAX_HEADER_BYTES"], "JOBFEED_MAX_HEADER_BYTES")
+        if env.get("JOBFEED_MAX_UPLOAD"):
+            values["max_upload"] = parse_size(env["JOBFEED_MAX_UPLOAD"], "JOBFEED_MAX_UPLOAD")
         if env.get("JOBFEED_REQUEST_TIMEOUT"):
             values["request_timeout"] = parse_duration(env["JOBFEED_REQUEST_TIMEOUT"], "JOBFEED_REQUEST_TIMEOUT")
         if env.get("JOBFEED_METRICS_TOKEN"):

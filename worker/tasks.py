@@ -11,10 +11,11 @@ import email.utils
 import importlib
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Iterator, Sequence
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 
 import httpx
 
+from . import files
 from .queue import Job  # noqa: F401  (handlers import it from here)
 from .schedules import Periodic, periodic
 from .settings import SettingError, Settings, parse_duration
@@ -287,9 +288,38 @@ class Context:
         if lost:
             self._lose()
 
+    # Files (worker/files.py): read chunk by chunk, never whole.
+    def open_input(self, name: str, start: int = 0, end: int | None = None, *,
+                   job_id: uuid.UUID | str | None = None) -> AsyncIterator[bytes]:
+        """`async for chunk in ctx.open_input("video")`: the uploaded file's bytes
+        (start..end-1 when given); job_id: another job's input (a child reading
+        its parent's). FileNotFound when the job has no such input."""
+        return files.open_file(self._queue.pool, _job_id(job_id, self.job.id), "in", name, start, end)
+
+    def open_output(self, job_id: uuid.UUID | str, name: str, start: int = 0,
+                    end: int | None = None) -> AsyncIterator[bytes]:
+        """Another job's output (a parent merging its children's), chunk by chunk."""
+        return files.open_file(self._queue.pool, _job_id(job_id, self.job.id), "out", name, start, end)
+
+    async def list_inputs(self, job_id: uuid.UUID | str | None = None) -> list[dict]:
+        """The job's inputs: [{"name", "size", "content_type"}], by name."""
+        return [f.public() for f in await files.files_of(self._queue.pool, _job_id(job_id, self.job.id), "in")]
+
+    async def save_output(self, name: str, chunks: bytes | Iterable[bytes] | AsyncIterable[bytes],
+                          content_type: str = files.DEFAULT_CONTENT_TYPE) -> None:
+        """Store a file for GET /api/jobs/{id}/outputs/{name}, replacing one of
+        that name; LeaseLost (and nothing visible) when this attempt lost the job."""
+        if not await files.save_output(self._queue.pool, self.job.id, self.job.generation, name, chunks,
+                                       content_type):
+            self._lose()
+
     def _lose(self) -> None:
         self.lost.set()
         raise LeaseLost(f"job {self.job.id} generation {self.job.generation}: lease lost")
+
+
+def _job_id(given: uuid.UUID | str | None, own: uuid.UUID) -> uuid.UUID:
+    return own if given is None else given if isinstance(given, uuid.UUID) else uuid.UUID(str(given))
 
 
 # ---------------------------------------------------------------- HTTP helpers

@@ -26,7 +26,9 @@ returns jsonb language sql stable as $$
         -- The time asked for with run_at/delay, until the first start. After a
         -- start it stays null: a retry's delay is not the public's business.
         'scheduled_for', case when j.generation = 0 and j.state = 'queued' and j.run_after > j.updated_at
-                              then j.run_after end)
+                              then j.run_after end,
+        -- files the handler saved (ctx.save_output), downloadable at /api/jobs/{id}/outputs/{name}
+        'outputs', coalesce(j.outputs, '[]'::jsonb))
 $$;
 
 -- The true view, without the attempts log (lists, the admin feed).

@@ -45,6 +45,23 @@ grant execute on function
     jobfeed.bulk_cancel(jobfeed.job_state, text, text, uuid[], uuid, int, timestamptz)
 to jobfeed_api;
 
+grant execute on function
+    jobfeed.file_stage(text, text, int),
+    jobfeed.file_attach(uuid, bigint[], bigint[]),
+    jobfeed.file_discard(bigint[])
+to jobfeed_api;
+
+grant execute on function
+    jobfeed.output_begin(uuid, int, text, text, int),
+    jobfeed.output_finish(uuid, int, bigint, bigint, timestamptz)
+to jobfeed_worker;
+
+grant execute on function
+    jobfeed.file_put(bigint, int, bytea),
+    jobfeed.files_of(uuid, text),
+    jobfeed.file_read(bigint, int, int, int)
+to jobfeed_api, jobfeed_worker;
+
 grant execute on function jobfeed.set_kind_request_policy(text, text, text, interval) to jobfeed_worker;
 
 grant execute on function

@@ -59,6 +59,7 @@ function render(job) {
   $("error-panel").hidden = !(job.status === "failed" && job.error);
   if (job.error) $("error").textContent = `${job.error.message} (${job.error.code})`;
   $("canceled-note").hidden = job.status !== "canceled";
+  renderOutputs(job.outputs || []);
   renderRequesters(job);
 
   $("kind").textContent = job.kind;
@@ -67,6 +68,40 @@ function render(job) {
   $("updated").replaceChildren(timeEl(job.updated_at));
   $("finished").replaceChildren(timeEl(job.finished_at));
   $("job-id").textContent = job.id;
+}
+
+function formatSize(bytes) {
+  const units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+  let n = bytes;
+  let unit = 0;
+  while (n >= 1024 && unit < units.length - 1) {
+    n /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${n} ${n === 1 ? "byte" : "bytes"}` : `${n.toFixed(1)} ${units[unit]}`;
+}
+
+// Files the handler saved: download links (with this tab's request id, which
+// JOBFEED_JOB_ACCESS=requesters asks for).
+function renderOutputs(outputs) {
+  const key = JSON.stringify(outputs);
+  const list = $("outputs");
+  if (list.dataset.key === key) return;
+  list.dataset.key = key;
+  list.replaceChildren(...outputs.map((o) => {
+    const link = document.createElement("a");
+    const query = requestId ? `?request=${encodeURIComponent(requestId)}` : "";
+    link.href = url(`api/jobs/${encodeURIComponent(jobId)}/outputs/${encodeURIComponent(o.name)}${query}`);
+    link.download = o.name;
+    link.textContent = o.name;
+    const item = document.createElement("li");
+    const about = document.createElement("span");
+    about.className = "muted small";
+    about.textContent = ` ${formatSize(o.size)} · ${o.content_type}`;
+    item.append(link, about);
+    return item;
+  }));
+  $("outputs-panel").hidden = outputs.length === 0;
 }
 
 function renderRequesters(job) {

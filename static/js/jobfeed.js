@@ -77,6 +77,41 @@ export async function submitJob(kind, target, payload, { token } = {}) {
   return data;
 }
 
+// Submit a job with files (multipart/form-data): `files` maps each input's
+// name to a Blob or File, read by the handler as ctx.open_input(name).
+// onProgress(sent, total) reports the upload (fetch cannot, hence XHR).
+export function submitJobWithFiles(kind, target, payload, files, { token, onProgress } = {}) {
+  const form = new FormData();
+  const body = payload === undefined ? { kind, target } : { kind, target, payload };
+  form.append("job", new Blob([JSON.stringify(body)], { type: "application/json" }));
+  for (const [name, file] of Object.entries(files)) form.append(name, file, file.name || name);
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", url("api/jobs"));
+    xhr.setRequestHeader("Accept", "application/json");
+    if (token) xhr.setRequestHeader("Authorization", `Bearer ${token}`);
+    if (onProgress) xhr.upload.addEventListener("progress", (e) => onProgress(e.loaded, e.total));
+    xhr.addEventListener("error", () => reject(
+      new ApiError(0, "network_error", "Could not reach the server. Check the connection and try again.")));
+    xhr.addEventListener("load", () => {
+      let data = null;
+      try {
+        data = xhr.responseText ? JSON.parse(xhr.responseText) : null;
+      } catch {
+        data = null;
+      }
+      if (xhr.status >= 200 && xhr.status < 300) {
+        resolve(data);
+        return;
+      }
+      const error = (data && data.error) || {};
+      reject(new ApiError(xhr.status, error.code || `http_${xhr.status}`,
+                          error.message || xhr.statusText || "The server answered with an error."));
+    });
+    xhr.send(form);
+  });
+}
+
 export async function getJob(id) {
   return (await request(`api/jobs/${encodeURIComponent(id)}`)).data;
 }

@@ -2,7 +2,7 @@
 // POST /api/jobs, then go to the job's page (marked shared when deduplicated).
 
 import { api, clearMessage, h, showError } from "./api.js";
-import { jobPageUrl, submitJob } from "./jobfeed.js";
+import { jobPageUrl, submitJob, submitJobWithFiles } from "./jobfeed.js";
 
 const form = document.getElementById("submit-form");
 const kindSelect = document.getElementById("kind");
@@ -13,6 +13,8 @@ const payloadError = document.getElementById("payload-error");
 const formError = document.getElementById("form-error");
 const submitButton = document.getElementById("submit");
 const submitStatus = document.getElementById("submit-status");
+const fileInput = document.getElementById("files");
+const uploadProgress = document.getElementById("upload-progress");
 
 let kinds = [];
 
@@ -70,6 +72,25 @@ function readPayload() {
   return value;
 }
 
+// With files: one multipart request, its progress shown as it goes.
+async function upload(body) {
+  const files = {};
+  for (const file of fileInput.files) files[file.name] = file;
+  uploadProgress.hidden = false;
+  uploadProgress.value = 0;
+  try {
+    return await submitJobWithFiles(body.kind, body.target, body.payload, files, {
+      onProgress: (sent, total) => {
+        uploadProgress.max = total || 1;
+        uploadProgress.value = sent;
+        submitStatus.textContent = `Uploading… ${total ? Math.round((100 * sent) / total) : 0}%`;
+      },
+    });
+  } finally {
+    uploadProgress.hidden = true;
+  }
+}
+
 async function submit(event) {
   event.preventDefault();
   clearMessage(formError);
@@ -99,7 +120,7 @@ async function submit(event) {
   submitButton.disabled = true;
   submitStatus.textContent = "Submitting…";
   try {
-    const data = await submitJob(body.kind, body.target, body.payload);
+    const data = fileInput.files.length ? await upload(body) : await submitJob(body.kind, body.target, body.payload);
     // This tab's request: the job page leaves it when the tab closes. Kept out of
     // the URL, which is for sharing (a request id lets its holder leave).
     if (data.request_id) sessionStorage.setItem(`jobfeed.request.${data.id}`, data.request_id);
