@@ -8,10 +8,12 @@ select jobfeed.register_kind_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $1
 select k::text from jobfeed.list_kinds() k;
 
 -- name: submit
-select id, created, view::text from jobfeed.submit_v2($1, $2, $3::jsonb, $4, $5, null, $6, $7);
+select id, created, view::text from jobfeed.submit_v3($1, $2, $3::jsonb, $4, $5, null, $6, $7);
 
 -- name: submit_waiting
-select id, created, view::text from jobfeed.submit_waiting($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7);
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_waiting_v2($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7, null, $8, $9, $10, $11, $12,
+                                 $13, $14, $15);
 
 -- name: signal
 select first, view::text from jobfeed.signal($1, $2, $3::jsonb);
@@ -37,13 +39,16 @@ select jobfeed.leave($1)::text;
 select jobfeed.may_view($1, $2, $3);
 
 -- name: set_kind_request_policy
-select jobfeed.set_kind_request_policy($1, $2, $3, $4);
+select jobfeed.set_kind_request_policy_v2($1, $2, $3, $4, $5);
 
 -- name: get_job
 select jobfeed.get_job($1)::text;
 
 -- name: get_jobs
 select v::text from jobfeed.get_jobs($1) v;
+
+-- name: positions
+select id, position from jobfeed.positions($1);
 
 -- name: admin_get_job
 select jobfeed.admin_get_job($1)::text;

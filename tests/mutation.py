@@ -81,6 +81,11 @@ SECURITY = "tests/test_security.py"
 API_JOBS = "tests/test_api_jobs.py"
 LIMITS = "tests/test_api_limits.py"
 RUNNER = "tests/test_worker_runner.py"
+DEDUPE = "tests/test_requests_dedupe.py"
+RERUN = "tests/test_requests_rerun.py"
+POSITION = "tests/test_requests_position.py"
+WEBHOOKS = "tests/test_webhooks.py"
+WAITING = "tests/test_requests_waiting.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
 FLOW_LIMITS = "tests/test_flow_limits.py"
@@ -98,8 +103,10 @@ EDITS: list[Edit] = [
          "create unique index jobs_unfinished_target", "create index jobs_unfinished_target",
          (Q_RACE, Q_PUBLIC), "at most one unfinished job per (kind, target), enforced by the database"),
     Edit("submit-look-sees-finished", "sql/functions/30_submit.sql",
-         "where j.kind = p_kind and j.target = p_target and j.state not in ('completed', 'failed', 'canceled');",
-         "where j.kind = p_kind and j.target = p_target and j.state not in ('failed', 'canceled');",
+         "where j.kind = p_kind and j.target = p_target and j.dedupe_scope = v_scope\n"
+         "           and j.state not in ('completed', 'failed', 'canceled');",
+         "where j.kind = p_kind and j.target = p_target and j.dedupe_scope = v_scope\n"
+         "           and j.state not in ('failed', 'canceled');",
          (Q_PUBLIC, Q_RACE), "a submission shares only an unfinished job"),
     Edit("submit-duplicate-says-created", "sql/functions/30_submit.sql",
          "return query select v_job.id, false, jobfeed.public_view(v_job);",
@@ -180,12 +187,12 @@ EDITS: list[Edit] = [
          (Q_OUT, Q_FENCE, SWEEP), "lease expired with attempts exhausted: failed (lease_expired)"),
     # ------------------------------------------------------------ scheduling and flow control
     Edit("priority-ignored", "sql/functions/40_claim.sql",
-         "                        order by q.priority desc, q.run_after\n",
-         "                        order by q.run_after\n",
+         "                        order by q.priority desc, q.run_after, q.id\n",
+         "                        order by q.run_after, q.id\n",
          (PRIORITY,), "among due jobs of a kind, higher priority is claimed first, then the earlier run_after"),
     Edit("scheduled-for-reveals-retry", "sql/functions/20_views.sql",
-         "'scheduled_for', case when j.generation = 0 and j.state = 'queued'",
-         "'scheduled_for', case when j.state = 'queued'",
+         "'scheduled_for', case when j.generation = 0 and j.state in ('queued', 'waiting')",
+         "'scheduled_for', case when j.state in ('queued', 'waiting')",
          (RUN_AT,), "scheduled_for shows until the first start only: a retry's delay stays private"),
     Edit("max-running-per-worker", "sql/functions/41_claim_limited.sql",
          # counted in two places: before the first pass and after each
@@ -425,6 +432,44 @@ EDITS: list[Edit] = [
     Edit("budget-no-max-jobs", "worker/runner.py",
          "            free = min(free, self.max_jobs - self.claimed_count)\n", "            pass\n",
          (PROCESS,), "budget mode handles at most --max-jobs"),
+    # ------------------------------------------------------------ requests
+    Edit("requester-dedupe-ignores-identity", "sql/functions/10_helpers.sql",
+         "case when p_dedupe = 'requester' then nullif(p_requester, '') else '' end",
+         "case when p_dedupe = 'requester' then '' else '' end",
+         (DEDUPE,), 'dedupe="requester": strangers never share a job'),
+    Edit("rerun-runs-twice", "sql/functions/50_outcomes.sql",
+         "               rerun_payload = null\n          from unnest(p_ids, p_generations, p_results)",
+         "               rerun_payload = j.rerun_payload\n          from unnest(p_ids, p_generations, p_results)",
+         (RERUN,), 'on_duplicate="rerun" runs exactly once more, not again and again'),
+    Edit("rerun-flashes-completed", "sql/functions/50_outcomes.sql",
+         "               version = j.version + (j.rerun_payload is null)::int,",
+         "               version = j.version + 1,",
+         (RERUN,), "the public view stays processing through a rerun: no version bump"),
+    Edit("replace-counts-the-attempt", "sql/functions/35_requests.sql",
+         "set state = 'queued', generation = j.generation + 1, attempts = greatest(j.attempts - 1, 0),",
+         "set state = 'queued', generation = j.generation + 1, attempts = j.attempts,",
+         (RERUN,), "a replaced attempt is not counted against max_attempts"),
+    Edit("replace-does-not-fence", "sql/functions/35_requests.sql",
+         "    elsif p_policy = 'rerun' then", "    elsif p_policy in ('rerun', 'replace') then",
+         (RERUN,), 'on_duplicate="replace" fences the running attempt out at once'),
+    Edit("position-ignores-priority", "sql/functions/20_views.sql",
+         "        select q.id, (row_number() over (order by q.priority desc, q.run_after, q.id) - 1)::int as \"position\"",
+         "        select q.id, (row_number() over (order by q.run_after, q.id) - 1)::int as \"position\"",
+         (POSITION,), "position counts the jobs the claim takes first: higher priority first"),
+    Edit("position-of-started-jobs", "sql/functions/20_views.sql",
+         "where j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now",
+         "where j.id = any (p_ids) and j.state = 'queued' and j.run_after <= p_now",
+         (POSITION,), "position is null once a job has started (a retry waiting is not in line for the public)"),
+    Edit("reused-job-not-notified", "sql/functions/35_requests.sql",
+         ("            perform jobfeed.queue_deliveries(array[v_request]);",
+          "    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, v_count) k"),
+         ("            null;",
+          "    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, 0) k"),
+         (WEBHOOKS,), "a submission answered with a reused final job gets its webhook too"),
+    Edit("waiting-ignores-run-at", "sql/functions/45_workflows.sql",
+         "set state = 'queued', run_after = greatest(p_now, j.run_after) where j.id = p_id;",
+         "set state = 'queued', run_after = p_now where j.id = p_id;",
+         (WAITING,), "a job waiting on dependencies that also has a run_at is due at the later of the two"),
     # ------------------------------------------------------------ files in and out
     Edit("upload-limit-off-by-a-chunk", "api/uploads.py",
          "                    if received > limit:\n", "                    if received > limit + 65536:\n",

@@ -131,6 +131,34 @@ async def test_a_delivery_refused_for_good_is_counted_failed(dsn, queue, pool, d
     assert {o: deliveries(o) - before[o] for o in before} == {"delivered": 0, "retried": 0, "failed": 1}
 
 
+async def test_a_submission_answered_with_a_reused_final_job_is_notified_too(dsn, queue, pool, demo_kind,
+                                                                              webhook_worker):
+    await queue.set_kind_request_policy("demo", reuse_for=600)
+    async with Receiver() as receiver:
+        async with serve(dsn, webhook_hosts=("127.0.0.1",)) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                first = (await http.post("/api/jobs", json={"kind": "demo", "target": "again"})).json()
+                (job,) = await queue.claim(["demo"], 1, "w")
+                assert await queue.complete(job.id, job.generation, {"steps": 2})
+                # alone, and several at once (the group commit's batch)
+                answers = await asyncio.gather(*(http.post("/api/jobs", json={
+                    "kind": "demo", "target": "again", "notify_url": f"{receiver.url}?n={n}"}) for n in range(5)))
+                assert {(a.status_code, a.json()["reused"], a.json()["id"]) for a in answers} == \
+                    {(200, True, first["id"])}
+            py = await queue.submit("demo", "again", notify_url=receiver.url + "?py")
+            assert py.reused
+
+            async def delivered():
+                return len(receiver.got) >= 6
+            await eventually(delivered, timeout=15, interval=0.05, what="six deliveries")
+    views = [Webhook(SECRET).verify(body, headers) for headers, body in receiver.got]
+    assert {(v["id"], v["status"], json.dumps(v["result"])) for v in views} == \
+        {(first["id"], "completed", '{"steps": 2}')}
+    assert len({h["webhook-id"] for h, _ in receiver.got}) == 6  # one per request
+    assert await pool.fetchval("select count(*) from jobfeed.attempts a join jobfeed.jobs j on j.id = a.job_id "
+                               "where j.kind = 'demo'") == 1  # reused: the job did not run again
+
+
 async def test_a_request_that_left_is_not_notified(dsn, queue, pool, demo_kind, webhook_env):
     s = await queue.submit("demo", "left-hook", request=True, notify_url="http://127.0.0.1:9/x")
     keep = await queue.submit("demo", "left-hook", request=True)

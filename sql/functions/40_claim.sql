@@ -72,9 +72,10 @@ begin
              where j.id = any (v_reclaimed || array(
                        select q.id from jobfeed.jobs q
                         where q.kind = p_kind and q.state = 'queued' and q.run_after <= p_now
-                        -- higher priority first, then the earlier run_after: jobs_queued_priority,
+                        -- higher priority first, then the earlier run_after, then the id (queue_positions
+                        -- counts in this order): jobs_queued_priority,
                         -- so the scan stops at the limit
-                        order by q.priority desc, q.run_after
+                        order by q.priority desc, q.run_after, q.id
                         limit p_limit - cardinality(v_reclaimed)
                         for update skip locked))
             returning j.*

@@ -63,21 +63,21 @@ begin
                 select c.id from (
                     select q.id, q.priority, q.run_after, q.concurrency_key,
                            row_number() over (partition by q.concurrency_key
-                                              order by q.priority desc, q.run_after) as rn
+                                              order by q.priority desc, q.run_after, q.id) as rn
                       from (select q.id, q.priority, q.run_after, q.concurrency_key from jobfeed.jobs q
                              where q.kind = p_kind and q.state = 'queued' and q.run_after <= p_now
                                and (p_max_per_key is null or q.concurrency_key is null
                                     or (select count(*) from jobfeed.jobs r
                                          where r.kind = p_kind and r.state = 'running'
                                            and r.concurrency_key = q.concurrency_key) < p_max_per_key)
-                             order by q.priority desc, q.run_after
+                             order by q.priority desc, q.run_after, q.id
                              limit least(v_left - cardinality(v_ids), coalesce(v_room, v_left))
                              for update skip locked) q) c
                  where p_max_per_key is null or c.concurrency_key is null
                     or c.rn + (select count(*) from jobfeed.jobs r
                                 where r.kind = p_kind and r.state = 'running'
                                   and r.concurrency_key = c.concurrency_key) <= p_max_per_key
-                 order by c.priority desc, c.run_after);
+                 order by c.priority desc, c.run_after, c.id);
         end if;
         exit when cardinality(v_ids) = 0;
 

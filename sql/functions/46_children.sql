@@ -37,7 +37,8 @@ begin
         end if;
     end if;
     select j.id into v_holder from jobfeed.jobs j
-     where j.kind = p_kind and j.target = p_target and j.state not in ('completed', 'failed', 'canceled');
+     where j.kind = p_kind and j.target = p_target and j.dedupe_scope = ''
+       and j.state not in ('completed', 'failed', 'canceled');
     if v_holder = p_parent then
         perform jobfeed.raise_error('JF422', 'invalid_request', 'a job cannot be its own child');
     end if;
@@ -71,7 +72,8 @@ begin
         select v_c.id, v_c.kind, v_c.target, coalesce(v_c.payload, '{}'), k.max_attempts, p_now, p_now, p_now,
                coalesce(v_c.priority, k.priority), v_c.concurrency_key, p_parent
           from jobfeed.kinds k where k.kind = v_c.kind
-        on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
+        -- (children share as "global" kinds do: dedupe_scope '')
+        on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing
         returning j.* into v_job;
         if v_job.id is not null then
             v_ids := v_ids || v_job.id;
@@ -79,7 +81,7 @@ begin
         else
             v_alias := v_alias || jsonb_build_object(v_c.id::text, (
                 select j.id from jobfeed.jobs j
-                 where j.kind = v_c.kind and j.target = v_c.target
+                 where j.kind = v_c.kind and j.target = v_c.target and j.dedupe_scope = ''
                    and j.state not in ('completed', 'failed', 'canceled')));
         end if;
     end loop;
