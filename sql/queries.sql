@@ -110,6 +110,9 @@ select jobfeed.charts()::text;
 -- name: next_due
 select jobfeed.next_due($1), now();
 
+-- name: next_due_v2
+select jobfeed.next_due_v2($1, $2), now();
+
 -- name: extend_many
 select jobfeed.extend_many($1, $2, $3);
 

@@ -88,17 +88,25 @@ WEBHOOKS = "tests/test_webhooks.py"
 WAITING = "tests/test_requests_waiting.py"
 HEARTBEAT = "tests/test_runner_heartbeat.py"
 PROCESS = "tests/test_worker_process.py"
+FLOW_LIMITS = "tests/test_flow_limits.py"
+FLOW_ADMIN = "tests/test_flow_admin.py::test_pause_takes_submissions_claims_nothing_and_survives_registration"
+PRIORITY = "tests/test_scheduling.py::test_higher_priority_first_then_earlier_run_after"
+RUN_AT = "tests/test_scheduling.py::test_run_at_waits_and_shows_scheduled_for_until_the_first_start"
+PERIODIC = "tests/test_periodic.py"
+WAKE = "tests/test_flow_wake.py"
 FILES = "tests/test_files.py"
 CHILDREN = "tests/test_workflows_children.py"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
-    Edit("dedupe-index-not-unique", "sql/migrations/0001_jobs.sql",
+    Edit("dedupe-index-not-unique", "sql/migrations/0008_workflows.sql",  # 0008 rebuilt it (waiting)
          "create unique index jobs_unfinished_target", "create index jobs_unfinished_target",
          (Q_RACE, Q_PUBLIC), "at most one unfinished job per (kind, target), enforced by the database"),
     Edit("submit-look-sees-finished", "sql/functions/30_submit.sql",
-         "where j.kind = p_kind and j.target = p_target and j.state in ('queued', 'running');",
-         "where j.kind = p_kind and j.target = p_target and j.state in ('queued', 'running', 'completed');",
+         "where j.kind = p_kind and j.target = p_target and j.dedupe_scope = v_scope\n"
+         "           and j.state not in ('completed', 'failed', 'canceled');",
+         "where j.kind = p_kind and j.target = p_target and j.dedupe_scope = v_scope\n"
+         "           and j.state not in ('failed', 'canceled');",
          (Q_PUBLIC, Q_RACE), "a submission shares only an unfinished job"),
     Edit("submit-duplicate-says-created", "sql/functions/30_submit.sql",
          "return query select v_job.id, false, jobfeed.public_view(v_job);",
@@ -130,29 +138,31 @@ EDITS: list[Edit] = [
          (Q_BATCH,), "a target repeated in a batch is created once, then shared"),
     # ------------------------------------------------------------ claim
     Edit("claim-waits-on-queued", "sql/functions/40_claim.sql",
-         "                            limit v_left - cardinality(v_reclaimed)\n"
-         "                            for update skip locked",
-         "                            limit v_left - cardinality(v_reclaimed)\n"
-         "                            for update",
+         "                        limit p_limit - cardinality(v_reclaimed)\n"
+         "                        for update skip locked))",
+         "                        limit p_limit - cardinality(v_reclaimed)\n"
+         "                        for update))",
          (NO_WAIT,), "gap: claim is FOR UPDATE SKIP LOCKED: a claimer never waits"),
     Edit("claim-waits-on-expired", "sql/functions/40_claim.sql",
-         "                 limit v_left\n                 for update skip locked);",
-         "                 limit v_left\n                 for update);",
+         "             limit p_limit\n             for update skip locked);",
+         "             limit p_limit\n             for update);",
          (NO_WAIT,), "gap: reclaiming expired leases never waits either"),
     Edit("fail-expired-waits", "sql/functions/10_helpers.sql",
          "           and (p_kinds is null or j.kind = any (p_kinds))\n         for update skip locked",
          "           and (p_kinds is null or j.kind = any (p_kinds))\n         for update",
          (NO_WAIT,), "failing exhausted expired jobs (inside claim) never waits"),
     Edit("claim-not-due", "sql/functions/40_claim.sql",
-         "where q.kind = v_kind and q.state = 'queued' and q.run_after <= v_now",
-         "where q.kind = v_kind and q.state = 'queued'",
+         "where q.kind = p_kind and q.state = 'queued' and q.run_after <= p_now\n"
+         "                        -- higher priority first",
+         "where q.kind = p_kind and q.state = 'queued'\n"
+         "                        -- higher priority first",
          (Q_PUBLIC, Q_OUT), "claim picks due queued jobs only (backoff, run_after)"),
     Edit("claim-more-than-asked", "sql/functions/40_claim.sql",
-         "limit v_left - cardinality(v_reclaimed)", "limit v_left",
+         "limit p_limit - cardinality(v_reclaimed)", "limit p_limit",
          (LIMIT, Q_PUBLIC, Q_FENCE), "never more than asked, reclaimed jobs included"),
     Edit("claim-no-reclaim", "sql/functions/40_claim.sql",
-         "where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now",
-         "where e.kind = v_kind and e.state = 'running' and e.lease_until < v_now - interval '1 day'",
+         "where e.kind = p_kind and e.state = 'running' and e.lease_until < p_now\n",
+         "where e.kind = p_kind and e.state = 'running' and e.lease_until < p_now - interval '1 day'\n",
          (Q_FENCE, Q_OUT, Q_RACE), "running jobs whose lease expired are claimable"),
     Edit("claim-keeps-generation", "sql/functions/40_claim.sql",
          "generation = j.generation + 1,", "generation = greatest(j.generation, 1),",
@@ -161,20 +171,67 @@ EDITS: list[Edit] = [
          "attempts = j.attempts + 1,", "attempts = j.attempts,",
          (Q_OUT, Q_FENCE), "every claim counts an attempt"),
     Edit("claim-no-lease", "sql/functions/40_claim.sql",
-         "lease_until = v_now + v_lease,", "lease_until = v_now + interval '1 day',",
+         "lease_until = p_now + v_lease,", "lease_until = p_now + interval '1 day',",
          (Q_FENCE, Q_OUT, Q_PUBLIC), "a claim sets the kind's lease"),
     Edit("claim-skips-fail-expired", "sql/functions/40_claim.sql",
-         "        perform jobfeed.fail_expired(p_kinds, v_now);", "        null;",
+         "        perform jobfeed.fail_expired(v_kinds, v_now);", "        null;",
          (Q_OUT, Q_FENCE), "an expired job with no attempts left becomes failed (lease_expired)"),
     Edit("reclaim-exhausted", "sql/functions/40_claim.sql",
          # guarded twice: the claim fails such jobs first, and the reclaim skips them
-         ("        perform jobfeed.fail_expired(p_kinds, v_now);", "and e.attempts < e.max_attempts"),
+         ("        perform jobfeed.fail_expired(v_kinds, v_now);", "and e.attempts < e.max_attempts"),
          ("        null;", "and e.attempts <= e.max_attempts"),
          (Q_OUT, Q_FENCE), "an expired job with no attempts left is not claimable forever"),
     Edit("expired-exhausted-stays-running", "sql/functions/10_helpers.sql",
          "where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts",
          "where j.state = 'running' and j.lease_until < p_now and j.attempts > j.max_attempts",
          (Q_OUT, Q_FENCE, SWEEP), "lease expired with attempts exhausted: failed (lease_expired)"),
+    # ------------------------------------------------------------ scheduling and flow control
+    Edit("priority-ignored", "sql/functions/40_claim.sql",
+         "                        order by q.priority desc, q.run_after, q.id\n",
+         "                        order by q.run_after, q.id\n",
+         (PRIORITY,), "among due jobs of a kind, higher priority is claimed first, then the earlier run_after"),
+    Edit("scheduled-for-reveals-retry", "sql/functions/20_views.sql",
+         "'scheduled_for', case when j.generation = 0 and j.state in ('queued', 'waiting')",
+         "'scheduled_for', case when j.state in ('queued', 'waiting')",
+         (RUN_AT,), "scheduled_for shows until the first start only: a retry's delay stays private"),
+    Edit("max-running-per-worker", "sql/functions/41_claim_limited.sql",
+         # counted in two places: before the first pass and after each
+         ("        v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"
+          "                                    where r.kind = p_kind and r.state = 'running')::int;",
+          "            v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"
+          "                                        where r.kind = p_kind and r.state = 'running')::int;"),
+         ("        v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"
+          "                                    where r.kind = p_kind and r.state = 'running' and r.worker_id = p_worker)::int;",
+          "            v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"
+          "                                        where r.kind = p_kind and r.state = 'running' and r.worker_id = p_worker)::int;"),
+         (FLOW_LIMITS,), "max_running caps the kind across every worker, not per worker"),
+    Edit("max-running-per-key-off-by-one", "sql/functions/41_claim_limited.sql",
+         ("and r.concurrency_key = q.concurrency_key) < p_max_per_key)",
+          "and r.concurrency_key = c.concurrency_key) <= p_max_per_key"),
+         ("and r.concurrency_key = q.concurrency_key) <= p_max_per_key)",
+          "and r.concurrency_key = c.concurrency_key) <= p_max_per_key + 1"),
+         (FLOW_LIMITS,), "max_running_per_key: never more running jobs of one key than the cap"),
+    Edit("rate-starts-not-counted", "sql/functions/41_claim_limited.sql",
+         "    if p_rate_count is not null and v_total > 0 then",
+         "    if false then",
+         (FLOW_LIMITS,), "rate: at most N starts per period across all workers"),
+    Edit("pause-ignored", "sql/functions/40_claim.sql",
+         "    if v_paused then\n        return;",
+         "    if false then\n        return;",
+         (FLOW_ADMIN,), "nothing of a paused kind is claimed"),
+    Edit("periodic-slot-not-recorded-first", "sql/functions/65_schedules.sql",
+         "    on conflict do nothing;\n    if not found then\n        return null;\n    end if;\n",
+         "    on conflict do nothing;\n",
+         (PERIODIC,), "one job per periodic slot, whatever dedupe says (the slot table decides)"),
+    Edit("freed-slot-not-notified", "sql/functions/41_claim_limited.sql",
+         "      where k.max_running is not null or k.max_running_per_key is not null;",
+         "      where false;",
+         (WAKE,), "a capped kind's freed slot wakes a waiting worker at once, not at its poll"),
+    Edit("blocked-key-counted-due", "sql/functions/40_claim.sql",
+         "                                 and j.run_after > coalesce(case when k.max_running_per_key is not null\n"
+         "                                                                 then p_claimed_at end, '-infinity')) q",
+         "                                 ) q",
+         (WAKE,), "a worker whose due jobs all wait behind a full key sleeps, never claims in a loop"),
     # ------------------------------------------------------------ outcomes
     Edit("complete-unfenced", "sql/functions/50_outcomes.sql",
          "where j.id = t.id and j.generation = t.generation and j.state::text = 'running'\n"
@@ -208,10 +265,10 @@ EDITS: list[Edit] = [
     Edit("permanent-unfenced", "sql/functions/50_outcomes.sql",
          "           last_error_code = p_code, last_error_message = p_message, version = j.version + 1\n"
          "     where j.id = p_id and j.generation = p_generation and j.state = 'running'\n"
-         "    returning j.version into v_ver;",
+         "    returning j.version, j.kind into v_ver, v_kind;",
          "           last_error_code = p_code, last_error_message = p_message, version = j.version + 1\n"
          "     where j.id = p_id and j.state = 'running'\n"
-         "    returning j.version into v_ver;",
+         "    returning j.version, j.kind into v_ver, v_kind;",
          (Q_FENCE, Q_OUT), "fail_permanent is fenced by generation"),
     Edit("release-counts-attempt", "sql/functions/50_outcomes.sql",
          "attempts = greatest(j.attempts - 1, 0)", "attempts = j.attempts",
@@ -225,8 +282,8 @@ EDITS: list[Edit] = [
          "then",
          (Q_PUBLIC, Q_OUT, SSE), "public progress never goes backwards"),
     Edit("complete-not-announced", "sql/functions/50_outcomes.sql",
-         "    perform jobfeed.notify_changed(v_ids, v_vers);\n    if v_reruns is not null then",
-         "    if v_reruns is not null then",
+         "    perform jobfeed.notify_changed(v_ids, v_vers);\n    perform jobfeed.notify_freed(v_kinds);\n",
+         "    perform jobfeed.notify_freed(v_kinds);\n",
          (Q_PUBLIC, SSE), "every change of a job's public view is announced"),
     Edit("status-flickers-queued", "sql/functions/10_helpers.sql",
          "when 'queued' then case when p_generation > 0 then 'processing' else 'queued' end",
@@ -234,16 +291,16 @@ EDITS: list[Edit] = [
          (Q_PUBLIC, Q_OUT, SSE), "a job once processing never shows queued again"),
     # ------------------------------------------------------------ admin
     Edit("retry-keeps-attempts", "sql/functions/60_admin.sql",
-         "set state = 'queued', attempts = 0, run_after = v_now,",
-         "set state = 'queued', run_after = v_now,",
+         "    begin\n        update jobfeed.jobs j\n           set state = 'queued', attempts = 0, run_after = v_now,",
+         "    begin\n        update jobfeed.jobs j\n           set state = 'queued', run_after = v_now,",
          (ADMIN_STATES, ADMIN, Q_OUT), "admin retry puts attempts back to 0"),
     Edit("retry-any-state", "sql/functions/60_admin.sql",
          "    if v_state not in ('failed', 'canceled') then",
          "    if v_state not in ('failed', 'canceled', 'completed') then",
          (ADMIN_STATES, ADMIN), "only failed/canceled jobs can be retried (409 otherwise)"),
     Edit("cancel-finished", "sql/functions/60_admin.sql",
-         "    if v_state not in ('queued', 'running') then",
-         "    if v_state not in ('queued', 'running', 'completed') then",
+         "    if v_state not in ('waiting', 'queued', 'running') then",
+         "    if v_state not in ('waiting', 'queued', 'running', 'completed') then",
          (ADMIN_STATES, ADMIN), "a finished job cannot be canceled (409)"),
     # ------------------------------------------------------------ sweeper
     Edit("sweep-unfinished", "sql/functions/70_sweep.sql",
@@ -300,13 +357,13 @@ EDITS: list[Edit] = [
          (RECOVERY, FEED), "a failed re-read is retried for dashboards too"),
     Edit("feed-repeats-views", "api/feed.py",
          # guarded twice: the feed skips versions it offered, and so does each subscription
-         ("if not self._closed and view.version > self.newest:",
-          "                if view.version <= self._known.get(view.job_id, 0):\n                    continue\n"),
-         ("if not self._closed and view.version >= self.newest:", ""),
+         ("if not self._closed and view.newer_than(version, extra):",
+          "                if known is not None and not view.newer_than(*known):\n                    continue\n"),
+         ("if not self._closed and view.version >= version:", ""),
          (RECOVERY, FEED, SSE), "never a repeat of an identical view (a resync re-reads every watched job)"),
     Edit("feed-no-coalesce", "api/feed.py",
-         "        view, self._pending = self._pending, None\n        self.sent = view.version",
-         "        view = self._pending\n        self.sent = view.version",
+         "        view, self._pending = self._pending, None\n        self.sent, self.sent_extra",
+         "        view = self._pending\n        self.sent, self.sent_extra",
          (FEED, SSE), "a slow subscriber holds only the newest view, sent once"),
     Edit("stream-seed-ignores-last-event-id", "api/streams.py",
          "    if last_event_id(request) == view.version:",
@@ -324,16 +381,16 @@ EDITS: list[Edit] = [
          "                       \"admin access is disabled",
          (ADMIN, SECURITY), "with no admin token configured, admin routes stay closed"),
     Edit("admin-bearer-any", "api/auth.py",
-         "    if given is not None:\n        if _same(given, token):",
+         "    if given is not None:\n        if token_matches(given, token):",
          "    if given is not None:\n        if True:",
          (ADMIN, SECURITY), "admin routes need the admin token"),
     Edit("admin-session-never-expires", "api/auth.py",
-         "if not expires_text.isdigit() or int(expires_text) < (now or time.time()):",
-         "if not expires_text.isdigit():",
+         "if expires is None or expires < (now or time.time()) or len(id_text) != 36:",
+         "if expires is None or len(id_text) != 36:",
          (ADMIN, SECURITY), "a session cookie expires"),
     Edit("admin-cookie-readable", "api/admin.py",
-         "max_age=int(lifetime), path=\"/\", httponly=True, samesite=\"strict\",",
-         "max_age=int(lifetime), path=\"/\", httponly=False, samesite=\"lax\",",
+         "max_age=int(lifetime), path=_cookie_path(request), httponly=True, samesite=\"strict\",",
+         "max_age=int(lifetime), path=_cookie_path(request), httponly=False, samesite=\"lax\",",
          (ADMIN, SECURITY), "the session cookie is HttpOnly and SameSite=Strict"),
     Edit("api-token-ignored", "api/auth.py",
          "    if given is None or not _same(given, token):",
@@ -347,22 +404,22 @@ EDITS: list[Edit] = [
          (LIMITS,), "a chunked body is refused while it streams, never read whole"),
     # ------------------------------------------------------------ runner
     Edit("heartbeat-once-per-lease", "worker/runner.py",
-         "min(s.lease for s in specs) / 3", "min(s.lease for s in specs) / 1",
+         "return max(self.ctx.lease / 3, 0.05)", "return max(self.ctx.lease / 1, 0.05)",
          (HEARTBEAT, RUNNER), "gap: leases are renewed ~3 times per lease"),
     Edit("heartbeat-longest-lease", "worker/runner.py",
-         "min(s.lease for s in specs) / 3", "max(s.lease for s in specs) / 3",
+         "next_at = min((r.renew_at for _, r in held", "next_at = max((r.renew_at for _, r in held",
          (HEARTBEAT,), "the heartbeat keeps pace with the shortest lease"),
     Edit("heartbeat-renews-quiet-handlers", "worker/runner.py",
          "if r.ctx.heartbeat and r.stop_reason is None and not r.recording]",
          "if r.stop_reason is None and not r.recording]",
          (HEARTBEAT, PROCESS), "a handler that turned its heartbeat off is not renewed"),
     Edit("lost-lease-not-cancelled", "worker/runner.py",
-         "                    entry.ctx.lost.set()\n                    entry.stop(\"lost\")\n",
-         "                    entry.ctx.lost.set()\n",
+         "                        entry.ctx.lost.set()\n                        entry.stop(\"lost\")\n",
+         "                        entry.ctx.lost.set()\n",
          (RUNNER,), "a lost lease cancels the handler and discards its outcome"),
     Edit("unknown-exception-permanent", "worker/runner.py",
-         "outcome = (\"error\", Transient(type(exc).__name__, str(exc)[:2000]))",
-         "outcome = (\"error\", Permanent(type(exc).__name__, str(exc)[:2000]))",
+         "outcome = (\"error\", redact.unexpected(exc))",
+         "outcome = (\"error\", Permanent(\"internal_error\", str(exc)[:2000]))",
          (RUNNER,), "any other exception counts as transient"),
     Edit("concurrency-overrun", "worker/runner.py",
          "free = self.concurrency - len(self._running) - max(unwritten - self.concurrency, 0)",

@@ -502,9 +502,18 @@ class Queue:
 
     async def next_due(self, kinds: Sequence[str]) -> float | None:
         """Seconds until the next job of these kinds is claimable (<= 0: now)."""
-        rows = await self._fetch("next_due", list(kinds))
+        return (await self.next_due_after_claim(kinds, None))[0]
+
+    async def next_due_after_claim(self, kinds: Sequence[str], before: dt.datetime | None
+                                   ) -> tuple[float | None, dt.datetime]:
+        """next_due after a claim that took fewer jobs than it asked for, with
+        `before` a database time earlier than that claim (None: no such claim):
+        jobs due by then that it left, their concurrency key being full, wait
+        for a freed slot's notification (next_due_v2). -> (seconds, the
+        database's time now: the `before` of the next claim)."""
+        rows = await self._fetch("next_due_v2", list(kinds), before)
         due, now = rows[0][0], rows[0][1]
-        return None if due is None else (due - now).total_seconds()
+        return (None if due is None else (due - now).total_seconds()), now
 
     async def extend_many(self, jobs: Sequence[tuple[uuid.UUID, int]], lease: float | None = None) -> set[uuid.UUID]:
         """Renew the leases, by `lease` seconds (default: the kind's lease);

@@ -131,6 +131,7 @@ declare
     v_ids uuid[];
     v_gens int[];
     v_vers bigint[];
+    v_kinds text[];
     v_rerun record;
 begin
     -- A rerun asked for (on_duplicate="rerun") still runs: the job is queued
@@ -157,15 +158,17 @@ begin
                version = j.version + 1
           from expired e
          where j.id = e.id
-        returning j.id, j.generation, j.version
+        returning j.id, j.generation, j.version, j.kind
     )
-    select array_agg(id), array_agg(generation), array_agg(version) into v_ids, v_gens, v_vers from upd;
+    select array_agg(id), array_agg(generation), array_agg(version), array_agg(kind)
+      into v_ids, v_gens, v_vers, v_kinds from upd;
     if v_ids is null then
         return 0;
     end if;
     perform jobfeed.finish_attempts(v_ids, v_gens, 'lease_expired', 'lease_expired',
                                     'the lease expired and no attempts are left', p_now);
     perform jobfeed.notify_changed(v_ids, v_vers);
+    perform jobfeed.notify_freed(v_kinds);
     return cardinality(v_ids);
 end $$;
 

@@ -240,6 +240,7 @@ begin
         return v_snap.body;  -- someone is counting right now
     end if;
     v_body := jobfeed.stats(p_minutes, v_now) || jsonb_build_object('as_of', v_now);
+    perform jobfeed.sample_depth_from(v_body -> 'counts', v_now);  -- the depth chart, sweeper or not
     insert into jobfeed.stats_snapshot as s (id, minutes, as_of, body) values (1, p_minutes, v_now, v_body)
     on conflict (id) do update set minutes = excluded.minutes, as_of = excluded.as_of, body = excluded.body;
     return v_body;

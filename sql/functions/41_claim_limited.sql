@@ -113,3 +113,18 @@ begin
         on conflict (kind, at) do update set n = s.n + excluded.n;
     end if;
 end $$;
+
+-- Running jobs of these kinds (one element per job) just stopped running:
+-- completed, failed, canceled. Under max_running or max_running_per_key a job
+-- may be waiting for exactly that slot, and no run_after tells the workers when
+-- (next_due_v2 leaves such jobs out): wake one claimer per freed slot, so the
+-- slot is used at once rather than at the next poll. Kinds without a cap send
+-- nothing. (A release or a transient failure wakes its kind already.)
+create or replace function jobfeed.notify_freed(p_kinds text[])
+returns void language plpgsql as $$
+begin
+    perform jobfeed.notify_due(f.kind, f.n)
+       from (select x as kind, count(*)::int as n from unnest(p_kinds) x group by x) f
+       join jobfeed.kinds k on k.kind = f.kind
+      where k.max_running is not null or k.max_running_per_key is not null;
+end $$;

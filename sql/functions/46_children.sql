@@ -129,6 +129,7 @@ declare
     v_alias jsonb;
     v_wait uuid[];
     v_missing text;
+    v_kind text;
 begin
     if cardinality(jobfeed.lock_held(array[p_id], array[p_generation])) = 0 then
         return false;
@@ -158,7 +159,9 @@ begin
     perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'waiting', null, null, v_now);
     update jobfeed.jobs j
        set state = 'waiting', attempts = greatest(j.attempts - 1, 0), lease_until = null
-     where j.id = p_id;
+     where j.id = p_id
+    returning j.kind into v_kind;
+    perform jobfeed.notify_freed(array[v_kind]);  -- it no longer runs: a capped kind's slot frees
     perform jobfeed.settle_waiting(p_id, v_now);
     return true;
 end $$;

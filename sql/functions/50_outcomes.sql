@@ -113,6 +113,7 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
     v_vers bigint[];
+    v_kinds text[];
     v_reruns text[];
 begin
     perform jobfeed.lock_held(p_ids, p_generations);
@@ -141,12 +142,14 @@ begin
         select upd.id, upd.generation, upd.attempts, upd.worker_id, upd.claimed_at, v_now, 'completed' from upd
         on conflict (job_id, generation) do nothing
     )
-    select array_agg(upd.id), array_agg(upd.version), array_agg(upd.kind) filter (where upd.rerun)
-      into v_ids, v_vers, v_reruns from upd;
+    select array_agg(upd.id), array_agg(upd.version), array_agg(upd.kind) filter (where not upd.rerun),
+           array_agg(upd.kind) filter (where upd.rerun)
+      into v_ids, v_vers, v_kinds, v_reruns from upd;
     if v_ids is null then
         return '{}';
     end if;
     perform jobfeed.notify_changed(v_ids, v_vers);
+    perform jobfeed.notify_freed(v_kinds);
     if v_reruns is not null then
         perform jobfeed.notify_due(r.kind, r.n::int)
            from (select x as kind, count(*) as n from unnest(v_reruns) x group by x) r;
@@ -196,6 +199,7 @@ begin
         returning j.version into v_ver;
         perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'transient', p_code, p_message, v_now);
         perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+        perform jobfeed.notify_freed(array[v_kind]);
         return true;
     end if;
     v_backoff := coalesce(v_backoff, '{1 minute,5 minutes,15 minutes,60 minutes}');
@@ -220,6 +224,7 @@ returns boolean language plpgsql security definer set search_path = jobfeed, pg_
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ver bigint;
+    v_kind text;
 begin
     if jobfeed.start_rerun(p_id, p_generation, 'permanent', p_code, p_message, v_now) then
         return true;  -- this payload failed; the newest one still runs
@@ -228,12 +233,13 @@ begin
        set state = 'failed', lease_until = null, finished_at = v_now, updated_at = v_now,
            last_error_code = p_code, last_error_message = p_message, version = j.version + 1
      where j.id = p_id and j.generation = p_generation and j.state = 'running'
-    returning j.version into v_ver;
+    returning j.version, j.kind into v_ver, v_kind;
     if not found then
         return false;
     end if;
     perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'permanent', p_code, p_message, v_now);
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+    perform jobfeed.notify_freed(array[v_kind]);
     return true;
 end $$;
 

@@ -73,6 +73,7 @@ grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
     jobfeed.claim_v2(text[], int, text, interval, timestamptz),
     jobfeed.next_due(text[]),
+    jobfeed.next_due_v2(text[], timestamptz),
     jobfeed.extend_many(uuid[], int[], interval, timestamptz),
     jobfeed.extend(uuid, int, interval, timestamptz),
     jobfeed.progress(uuid, int, double precision, double precision, text, timestamptz),
