@@ -191,7 +191,8 @@ def _bulk_filter(body) -> dict:
 async def _bulk(request: Request, action: str) -> Response:
     await _admin(request)
     svc = services(request)
-    where = _bulk_filter(await read_json(request, 1 << 20))
+    # no body is the empty filter: 422 filter_required, not a JSON error
+    where = _bulk_filter(await read_json(request, 1 << 20, if_empty={}))
     return JSONResponse({"count": await svc.queue.bulk(action, **where)})
 
 

@@ -34,7 +34,12 @@ def _unsupported(content_type: str) -> ApiError:
                     f"the body must be JSON (Content-Type: application/json), not {content_type[:100]!r}")
 
 
-async def read_json(request: Request, limit: int) -> Any:
+_REQUIRED: Any = object()
+
+
+async def read_json(request: Request, limit: int, *, if_empty: Any = _REQUIRED) -> Any:
+    """The body's JSON; if_empty, when given, stands for a request with no body
+    (a route whose fields are all optional)."""
     content_type = request.headers.get("content-type")
     if content_type is not None and not is_json(content_type):
         raise _unsupported(content_type)
@@ -50,6 +55,8 @@ async def read_json(request: Request, limit: int) -> Any:
         chunks.append(chunk)
     if content_type is None and size:  # a body that does not say what it is
         raise _unsupported("")
+    if not size and if_empty is not _REQUIRED:
+        return if_empty
     try:
         data = b"".join(chunks)
         return JSON_DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))  # as json.loads does

@@ -4,7 +4,8 @@ of SSE streams.
 A notification on `jobfeed_changed` carries "id:version,..."; it is only a hint.
 A version marked "7r" says that only who waits changed (requesters): the view
 is re-read and sent again under the same version (SSE id), which never moves
-for such changes.
+for such changes. So is a queued job's `position`, refreshed every
+`position_interval` seconds for all watched queued jobs with one query.
 Ids nobody here watches are dropped after parsing. Watched ids whose version is
 newer than what was last offered are collected for a few milliseconds and
 re-read in one get_jobs query. Each subscriber holds at most one pending view,
@@ -55,16 +56,17 @@ class View:
     One View is offered to every watcher of its job, so its SSE frame is encoded
     once, by the first stream that sends it, and the others send the same bytes."""
 
-    __slots__ = ("job_id", "version", "terminal", "text", "extra", "changed_at", "_frame")
+    __slots__ = ("job_id", "version", "terminal", "text", "extra", "changed_at", "queued", "_frame")
 
     def __init__(self, job_id: str, version: int, terminal: bool, text: str, extra: tuple = (),
-                 changed_at: float | None = None):
+                 changed_at: float | None = None, queued: bool = False):
         self.job_id = job_id
         self.version = version
         self.terminal = terminal
         self.text = text
-        self.extra = extra  # fields that change without a new version (requesters)
+        self.extra = extra  # fields that change without a new version (requesters, position)
         self.changed_at = changed_at  # updated_at as epoch seconds: the SSE lag metric
+        self.queued = queued  # public status queued: its position may move
         self._frame: bytes | None = None
 
     @classmethod
@@ -73,7 +75,18 @@ class View:
         updated = data.get("updated_at")
         changed_at = dt.datetime.fromisoformat(updated).timestamp() if isinstance(updated, str) else None
         return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text,
-                   (data.get("requesters"),), changed_at)
+                   (data.get("requesters"), data.get("position")), changed_at, data["status"] == "queued")
+
+    @property
+    def position(self) -> int | None:
+        return self.extra[1] if len(self.extra) > 1 else None
+
+    def with_position(self, position: int) -> "View":
+        """The same view (same version) at another place in the line."""
+        data = json.loads(self.text)
+        data["position"] = position
+        return View(self.job_id, self.version, self.terminal, json.dumps(data), (self.extra[0], position),
+                    self.changed_at, self.queued)
 
     def newer_than(self, version: int, extra: tuple) -> bool:
         return self.version > version or (self.version == version and self.extra != extra)
@@ -201,9 +214,14 @@ class FeedSignals:
 
 class Feed:
     def __init__(self, dsn: str | asyncpg.Pool, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
-                 name: str = "jobfeed-api-feed"):
+                 name: str = "jobfeed-api-feed", position_interval: float = 2.0):
         self.queue = queue
         self.batch = batch
+        self.position_interval = position_interval
+        self._positions_task: asyncio.Task | None = None
+        # the newest view offered of each watched job whose public status is queued
+        self._queued: dict[str, View] = {}
+        self.position_rounds = 0
         self.listener = Listener(dsn, {CHANNEL: self._on_notify}, on_connect=self._on_connect,
                                  health_interval=health_interval, name=name)
         self._watch: dict[str, set[JobSubscription]] = {}
@@ -233,6 +251,7 @@ class Feed:
         # cleanly (rather than a task and an event per stream).
         self.shutdown = anyio.Event()
         self._task = asyncio.create_task(self._run(), name="jobfeed-feed")
+        self._positions_task = asyncio.create_task(self._refresh_positions(), name="jobfeed-feed-positions")
         self._shutdown_task = asyncio.create_task(self._end_on_shutdown(self.shutdown), name="jobfeed-feed-shutdown")
         await self.listener.start()
 
@@ -254,6 +273,12 @@ class Feed:
         self.end_streams()
         if self._shutdown_task is not None:
             self._shutdown_task.cancel()
+        if self._positions_task is not None:
+            self._positions_task.cancel()
+            try:
+                await self._positions_task
+            except asyncio.CancelledError:
+                pass
         if self._task is not None:
             self._task.cancel()
             try:
@@ -308,7 +333,14 @@ class Feed:
         known = self._known.get(view.job_id)
         if known is None or view.newer_than(*known):
             self._known[view.job_id] = (view.version, view.extra)
+            self._note_queued(view)
         sub.offer(view)
+
+    def _note_queued(self, view: View) -> None:
+        if view.queued:
+            self._queued[view.job_id] = view
+        else:
+            self._queued.pop(view.job_id, None)
 
     def subscribe_admin(self, limit: int = 1000, client: str | None = None, *, per_client: int | None = None,
                         total: int | None = None) -> AdminSubscription:
@@ -325,6 +357,7 @@ class Feed:
         if not subs:
             del self._watch[sub.job_id]
             self._known.pop(sub.job_id, None)
+            self._queued.pop(sub.job_id, None)
 
     # ---------------------------------------------------------------- listening
     def _on_notify(self, _channel: str, payload: str) -> None:
@@ -397,6 +430,7 @@ class Feed:
                 if known is not None and not view.newer_than(*known):
                     continue
                 self._known[view.job_id] = (view.version, view.extra)
+                self._note_queued(view)
                 for sub in list(self._watch.get(view.job_id, ())):
                     sub.offer(view)
         admin_list = list(admin_ids) if self._admins else []
@@ -406,3 +440,33 @@ class Feed:
                 job_id = json.loads(text)["id"]
                 for admin in list(self._admins):
                     admin.offer(job_id, text)
+
+    # ---------------------------------------------------------------- positions
+    async def _refresh_positions(self) -> None:
+        """Every position_interval seconds, the positions of all watched queued
+        jobs in one query (per REREAD_CHUNK ids); a moved one is offered under
+        its version, like a requesters change. Never per stream."""
+        while True:
+            await asyncio.sleep(self.position_interval)
+            try:
+                await self.refresh_positions()
+            except Exception as exc:  # the database may be restarting: next round
+                log.warning("feed: refreshing queue positions failed (%s)", exc)
+
+    async def refresh_positions(self) -> None:
+        ids = list(self._queued)
+        for start in range(0, len(ids), REREAD_CHUNK):
+            chunk = ids[start:start + REREAD_CHUNK]
+            self.position_rounds += 1
+            positions = await self.queue.positions(chunk)
+            for job_id in chunk:
+                view = self._queued.get(job_id)  # (the newest: a re-read may have run meanwhile)
+                position = positions.get(job_id)
+                # None: started, or not due yet; a started job's new version says so itself
+                if view is None or position is None or position == view.position:
+                    continue
+                moved = view.with_position(position)
+                self._known[job_id] = (moved.version, moved.extra)
+                self._queued[job_id] = moved
+                for sub in list(self._watch.get(job_id, ())):
+                    sub.offer(moved)

@@ -88,8 +88,6 @@ def check_body(body, svc) -> Submitting:
         signals, signal_timeout = parse_signals(body.get("await_signals", []), body.get("signal_timeout"))
     except InvalidSubmission as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None
-    if (after or signals) and notify_url is not None:
-        raise ApiError(422, "invalid_request", "notify_url does not combine with after or await_signals")
     return Submitting(kind, target, payload, schedule, force, notify_url, after, signals, signal_timeout)
 
 
@@ -107,11 +105,12 @@ async def write(request: Request, svc, sub: Submitting, queue: Queue | None = No
         try:
             with tracing.span("jobfeed submit", attributes={"jobfeed.kind": sub.kind}):
                 if sub.after or sub.signals:
-                    # rare, and it locks its dependencies: outside the group commit (no request recorded)
-                    job_id, created, text = await (queue or svc.queue).submit_json(
+                    # rare, and it locks its dependencies: outside the group commit, a request all the same
+                    job_id, created, text, request_id, reused = await (queue or svc.queue).submit_waiting_json(
                         sub.kind, sub.target, sub.payload, max_payload=svc.settings.max_payload, after=sub.after,
-                        await_signals=sub.signals, signal_timeout=sub.signal_timeout, **sub.schedule.kwargs())
-                    request_id, reused = None, False
+                        await_signals=sub.signals, signal_timeout=sub.signal_timeout, request=True,
+                        requester=svc.requester(request), notify_url=sub.notify_url,
+                        max_active=svc.settings.max_active_per_requester, force=sub.force, **sub.schedule.kwargs())
                 elif queue is not None:
                     job_id, created, text, request_id, reused = await queue.submit_request_json(
                         sub.kind, sub.target, sub.payload, max_payload=svc.settings.max_payload,

@@ -3,15 +3,25 @@ requests by route, submit latency, open streams and their delivery lag, the
 feed's health, and jobs by kind and state from the stats query (a snapshot,
 never a scan per scrape). /metrics shows them with the process's own
 (jobfeed.worker.metrics.PROCESS): in `jobfeed up` that is the worker's and the
-sweeper's too."""
+sweeper's too.
+
+`jobfeed api --workers N` runs N processes behind one port, and a scrape
+reaches one of them: there prometheus-client's multiprocess mode
+(PROMETHEUS_MULTIPROC_DIR, set by the command) keeps every process's counters,
+histograms and gauges in files, and any process answers with all of them
+summed (open streams: over live processes). The figures read at scrape time
+(_Live) come from the answering process: jobs by state are the database's
+anyway; the feed's counters are that process's own."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -79,14 +89,18 @@ class Metrics:
                                  "From a change's commit to its event being written to a stream.",
                                  ["stream"], buckets=FAST_BUCKETS, registry=self.registry)
         self.streams = Gauge("jobfeed_sse_streams", "Open server-sent event streams.", ["stream"],
-                             registry=self.registry)
+                             registry=self.registry, multiprocess_mode="livesum")
         for name in STREAMS:
             self.streams.labels(name)  # shown at 0 before the first stream opens
         # One child per stream kind, looked up once: a fan-out observes once per
         # watcher, and labels() takes a lock and a dict look-up each time.
         self._sse_lag = {name: self.sse_lag.labels(name) for name in STREAMS}
+        # One series per API process (labelled pid in multiprocess mode): which are up.
+        Gauge("jobfeed_api_process_start_time_seconds", "When this API process started (epoch seconds).",
+              registry=self.registry, multiprocess_mode="liveall").set(time.time())
         self._live = _Live()
-        self.registry.register(self._live)
+        self._live_registry = CollectorRegistry()
+        self._live_registry.register(self._live)
 
     @contextlib.contextmanager
     def stream(self, name: str) -> Iterator[None]:
@@ -134,7 +148,11 @@ class Metrics:
 
     def render(self, stats: dict, kinds: list[dict], feed, batcher) -> bytes:
         self._live.stats, self._live.kinds, self._live.feed, self._live.batcher = stats, kinds, feed, batcher
-        return process_metrics.render(self.registry, process_metrics.PROCESS)
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            merged = CollectorRegistry()
+            MultiProcessCollector(merged)  # every process's files, this one's included
+            return process_metrics.render(merged, self._live_registry)
+        return process_metrics.render(self.registry, self._live_registry, process_metrics.PROCESS)
 
 
 CONTENT_TYPE = process_metrics.CONTENT_TYPE

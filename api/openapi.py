@@ -55,9 +55,15 @@ _HTML = {"description": "a page of the web UI", "content": {"text/html": {"schem
 
 OPERATIONS: dict[tuple[str, str], dict] = {
     ("POST", "/api/jobs"): {
-        "summary": "Submit a job, deduplicated by (kind, target)",
+        "summary": "Submit a job, deduplicated by (kind, target) (and the requester identity when the kind "
+                   "has dedupe=\"requester\")",
         "security": [{}, {"bearer": []}],
-        "description": "As multipart/form-data: a part named job holding the JSON submission, and file "
+        "description": "A duplicate of an unfinished job follows the kind's on_duplicate: join (share it), "
+                       "reject_different (409 when the payload differs), rerun (a running job runs once more "
+                       "afterwards with the newest payload) or replace (the running attempt is fenced out "
+                       "and the job starts over with the new payload). Under rerun and replace a job not "
+                       "running takes the newest payload. "
+                       "As multipart/form-data: a part named job holding the JSON submission, and file "
                        "parts, each an input of the job under its part's name (1 to 200 bytes, no '/'; at "
                        "most 64), read by handlers with ctx.open_input(name). The whole body is at most "
                        "JOBFEED_MAX_UPLOAD (413); the files commit with the job, and a duplicate stores none.",
@@ -281,6 +287,10 @@ _PUBLIC = {
     "created_at": _TIME, "updated_at": _TIME, "finished_at": {**_TIME, "nullable": True},
     "version": {"type": "integer"},
     "requesters": {"type": "integer", "description": "active requests (changes go out under the same version)"},
+    "position": {"type": "integer", "nullable": True,
+                 "description": "reads only (not in POST answers): for a due job never started, how many jobs "
+                                "of its kind are claimed before it; null otherwise. On SSE refreshed at most "
+                                "every 2 s under the same version"},
     "outputs": {"type": "array", "description": "files the handler saved, by name; download at "
                                                  "/api/jobs/{id}/outputs/{name}",
                 "items": {"type": "object", "properties": {"name": {"type": "string"}, "size": {"type": "integer"},
@@ -300,7 +310,9 @@ SCHEMAS = {
                                             "items": {"type": "string", "format": "uuid"},
                                             "description": "ids of jobs this one waits for (true state "
                                                            "waiting); one failed or canceled fails it "
-                                                           "with dependency_failed"},
+                                                           "with dependency_failed. Combines with run_at/"
+                                                           "delay (due at the later of the two), priority, "
+                                                           "concurrency_key and notify_url"},
                                   "await_signals": {"type": "array", "maxItems": 100,
                                                     "items": {"type": "string", "minLength": 1},
                                                     "description": "signal names the job waits for (POST "

@@ -27,6 +27,10 @@ async def noop(job, ctx):
     return None
 
 
+# The keys scenario: noop, one running job per concurrency_key at most.
+task("noop_keyed", description="does nothing, one at a time per key (benchmarks)", max_running_per_key=1)(noop)
+
+
 def _dump() -> None:
     with open(_PATH, "w") as f:
         json.dump(_STARTS, f)

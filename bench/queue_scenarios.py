@@ -189,6 +189,48 @@ async def _depth_case(server: pg.Server, label: str, due: int, future: int, drai
     return res
 
 
+KEYED = """
+insert into jobfeed.jobs (kind, target, payload, max_attempts, concurrency_key)
+select $1, 'k' || g, jsonb_build_object('i', g), 5, case when $3 > 0 then 'key' || (g % $3) end
+  from generate_series(1, $2) g
+"""
+
+
+async def _keys_case(server: pg.Server, kind: str, n: int, keys: int, settings: dict[str, str] | None) -> dict:
+    """drain() of `kind`: n jobs spread over `keys` concurrency keys (0: none),
+    committed in one transaction; commit to last completion on the database's
+    clock."""
+    url = await _fresh(server, JOBFEED, f"keys_{kind}")
+    async with WorkerProcess(JOBFEED, url, settings={**(settings or {}), "kinds": kind}) as worker:
+        await asyncio.sleep(0.5)  # let it settle into waiting
+        conn = await asyncpg.connect(url)
+        try:
+            async with conn.transaction():
+                await conn.execute(KEYED, kind, n, keys)
+                await conn.execute("select pg_notify('jobfeed_due', $1)", kind)
+            committed = await conn.fetchval("select extract(epoch from clock_timestamp())::float8")
+        finally:
+            await conn.close()
+        count, _ = await wait_count(url, JOBFEED.completed_sql, n, max(120.0, n / 50))
+        last = await pg.fetchval(url, JOBFEED.last_done_sql)
+        stopped = await worker.stop()
+    seconds = (last - committed) if last else None
+    res = {"n": n, "keys": keys, "completed_in_db": count, "ok": count == n, "seconds": seconds,
+           "rate": n / seconds if seconds and count == n else None, "worker_exit": stopped}
+    await server.drop_database(url)
+    return res
+
+
+async def keys(server: pg.Server, *, n: int, keys: int, settings: dict[str, str] | None = None) -> dict:
+    """The drain of n jobs over `keys` keys under max_running_per_key=1
+    (bench.jobfeed_tasks' noop_keyed), and of n jobs of the uncapped noop
+    kind in the same trial: the cost of the capped claim path."""
+    return {
+        "uncapped": await _keys_case(server, "noop", n, 0, settings),
+        "capped": await _keys_case(server, "noop_keyed", n, keys, settings),
+    }
+
+
 async def depth(server: pg.Server, *, base: int, deep: int, future: int, drain_n: int,
                 settings: dict[str, str] | None = None) -> dict:
     """jobfeed's drain rate (drain_n jobs) with `base` jobs queued, with `deep`

@@ -171,6 +171,16 @@ def text(r: dict) -> str:
                            "load s", "counts"], rows))
         out.append("")
 
+    keys = q.get("keys")
+    if keys:
+        rows = [[label, _n(_get(keys, k, "rate")), "ok" if _get(keys, k, "ok") else "COUNT WRONG"]
+                for k, label in (("uncapped", "no key, no cap"),
+                                 ("capped", f"{_n(_get(keys, 'capped', 'keys'))} keys, max_running_per_key=1"))]
+        ratio = _ratio(_get(keys, "capped", "rate"), _get(keys, "uncapped", "rate"))
+        out.append(_table([f"keys (jobfeed drains {_n(_get(keys, 'capped', 'n'))})", "jobs/s", "counts"], rows))
+        out.append(f"  capped / uncapped: {'-' if ratio is None else f'{ratio:.3f}x'}")
+        out.append("")
+
     rows = []
     for t in targets(r):
         v = t["value"]

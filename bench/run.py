@@ -21,7 +21,7 @@ from . import history, pg, queue_scenarios, report, web_scenarios
 from .systems import ALL, System
 
 log = logging.getLogger("bench")
-SCENARIOS = ("enqueue", "drain", "latency", "http", "sse", "depth", "history")
+SCENARIOS = ("enqueue", "drain", "latency", "http", "sse", "depth", "keys", "history")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
@@ -43,6 +43,8 @@ class Sizes:
     depth_deep: int = 1_000_000
     depth_future: int = 100_000
     depth_drain: int = 10_000
+    keys_n: int = 20_000  # the keys scenario: jobs drained, capped and not
+    keys_keys: int = 1_000  # concurrency keys under max_running_per_key=1
     history_n: int = 10_000_000  # finished jobs planted; --history-n 1000000 for a quicker run
     history_expired: int = 1_000_000  # of them past retention, deleted by the sweeper during the last case
     history_submit: int = 5_000
@@ -53,6 +55,7 @@ class Sizes:
 QUICK = Sizes(enqueue_n=300, enqueue_batch=100, drain_n=500, latency_rate=50, latency_seconds=1,
               http_seconds=1, http_connections=4, http_dup_targets=10, sse_watchers=60, sse_hot=10,
               sse_jobs=10, sse_rounds=2, depth_base=500, depth_deep=2_000, depth_future=1_000, depth_drain=500,
+              keys_n=300, keys_keys=50,
               history_n=3_000, history_expired=1_000, history_submit=200, history_drain=300, trials=1)
 
 
@@ -153,6 +156,9 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
                 await repeated(scenario, lambda: queue_scenarios.depth(
                     server, base=sizes.depth_base, deep=sizes.depth_deep, future=sizes.depth_future,
                     drain_n=sizes.depth_drain, settings=jobfeed_settings))
+            elif scenario == "keys":
+                await repeated(scenario, lambda: queue_scenarios.keys(
+                    server, n=sizes.keys_n, keys=sizes.keys_keys, settings=jobfeed_settings))
             elif scenario == "history":
                 await attempt(scenario, history.history(
                     server, history_n=sizes.history_n, expired=sizes.history_expired, submit_n=sizes.history_submit,
@@ -168,7 +174,8 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
 # What orders a scenario's trials: the median trial is reported whole (its figures
 # stay from one measurement), the others are kept in "trials".
 MEDIAN_OF = {"drain": ("rate",), "latency": ("p50_ms",)}
-PARTS = {"enqueue": ("single", "batch"), "depth": ("base", "deep", "future")}  # each by its rate
+PARTS = {"enqueue": ("single", "batch"), "depth": ("base", "deep", "future"),
+         "keys": ("uncapped", "capped")}  # each by its rate
 
 
 def median_trial(scenario: str, values: list[dict]) -> dict:

@@ -14,7 +14,9 @@ select id, created, view::text from jobfeed.submit_quick($1, $2, $3::jsonb, $4, 
 select id, created from jobfeed.submit_quick($1, $2, $3::jsonb, $4, $5, null, $6, $7, false);
 
 -- name: submit_waiting
-select id, created, view::text from jobfeed.submit_waiting($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7);
+select id, created, view::text, request_id, reused
+  from jobfeed.submit_waiting_v2($1, $2, $3::jsonb, $4::uuid[], $5::text[], $6, $7, null, $8, $9, $10, $11, $12,
+                                 $13, $14, $15);
 
 -- name: signal
 select first, view::text from jobfeed.signal($1, $2, $3::jsonb);
@@ -40,13 +42,16 @@ select jobfeed.leave($1)::text;
 select jobfeed.may_view($1, $2, $3);
 
 -- name: set_kind_request_policy
-select jobfeed.set_kind_request_policy($1, $2, $3, $4);
+select jobfeed.set_kind_request_policy_v2($1, $2, $3, $4, $5);
 
 -- name: get_job
 select jobfeed.get_job($1)::text;
 
 -- name: get_jobs
 select v::text from jobfeed.get_jobs($1) v;
+
+-- name: positions
+select id, position from jobfeed.positions($1);
 
 -- name: admin_get_job
 select jobfeed.admin_get_job($1)::text;
@@ -107,6 +112,9 @@ select jobfeed.charts()::text;
 
 -- name: next_due
 select jobfeed.next_due($1), now();
+
+-- name: next_due_v2
+select jobfeed.next_due_v2($1, $2), now();
 
 -- name: extend_many
 select jobfeed.extend_many($1, $2, $3);

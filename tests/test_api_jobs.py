@@ -61,7 +61,8 @@ async def test_get_job_shows_the_public_view(client, queue):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/json")
     view = response.json()
-    assert set(view) == PUBLIC_FIELDS
+    assert set(view) == PUBLIC_FIELDS | {"position"}  # (reads only: submit answers leave it out)
+    assert view["position"] is None  # started
     # The retry is invisible: still processing, no error, progress kept.
     assert view["status"] == "processing" and view["error"] is None
     assert view["progress"] == {"done": 1, "total": 4, "message": "one"}

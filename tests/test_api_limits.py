@@ -255,6 +255,10 @@ async def test_limits_apply_to_an_api_process_started_from_the_command_line(dsn)
     ("JOBFEED_REQUEST_TIMEOUT", "500ms", ("request_timeout", 0.5)),
     ("JOBFEED_MAX_STREAMS_PER_CLIENT", "7", ("max_streams_per_client", 7)),
     ("JOBFEED_MAX_STREAMS", "9", ("max_streams", 9)),
+    # the payload limit is a size like the others (CONTRACT: "64KiB")
+    ("JOBFEED_MAX_PAYLOAD", "64KiB", ("max_payload", 65536)),
+    ("JOBFEED_MAX_PAYLOAD", "1MiB", ("max_payload", 1024 * 1024)),
+    ("JOBFEED_MAX_PAYLOAD", "4096", ("max_payload", 4096)),
 ])
 def test_cap_settings_are_read(name, value, expected):
     field, number = expected
@@ -265,7 +269,8 @@ def test_cap_settings_are_read(name, value, expected):
     ("JOBFEED_MAX_HEADER_BYTES", "0"), ("JOBFEED_MAX_HEADER_BYTES", "64 parsecs"),
     ("JOBFEED_MAX_HEADER_BYTES", "-1KiB"), ("JOBFEED_REQUEST_TIMEOUT", "soon"),
     ("JOBFEED_REQUEST_TIMEOUT", "0s"), ("JOBFEED_MAX_STREAMS_PER_CLIENT", "0"),
-    ("JOBFEED_MAX_STREAMS", "many"),
+    ("JOBFEED_MAX_STREAMS", "many"), ("JOBFEED_MAX_PAYLOAD", "64 parsecs"), ("JOBFEED_MAX_PAYLOAD", "0"),
+    ("JOBFEED_MAX_PAYLOAD", "4GiB"),
 ])
 def test_bad_cap_settings_are_refused_naming_the_setting(name, value):
     with pytest.raises(SettingError, match=name):

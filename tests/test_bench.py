@@ -83,6 +83,11 @@ def test_every_scenario_runs_and_counts_right(tmp_path):
         assert case["completed_in_db"] >= QUICK.depth_drain and case["rate"] > 0, case
     assert depth["ok"]
 
+    keys = q["keys"]  # the capped claim path drains all, keys and all
+    assert keys["ok"] and keys["capped"]["keys"] == QUICK.keys_keys
+    for case in ("uncapped", "capped"):
+        assert keys[case]["completed_in_db"] == QUICK.keys_n and keys[case]["rate"] > 0, keys
+
     hist = q["history"]
     assert hist["ok"] and hist["history_n"] == QUICK.history_n
     for case in ("empty", "history"):

@@ -370,6 +370,19 @@ async def test_errors_from_the_server_are_shown(api, new_page):
     await shot(page, "job-not-found")
 
 
+async def test_job_page_shows_how_many_are_ahead(api, new_page, http, queue):
+    """No worker runs: three jobs wait, the page of the last says two are ahead
+    of it, and one less once the first is claimed (the stream's refresh)."""
+    ids = [(await http.post("/api/jobs", json={"kind": "demo", "target": f"line-{n}"})).json()["id"]
+           for n in range(3)]
+    page = await new_page()
+    await page.goto(f"/jobs/{ids[2]}")
+    await expect(page.locator("#progress-text")).to_have_text("Waiting for a worker. · 2 ahead of you.")
+    await shot(page, "job-position")
+    await queue.claim(["demo"], 1, "w")
+    await expect(page.locator("#progress-text")).to_have_text("Waiting for a worker. · 1 ahead of you.")
+
+
 async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, http):
     """Two people wait for one job: each page says it is shared; one leaves with
     the button, the other closes the tab, and with nobody left the job is

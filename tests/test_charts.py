@@ -35,3 +35,20 @@ async def test_depth_samples_wait_percentiles_and_failures_by_code(pool, k):
     assert later["depth"] == [] and later["wait"] == [] and later["failures"] == []
     await pool.execute("select jobfeed.sample_depth($1)", T0 + dt.timedelta(hours=3))
     assert await pool.fetchval("select count(*) from jobfeed.depth_samples") == 1  # older than two hours: gone
+
+
+async def test_reading_the_stats_samples_depth_without_a_sweeper(pool, k):
+    """No sweeper runs: the stats snapshot's recount (the dashboard, /metrics)
+    records a depth sample from its own counts, at most one a minute."""
+    for i in range(3):
+        await pool.execute("select jobfeed.submit('k', $1, '{}', null, 65536, $2)", f"q{i}", T0)
+
+    async def read_stats(at: dt.datetime) -> None:
+        await pool.fetchval("select jobfeed.stats_v2(15, '5 seconds', $1)", at)
+
+    await read_stats(T0)
+    await read_stats(T0 + dt.timedelta(seconds=30))  # recounted (snapshot 30 s old), no new sample
+    await pool.execute("update jobfeed.jobs set state = 'running' where target = 'q0'")
+    await read_stats(T0 + dt.timedelta(seconds=61))
+    got = await charts(pool, T0 + dt.timedelta(minutes=2))
+    assert [(d["kind"], d["queued"], d["running"]) for d in got["depth"]] == [("k", 3, 0), ("k", 2, 1)]

@@ -8,6 +8,7 @@ import pytest
 
 from jobfeed.api.app import create_app
 from servers import asgi_client, make_settings, start_api_process
+from test_cli import jobfeed
 
 
 @pytest.mark.parametrize("payload", [
@@ -42,3 +43,19 @@ async def test_an_api_without_jobfeed_tasks_knows_no_demo_kind(dsn):
         refused = await client.post("/api/jobs", json={"kind": "demo", "target": "t"})
     assert [k["kind"] for k in kinds] == []
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "unknown_kind"
+
+
+async def test_the_cli_keeps_the_demo_bounds_next_to_jobfeed_up(dsn, pool, demo_kind):
+    # `jobfeed up` loads the demo kind; `jobfeed submit` in another shell does not,
+    # yet on that database the same bounds hold (422 over HTTP, exit 2 here)
+    out = jobfeed(dsn, "submit", "demo", "big", "--payload", '{"steps": 5000}', JOBFEED_TASKS="")
+    assert out.returncode == 2 and "invalid_payload" in out.stderr, out.stderr
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+    ok = jobfeed(dsn, "submit", "demo", "small", "--payload", '{"steps": 5}', JOBFEED_TASKS="")
+    assert ok.returncode == 0, ok.stderr
+
+
+async def test_the_cli_never_adds_the_demo_kind(dsn, pool):
+    out = jobfeed(dsn, "submit", "demo", "t", JOBFEED_TASKS="")
+    assert out.returncode == 2 and "unknown_kind" in out.stderr, out.stderr
+    assert await pool.fetchval("select count(*) from jobfeed.kinds where kind = 'demo'") == 0

@@ -11,6 +11,7 @@ import pytest
 
 from jobfeed.api.feed import Feed, View
 from jobfeed.worker.queue import Queue
+from waiting import eventually
 
 
 class FailingReads(Queue):
@@ -41,6 +42,10 @@ async def feed(dsn, pool, demo_kind):
     assert await f.signals.reread.wait()  # ...and its resync (of nothing yet)
     yield f
     await f.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def watch(feed, job_id):
@@ -75,7 +80,12 @@ async def test_watched_jobs_are_re_read_after_the_listener_reconnects(feed, pool
 
 
 async def test_a_failed_re_read_is_tried_again_with_the_same_ids(feed, queue):
+    heard = feed.notifications
     job_id, _ = await queue.submit("demo", "r")
+    # The submit's notification is heard before the job is watched, so it starts
+    # no re-read: a late one would read version 2 and take the injected failure,
+    # and the claim's own notification would then deliver what the retry must.
+    await eventually(lambda: _true(feed.notifications > heard), what="the submit's notification")
     sub = await watch(feed, job_id)
     admin = feed.subscribe_admin()
     feed.queue.fail_at = 2

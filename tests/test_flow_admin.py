@@ -141,6 +141,16 @@ async def test_bulk_bad_filters_change_nothing(client, pool, body, code):
     assert await states(pool) == before
 
 
+async def test_bulk_without_a_body_is_the_empty_filter(client, pool):
+    # every field is optional: no body at all names nothing, as {} does
+    await plant(pool, 2, "failed", code="x")
+    before = await states(pool)
+    for action in ("retry", "cancel"):
+        r = await client.post(f"/api/admin/jobs/{action}", headers=BEARER)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "filter_required", r.text
+    assert await states(pool) == before
+
+
 async def test_bulk_sql_refuses_an_empty_filter(pool):
     import asyncpg
     with pytest.raises(asyncpg.PostgresError) as err:

@@ -127,7 +127,8 @@ def test_task_flow_settings_are_checked_at_registration():
     from jobfeed.worker.tasks import Registry, parse_rate
 
     assert parse_rate("100/1m") == (100, 60.0) and parse_rate("5/1s") == (5, 1.0)
-    for bad in ("100", "x/1m", "0/1m", "5/soon", "5/0s"):
+    assert parse_rate("5/s") == (5, 1.0) and parse_rate("100/m") == (100, 60.0)  # a bare unit is one of it
+    for bad in ("100", "x/1m", "0/1m", "5/soon", "5/0s", "5/", "5/-1s"):
         with pytest.raises(ValueError):
             parse_rate(bad)
     reg = Registry()

@@ -40,7 +40,7 @@ async def fetch(url: str, timeout: float = 5.0):
 
 
 @pytest.mark.parametrize("status, error", [
-    (500, Transient), (503, Transient), (429, Transient),
+    (500, Transient), (503, Transient), (429, Transient), (408, Transient),  # 408: a timeout
     (404, Permanent), (410, Permanent), (422, Permanent), (400, Permanent),
     (401, Release), (403, Release),
 ])

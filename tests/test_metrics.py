@@ -114,6 +114,43 @@ async def test_up_serves_every_part_and_the_histograms_move(dsn):
 
 
 @pytest.mark.full
+async def test_api_processes_answer_metrics_for_all_of_them(dsn):
+    """`jobfeed api --workers 2`: whichever process a scrape reaches, it shows
+    both processes (one start-time series per pid) and every request either
+    of them counted."""
+    port = free_port()
+    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN="an-admin-token-for-metrics")
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    proc = await Process(JOBFEED + ["api", "--workers", "2"], env).start(ready=r"Uvicorn running", timeout=60)
+    url = f"http://127.0.0.1:{port}"
+
+    async def scrape() -> dict:
+        # a connection of its own each time, so scrapes spread over the processes
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            return samples((await client.get("/metrics")).text)
+
+    def pids(found: dict) -> set[str]:
+        return {dict(ls).get("pid") for (n, ls) in found if n == "jobfeed_api_process_start_time_seconds"}
+
+    try:
+        async def both_up():
+            try:
+                return len(pids(await scrape())) == 2
+            except httpx.TransportError:  # (the processes may still be starting)
+                return False
+        await eventually(both_up, timeout=30, what="both API processes in one scrape")
+        for _ in range(20):
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                assert (await client.get("/api/kinds")).status_code == 200
+        for _ in range(6):
+            found = await scrape()
+            assert len(pids(found)) == 2
+            assert total(found, "jobfeed_http_requests_total", method="GET", route="/api/kinds") == 20
+    finally:
+        assert await proc.stop(timeout=15) == 0, proc.log
+
+
+@pytest.mark.full
 async def test_a_standalone_worker_serves_its_metrics_port(dsn, queue, demo_kind):
     port = free_port()
     # A lease long enough that a loaded machine never reclaims the job (one claim is asserted).

@@ -480,7 +480,7 @@ def test_task_refuses_bad_request_policies():
     from jobfeed.worker.tasks import Registry
     reg = Registry()
     kwargs: dict
-    for kwargs in ({"on_abandon": "later"}, {"on_duplicate": "rerun"}, {"on_duplicate": "merge"},
+    for kwargs in ({"on_abandon": "later"}, {"on_duplicate": "merge"},
                    {"reuse_for": "soon"}, {"reuse_for": -1}):
         with pytest.raises(ValueError):
             reg.task("x", **kwargs)

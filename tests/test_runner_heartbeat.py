@@ -79,3 +79,19 @@ async def test_a_job_whose_handler_stopped_heartbeating_is_not_renewed(queue, po
     renewed, lost = await runner.signals.renewed.wait()
     assert [key[0] for key in renewed] == [loud] and not lost
     go.set()
+
+
+async def test_the_heartbeat_keeps_pace_with_the_shortest_lease_held(queue, pool, runner_for):
+    entered, go = asyncio.Queue(), asyncio.Event()
+    short = TaskSpec("short", blocking(entered, go), max_attempts=3, lease=6.0, backoff=(1.0,))
+    long = TaskSpec("long", blocking(entered, go), max_attempts=3, lease=60.0, backoff=(1.0,))
+    for s in (short, long):
+        await queue.register_kind(s.kind, max_attempts=3, lease=s.lease, backoff=s.backoff)
+    ids = {(await queue.submit(kind, "x")).id for kind in ("long", "short")}
+    runner = await runner_for(short, long)  # one claim takes both: both start before the heartbeat looks
+    assert {await asyncio.wait_for(entered.get(), 5) for _ in range(2)} == ids
+    delay = await runner.signals.heartbeat.asked()
+    if abs(delay - 1.0) < 0.01:  # (asked while nothing ran yet; the jobs' start wakes it to ask again)
+        delay = await runner.signals.heartbeat.asked()
+    assert delay <= 6.0 / 3  # the short lease's pace, not the long one's (20 s)
+    go.set()

@@ -49,8 +49,9 @@ async def test_run_at_waits_and_shows_scheduled_for_until_the_first_start(client
     assert str(row["id"]) == view["id"]
     started = (await client.get(f"/api/jobs/{view['id']}")).json()
     assert started["status"] == "processing" and started["scheduled_for"] is None
-    # A retry's delay stays private.
-    assert await queue.fail_transient(row["id"], row["generation"], "boom", "x", retry_after=3600)
+    # A retry's delay stays private: due (4 h from now) after the start was
+    # recorded (planted 2 h from now), it would otherwise look scheduled.
+    assert await queue.fail_transient(row["id"], row["generation"], "boom", "x", retry_after=4 * 3600)
     retried = (await client.get(f"/api/jobs/{view['id']}")).json()
     assert retried["status"] == "processing" and retried["scheduled_for"] is None
 

@@ -24,7 +24,8 @@ async def k(pool):
 async def test_a_new_target_is_created_with_its_view_only_when_asked(pool, k):
     made = await pool.fetchrow(QUICK, "k", "a", '{"n": 1}', T0, True)
     assert made["created"] is True
-    assert json.loads(made["view"]) == json.loads(await pool.fetchval("select jobfeed.get_job($1)::text", made["id"]))
+    assert json.loads(made["view"]) == json.loads(await pool.fetchval(
+        "select jobfeed.public_view(j)::text from jobfeed.jobs j where j.id = $1", made["id"]))
     quiet = await pool.fetchrow(QUICK, "k", "b", None, T0, False)
     assert quiet["created"] is True and quiet["view"] is None
     row = await pool.fetchrow("select * from jobfeed.jobs where id = $1", quiet["id"])

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from jobfeed.worker.metrics import PROCESS
 from jobfeed.worker.runner import Runner
 from jobfeed.worker.settings import SettingError, Settings
 
@@ -78,8 +79,14 @@ async def webhook_worker(queue, dsn, webhook_env):
     await asyncio.wait_for(task, 10)
 
 
+def deliveries(outcome: str) -> float:
+    """jobfeed_webhook_deliveries_total{outcome} in this process (the runner's)."""
+    return PROCESS.get_sample_value("jobfeed_webhook_deliveries_total", {"outcome": outcome}) or 0.0
+
+
 async def test_a_final_job_is_posted_signed_and_retried_with_the_same_id(dsn, queue, pool, demo_kind,
                                                                          webhook_worker):
+    before = {o: deliveries(o) for o in ("delivered", "retried", "failed")}
     async with Receiver(statuses=(500, 503, 204)) as receiver:
         async with serve(dsn, webhook_hosts=("127.0.0.1",)) as server:
             async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
@@ -103,8 +110,53 @@ async def test_a_final_job_is_posted_signed_and_retried_with_the_same_id(dsn, qu
     with pytest.raises(WebhookVerificationError):
         Webhook("whsec_" + base64.b64encode(b"another secret of 32 bytes!!!!!").decode()).verify(body, headers)
     # one delivery for the one request that asked (the other had no notify_url)
-    deliveries = await pool.fetch("select state, attempts from jobfeed.jobs where kind = 'jobfeed.webhook'")
-    assert [tuple(d) for d in deliveries] == [("completed", 3)]
+    rows = await pool.fetch("select state, attempts from jobfeed.jobs where kind = 'jobfeed.webhook'")
+    assert [tuple(d) for d in rows] == [("completed", 3)]
+    # each attempt counted by its outcome
+    assert {o: deliveries(o) - before[o] for o in before} == {"delivered": 1, "retried": 2, "failed": 0}
+
+
+async def test_a_delivery_refused_for_good_is_counted_failed(dsn, queue, pool, demo_kind, webhook_worker):
+    before = {o: deliveries(o) for o in ("delivered", "retried", "failed")}
+    async with Receiver(statuses=(410,)) as receiver:
+        await queue.submit("demo", "gone", request=True, notify_url=receiver.url)
+        (job,) = await queue.claim(["demo"], 1, "w")
+        assert await queue.complete(job.id, job.generation, {})
+
+        async def final():
+            return await pool.fetchval("select state::text from jobfeed.jobs where kind = 'jobfeed.webhook' "
+                                       "and state = 'failed'")
+        await eventually(final, timeout=15, what="the delivery failed")
+    assert len(receiver.got) == 1  # 410: not tried again
+    assert {o: deliveries(o) - before[o] for o in before} == {"delivered": 0, "retried": 0, "failed": 1}
+
+
+async def test_a_submission_answered_with_a_reused_final_job_is_notified_too(dsn, queue, pool, demo_kind,
+                                                                              webhook_worker):
+    await queue.set_kind_request_policy("demo", reuse_for=600)
+    async with Receiver() as receiver:
+        async with serve(dsn, webhook_hosts=("127.0.0.1",)) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                first = (await http.post("/api/jobs", json={"kind": "demo", "target": "again"})).json()
+                (job,) = await queue.claim(["demo"], 1, "w")
+                assert await queue.complete(job.id, job.generation, {"steps": 2})
+                # alone, and several at once (the group commit's batch)
+                answers = await asyncio.gather(*(http.post("/api/jobs", json={
+                    "kind": "demo", "target": "again", "notify_url": f"{receiver.url}?n={n}"}) for n in range(5)))
+                assert {(a.status_code, a.json()["reused"], a.json()["id"]) for a in answers} == \
+                    {(200, True, first["id"])}
+            py = await queue.submit("demo", "again", notify_url=receiver.url + "?py")
+            assert py.reused
+
+            async def delivered():
+                return len(receiver.got) >= 6
+            await eventually(delivered, timeout=15, interval=0.05, what="six deliveries")
+    views = [Webhook(SECRET).verify(body, headers) for headers, body in receiver.got]
+    assert {(v["id"], v["status"], json.dumps(v["result"])) for v in views} == \
+        {(first["id"], "completed", '{"steps": 2}')}
+    assert len({h["webhook-id"] for h, _ in receiver.got}) == 6  # one per request
+    assert await pool.fetchval("select count(*) from jobfeed.attempts a join jobfeed.jobs j on j.id = a.job_id "
+                               "where j.kind = 'demo'") == 1  # reused: the job did not run again
 
 
 async def test_a_request_that_left_is_not_notified(dsn, queue, pool, demo_kind, webhook_env):

@@ -46,9 +46,9 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--concurrency", type=_count, default=10, help="handlers running at once")
         sp.add_argument("--grace", type=_duration, default=30.0, help="on stop, wait this long before releasing")
         sp.add_argument("--poll", type=_duration, default=5.0, help="poll interval when no NOTIFY arrives")
-        sp.add_argument("--budget", type=_duration, help="run at most this long (cron/serverless), e.g. 240s")
+        sp.add_argument("--budget", type=_duration, help="run at most this long (cron/serverless; 240s when only --max-jobs is given)")
         sp.add_argument("--reserve", type=_duration, default=30.0, help="stop claiming when less is left")
-        sp.add_argument("--max-jobs", type=_count, help="handle at most this many jobs, then exit")
+        sp.add_argument("--max-jobs", type=_count, help="handle at most this many jobs, then exit (3 when only --budget is given)")
 
     def sweeper_flags(sp):
         sp.add_argument("--sweep-interval", type=_duration, default=60.0, help="time between sweeps")

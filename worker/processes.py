@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import json
 import os
-from typing import AsyncIterator
+import shutil
+import tempfile
+from typing import Any, AsyncIterator
 
 from . import db, migrate as migrations, tasks
 from .queue import Queue
@@ -39,35 +41,39 @@ async def cmd_migrate(settings: Settings, args) -> int:
     return 0
 
 
-async def cmd_worker(settings: Settings, args) -> int:
+@contextlib.asynccontextmanager
+async def prepared_pool(settings: Settings, max_size: int, name: str) -> AsyncIterator[tuple[str, Any]]:
+    """(dsn, pool) of the prepared database while the block runs."""
     dsn = await prepare(settings)
-    pool = await db.create_pool(dsn, min_size=1, max_size=max(4, min(args.concurrency + 2, 20)),
-                                name="jobfeed-worker")
+    pool = await db.create_pool(dsn, min_size=1, max_size=max_size, name=name)
     try:
-        queue = Queue(pool)
-        await tasks.register_kinds(queue, settings, overwrite=True)
-        runner = make_runner(queue, dsn, settings, args)
-        async with metrics_port(settings) as stop_metrics:
-            on_signals(runner.stop, stop_metrics)
-            await runner.run()
+        yield dsn, pool
     finally:
         await pool.close()
+
+
+async def run_until_stopped(settings: Settings, part) -> None:
+    """part.run(), with /metrics on JOBFEED_METRICS_PORT; a signal stops both."""
+    async with metrics_port(settings) as stop_metrics:
+        on_signals(part.stop, stop_metrics)
+        await part.run()
+
+
+async def cmd_worker(settings: Settings, args) -> int:
+    async with prepared_pool(settings, max(4, min(args.concurrency + 2, 20)), "jobfeed-worker") as (dsn, pool):
+        queue = Queue(pool)
+        await tasks.register_kinds(queue, settings, overwrite=True)
+        await run_until_stopped(settings, make_runner(queue, dsn, settings, args))
     return 0
 
 
 async def cmd_sweeper(settings: Settings, args) -> int:
-    dsn = await prepare(settings)
-    pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-sweeper")
-    try:
+    async with prepared_pool(settings, 2, "jobfeed-sweeper") as (_, pool):
         sweeper = make_sweeper(Queue(pool), settings, args)
         if args.once:
             print(json.dumps(await sweeper.sweep_once()))
             return 0
-        async with metrics_port(settings) as stop_metrics:
-            on_signals(sweeper.stop, stop_metrics)
-            await sweeper.run()
-    finally:
-        await pool.close()
+        await run_until_stopped(settings, sweeper)
     return 0
 
 
@@ -79,5 +85,15 @@ def cmd_api(settings: Settings, args) -> int:
     # register the kinds they know, as every API process does).
     os.environ["DATABASE_URL"] = dsn
     os.environ["JOBFEED_ADMIN_TOKEN"] = admin_token(settings)
-    serve_processes(settings, workers=args.workers)
+    # Several processes behind one port: each keeps its metrics in files of a
+    # directory they share, so any of them answers /metrics for all (see
+    # api/metrics.py). Set before uvicorn starts them; removed when they end.
+    own_dir = None
+    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="jobfeed-metrics-")
+    try:
+        serve_processes(settings, workers=args.workers)
+    finally:
+        if own_dir is not None:
+            shutil.rmtree(own_dir, ignore_errors=True)
     return 0

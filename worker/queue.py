@@ -197,16 +197,14 @@ class Queue:
         as a bare submission. A new job may wait: after (ids of jobs it runs
         after; it fails with dependency_failed if one does not complete) and
         await_signals (names delivered with signal(); signal_timeout seconds,
-        else it fails with signal_timeout); these record no request and do not
-        combine with run_after, priority or concurrency_key."""
+        else it fails with signal_timeout); they combine with everything
+        else (a job waiting with a run_after is due at the later of the two)."""
         if after or await_signals:
-            if request or requester is not None or notify_url is not None:
-                raise QueueError("invalid_request", "after and await_signals do not record requests", 422)
-            job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after,
-                                                        priority=priority, concurrency_key=concurrency_key,
-                                                        max_payload=max_payload, after=after,
-                                                        await_signals=await_signals, signal_timeout=signal_timeout)
-            return Submission(job_id, created)
+            job_id, created, _, request_id, reused = await self.submit_waiting_json(
+                kind, target, payload, after=after, await_signals=await_signals, signal_timeout=signal_timeout,
+                run_after=run_after, priority=priority, concurrency_key=concurrency_key, max_payload=max_payload,
+                request=request, requester=requester, notify_url=notify_url, force=force)
+            return Submission(job_id, created, reused, request_id)
         if request or requester is not None or notify_url is not None:
             job_id, created, _, request_id, reused = await self.submit_request_json(
                 kind, target, payload, run_after=run_after, priority=priority, concurrency_key=concurrency_key,
@@ -242,19 +240,36 @@ class Queue:
                           await_signals: Sequence[str] | None = None,
                           signal_timeout: float | None = None) -> tuple[uuid.UUID, bool, str]:
         """submit(), also answering the job's public view as JSON text."""
+        if after or await_signals:
+            job_id, created, view, _, _ = await self.submit_waiting_json(
+                kind, target, payload, after=after, await_signals=await_signals, signal_timeout=signal_timeout,
+                run_after=run_after, priority=priority, concurrency_key=concurrency_key, max_payload=max_payload)
+            return job_id, created, view
         text = json.dumps(payload if payload is not None else {})
         await self._add_kind(kind)
-        if after or await_signals:
-            if run_after is not None or priority is not None or concurrency_key is not None:
-                raise QueueError("invalid_request", "after and await_signals do not combine with run_after, "
-                                 "priority or concurrency_key", 422)
-            ids = [a if isinstance(a, uuid.UUID) else uuid.UUID(str(a)) for a in after or ()]
-            rows = await self._fetch("submit_waiting", kind, target, text, ids, list(await_signals or ()),
-                                     _seconds(signal_timeout), max_payload)
-        else:
-            rows = await self._fetch("submit", kind, target, text, run_after, max_payload, priority,
-                                     concurrency_key)
+        rows = await self._fetch("submit", kind, target, text, run_after, max_payload, priority, concurrency_key)
         return rows[0]["id"], rows[0]["created"], rows[0]["view"]
+
+    async def submit_waiting_json(self, kind: str, target: str, payload: dict | None = None, *,
+                                  after: Sequence[uuid.UUID | str] | None = None,
+                                  await_signals: Sequence[str] | None = None, signal_timeout: float | None = None,
+                                  run_after: dt.datetime | None = None, priority: int | None = None,
+                                  concurrency_key: str | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                                  request: bool = False, requester: str | None = None,
+                                  notify_url: str | None = None, max_active: int | None = None,
+                                  force: bool = False) -> tuple[uuid.UUID, bool, str, uuid.UUID | None, bool]:
+        """A submission that may wait (after, await_signals): (job id, created,
+        public view as JSON text, request id or None, reused). A request is
+        recorded as by submit_request_json when request, requester or
+        notify_url says so."""
+        text = json.dumps(payload if payload is not None else {})
+        await self._add_kind(kind)
+        ids = [a if isinstance(a, uuid.UUID) else uuid.UUID(str(a)) for a in after or ()]
+        rows = await self._fetch("submit_waiting", kind, target, text, ids, list(await_signals or ()),
+                                 _seconds(signal_timeout), max_payload, run_after, priority, concurrency_key,
+                                 request, requester, notify_url, max_active, force)
+        r = rows[0]
+        return r["id"], r["created"], r["view"], r["request_id"], r["reused"]
 
     async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
                           run_after: dt.datetime | None = None, priority: int | None = None,
@@ -326,8 +341,8 @@ class Queue:
         return await self._fetchval("may_view", job_id, requester, request_id)
 
     async def set_kind_request_policy(self, kind: str, *, on_abandon: str = "cancel", on_duplicate: str = "join",
-                                      reuse_for: float | None = None) -> None:
-        await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for))
+                                      reuse_for: float | None = None, dedupe: str = "global") -> None:
+        await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for), dedupe)
 
     async def get_job_json(self, job_id: uuid.UUID) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""
@@ -385,6 +400,11 @@ class Queue:
 
     async def get_jobs_json(self, job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         return [r[0] for r in await self._fetch("get_jobs", list(job_ids))]
+
+    async def positions(self, job_ids: Sequence[uuid.UUID | str]) -> dict[str, int]:
+        """Queue positions of those of these jobs that are due and never started
+        (one query for the lot), by id as text."""
+        return {str(r["id"]): r["position"] for r in await self._fetch("positions", list(job_ids))}
 
     async def admin_get_job(self, job_id: uuid.UUID) -> dict | None:
         text = await self._fetchval("admin_get_job", job_id)
@@ -484,9 +504,18 @@ class Queue:
 
     async def next_due(self, kinds: Sequence[str]) -> float | None:
         """Seconds until the next job of these kinds is claimable (<= 0: now)."""
-        rows = await self._fetch("next_due", list(kinds))
+        return (await self.next_due_after_claim(kinds, None))[0]
+
+    async def next_due_after_claim(self, kinds: Sequence[str], before: dt.datetime | None
+                                   ) -> tuple[float | None, dt.datetime]:
+        """next_due after a claim that took fewer jobs than it asked for, with
+        `before` a database time earlier than that claim (None: no such claim):
+        jobs due by then that it left, their concurrency key being full, wait
+        for a freed slot's notification (next_due_v2). -> (seconds, the
+        database's time now: the `before` of the next claim)."""
+        rows = await self._fetch("next_due_v2", list(kinds), before)
         due, now = rows[0][0], rows[0][1]
-        return None if due is None else (due - now).total_seconds()
+        return (None if due is None else (due - now).total_seconds()), now
 
     async def extend_many(self, jobs: Sequence[tuple[uuid.UUID, int]], lease: float | None = None) -> set[uuid.UUID]:
         """Renew the leases, by `lease` seconds (default: the kind's lease);

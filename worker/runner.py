@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import functools
 import logging
 import os
@@ -128,6 +129,7 @@ class RunnerSignals:
     """Test hooks (worker/testsignal.py), inert unless a test enables them."""
     heartbeat: Timer = dataclasses.field(default_factory=Timer)  # the wait between two renewals
     renewed: Signal = dataclasses.field(default_factory=Signal)  # after each: (keys renewed, ids lost)
+    sleeping: Signal = dataclasses.field(default_factory=Signal)  # the claim loop waits: its timeout
 
 
 class _Completions:
@@ -328,6 +330,7 @@ class Runner:
         self.reserve = reserve
         self.max_jobs = max_jobs
         self._turn = 0  # which kind a claim names first (round-robin)
+        self._looked_at: dt.datetime | None = None  # the database's time at the last next_due
         self.claimed_count = 0
         self._running: dict[tuple[uuid.UUID, int], _Running] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -443,12 +446,18 @@ class Runner:
             timeout = self.poll_interval
             if self._may_claim() > 0:
                 try:
-                    due = await self.queue.next_due(self.kinds)
+                    # The last look's time came before this claim: jobs due by
+                    # then that it left behind a full concurrency key wait for
+                    # a freed slot's notification, not for a time.
+                    due, looked_at = await self.queue.next_due_after_claim(
+                        self.kinds, self._looked_at if limit > 0 else None)
+                    self._looked_at = looked_at
                     if due is not None:
                         timeout = min(timeout, max(due, 0.0) + 0.005)
                 except Exception:
                     pass
             self._seats.seated(self._may_claim() > 0)
+            self.signals.sleeping.signal(timeout)
             await self._sleep(timeout)
 
     def _side_task(self, coro) -> None:

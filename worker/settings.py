@@ -82,6 +82,14 @@ def parse_size(text: str, name: str = "size") -> int:
     return value
 
 
+def parse_payload_limit(text: str, name: str = "JOBFEED_MAX_PAYLOAD") -> int:
+    """A size like the others ('65536', '64KiB'); the database takes it as an int."""
+    value = parse_size(text, name)
+    if value > 2 ** 31 - 1:
+        raise SettingError(f"{name}: {text!r} is over 2 GiB")
+    return value
+
+
 def check_admin_token(token: str | None, name: str = "JOBFEED_ADMIN_TOKEN") -> None:
     if token is not None and len(token) < MIN_ADMIN_TOKEN:
         raise SettingError(f"{name}: the admin token must be at least {MIN_ADMIN_TOKEN} characters long")
@@ -176,7 +184,7 @@ class Settings:
         if env.get("JOBFEED_TASKS"):
             values["tasks"] = tuple(m.strip() for m in env["JOBFEED_TASKS"].split(",") if m.strip())
         if env.get("JOBFEED_MAX_PAYLOAD"):
-            values["max_payload"] = parse_positive_int(env["JOBFEED_MAX_PAYLOAD"], "JOBFEED_MAX_PAYLOAD")
+            values["max_payload"] = parse_payload_limit(env["JOBFEED_MAX_PAYLOAD"])
         if env.get("JOBFEED_CORS_ORIGINS"):
             values["cors_origins"] = tuple(o.strip() for o in env["JOBFEED_CORS_ORIGINS"].split(",") if o.strip())
         for key, field in (("JOBFEED_SSE_PING", "sse_ping"), ("JOBFEED_SSE_RETRY", "sse_retry"),

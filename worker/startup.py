@@ -83,6 +83,12 @@ def on_signals(*callbacks) -> None:
         loop.add_signal_handler(sig, lambda: [cb() for cb in callbacks])
 
 
+# Budget mode's defaults (--reserve's, 30 s, is the flag's own): a cron or
+# serverless run that passes only one of --budget and --max-jobs.
+BUDGET_SECONDS = 240.0
+BUDGET_MAX_JOBS = 3
+
+
 def make_runner(queue: Queue, dsn: str, settings: Settings, args):
     from .runner import Runner
 
@@ -94,8 +100,12 @@ def make_runner(queue: Queue, dsn: str, settings: Settings, args):
             raise UsageError(f"--kinds: no handler registered for {', '.join(unknown)} "
                              f"(known: {', '.join(s.kind for s in specs)}; add modules with JOBFEED_TASKS)")
         specs = [s for s in specs if s.kind in wanted]
+    budget, max_jobs = args.budget, args.max_jobs
+    if budget is not None or max_jobs is not None:  # budget mode: what is not given takes the contract's default
+        budget = BUDGET_SECONDS if budget is None else budget
+        max_jobs = BUDGET_MAX_JOBS if max_jobs is None else max_jobs
     return Runner(queue, dsn, specs, concurrency=args.concurrency, grace=args.grace, poll_interval=args.poll,
-                  budget=args.budget, reserve=args.reserve, max_jobs=args.max_jobs)
+                  budget=budget, reserve=args.reserve, max_jobs=max_jobs)
 
 
 def make_sweeper(queue: Queue, settings: Settings, args):

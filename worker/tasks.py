@@ -25,7 +25,8 @@ class JobError(Exception):
     """An attempt ended without a result. `code` is short and stable (shown to
     admins, and to users once the job has finally failed)."""
 
-    def __init__(self, code: str, message: str = "", *, retry_after: float | None = None):
+    # retry_after may be given by position too: the contract reads "code, message, optional retry_after"
+    def __init__(self, code: str, message: str = "", retry_after: float | None = None):
         super().__init__(message or code)
         self.code = code
         self.message = message or code
@@ -72,11 +73,13 @@ Handler = Callable[["Job", "Context"], Awaitable[Any]]
 
 
 def parse_rate(text: str, name: str = "rate") -> tuple[int, float]:
-    """'100/1m' -> (100, 60.0): at most 100 starts per minute."""
+    """'100/1m' -> (100, 60.0): at most 100 starts per minute. A bare unit
+    ('5/s', '100/m') is one of it."""
     count, _, period = str(text).partition("/")
+    period = period.strip()
     try:
         n = int(count.strip())
-        seconds = parse_duration(period, name)
+        seconds = parse_duration(f"1{period}" if period.isalpha() else period, name)
     except (ValueError, SettingError):
         raise ValueError(f"{name}: {text!r} is not a rate (write e.g. 100/1m, 5/1s)") from None
     if n < 1:
@@ -95,7 +98,7 @@ class TaskSpec:
     description: str = ""
     validate: Callable[[dict], None] | None = None  # raises ValueError for a payload it refuses
     on_abandon: str = "cancel"  # when its last requester leaves: "cancel" or "keep"
-    on_duplicate: str = "join"  # a duplicate of an unfinished job: "join" or "reject_different"
+    on_duplicate: str = "join"  # a duplicate of an unfinished job: join, reject_different, rerun, replace
     reuse_for: float | None = None  # seconds a completion answers new submissions of its target
     # flow control (README "Scheduling and flow control"), enforced by the claim
     priority: int = 0                        # submissions' default; higher is claimed first
@@ -104,6 +107,7 @@ class TaskSpec:
     rate: tuple[int, float] | None = None    # (starts, per seconds), across workers
     periodic: Periodic | None = None         # schedule= or every=: one job per slot
     timeout: float | None = None             # seconds a run may take; past it: transient, code timeout
+    dedupe: str = "global"  # who shares an unfinished job: everyone, or one requester identity
 
     def resolved(self, settings: Settings) -> "TaskSpec":
         """Fill what the kind leaves open from the settings (JOBFEED_LEASE, ...)."""
@@ -124,13 +128,18 @@ class Registry:
              on_duplicate: str = "join", reuse_for: float | str | None = None, priority: int = 0,
              max_running: int | None = None, max_running_per_key: int | None = None, rate: str | None = None,
              schedule: str | None = None, timezone: str | None = None, every: str | float | None = None,
-             timeout: str | float | None = None):
+             timeout: str | float | None = None, dedupe: str = "global"):
         """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
         `validate(payload)` raising ValueError makes a submission a 422.
         `on_abandon`: what happens to an unfinished job when its last requester
         leaves: "cancel" (the default) or "keep" (it runs to the end).
-        `on_duplicate`: "join" (share the unfinished job) or "reject_different"
-        (409 payload_conflict when the payload differs).
+        `on_duplicate`: "join" (share the unfinished job), "reject_different"
+        (409 payload_conflict when the payload differs), "rerun" (a running job
+        runs once more afterwards with the newest payload) or "replace" (the
+        running attempt is fenced out and the job starts over with it).
+        `dedupe`: "global" (every submission of a target shares its unfinished
+        job) or "requester" (only those of one requester identity; a
+        submission without one never shares).
         `reuse_for` ("10m", or seconds): a submission that soon after the
         target's last completion gets that completed job. priority is
         the submissions' default; max_running, max_running_per_key and rate
@@ -139,11 +148,11 @@ class Registry:
         a transient failure with code "timeout"."""
         if on_abandon not in ("cancel", "keep"):
             raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
-        if on_duplicate in ("rerun", "replace"):
-            raise ValueError(f'@task({kind!r}): on_duplicate={on_duplicate!r} is not available in this release')
-        if on_duplicate not in ("join", "reject_different"):
-            raise ValueError(f'@task({kind!r}): on_duplicate must be "join" or "reject_different", '
-                             f'not {on_duplicate!r}')
+        if dedupe not in ("global", "requester"):
+            raise ValueError(f'@task({kind!r}): dedupe must be "global" or "requester", not {dedupe!r}')
+        if on_duplicate not in ("join", "reject_different", "rerun", "replace"):
+            raise ValueError(f'@task({kind!r}): on_duplicate must be "join", "reject_different", "rerun" or '
+                             f'"replace", not {on_duplicate!r}')
         reuse_seconds = parse_duration(reuse_for, f"@task({kind!r}) reuse_for") if isinstance(reuse_for, str) \
             else reuse_for
         if reuse_seconds is not None and reuse_seconds <= 0:
@@ -173,7 +182,7 @@ class Registry:
                                          tuple(backoff) if backoff else None, jitter, description, validate,
                                          on_abandon, on_duplicate, reuse_seconds,
                                          priority, max_running, max_running_per_key, parsed_rate, when,
-                                         timeout_seconds)
+                                         timeout_seconds, dedupe)
             return handler
         return register
 
@@ -221,7 +230,7 @@ async def register_kind(queue, spec: TaskSpec, *, overwrite: bool) -> None:
                               max_running_per_key=spec.max_running_per_key, rate=spec.rate)
     if overwrite:  # workers run the kind: they say what abandoning it does
         await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon, on_duplicate=spec.on_duplicate,
-                                            reuse_for=spec.reuse_for)
+                                            reuse_for=spec.reuse_for, dedupe=spec.dedupe)
 
 
 class Context:
@@ -340,15 +349,15 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def check_response(response: httpx.Response) -> httpx.Response:
-    """Raise the JobError an upstream answer calls for: 5xx and 429 transient
-    (honouring Retry-After), 404/410/422 and other 4xx permanent, 401/403 release
+    """Raise the JobError an upstream answer calls for: 5xx, 429 and 408 (a
+    timeout) transient (honouring Retry-After), 404/410/422 and other 4xx permanent, 401/403 release
     (our own credentials are at fault, not the job)."""
     status = response.status_code
     if status < 400:
         return response
     code = f"http_{status}"
     message = f"{response.request.method} {response.request.url} answered {status}"
-    if status >= 500 or status == 429:
+    if status >= 500 or status in (429, 408):
         raise Transient(code, message, retry_after=_retry_after(response))
     if status in _RELEASE_STATUS:
         raise Release(code, message, retry_after=_retry_after(response) or 60)

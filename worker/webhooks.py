@@ -18,9 +18,10 @@ import json
 import httpx
 from standardwebhooks.webhooks import Webhook
 
+from . import metrics
 from .settings import Settings
 from .submission import host_allowed
-from .tasks import Permanent, Registry, TaskSpec, check_response, http_errors, registry
+from .tasks import Permanent, Registry, Release, TaskSpec, check_response, http_errors, registry
 
 KIND = "jobfeed.webhook"
 
@@ -31,6 +32,25 @@ def _settings() -> Settings:
 
 
 async def deliver(job, ctx):
+    """One delivery attempt, counted in jobfeed_webhook_deliveries_total by
+    outcome: delivered, retried, released (401/403: our credentials) or failed
+    (refused for good, or the last attempt)."""
+    try:
+        answer = await _post(job)
+    except Release:
+        metrics.WEBHOOKS.labels("released").inc()
+        raise
+    except Permanent:
+        metrics.WEBHOOKS.labels("failed").inc()
+        raise
+    except Exception:  # 5xx, 429, the network, or unexpected: retried while attempts are left
+        metrics.WEBHOOKS.labels("failed" if job.attempt >= job.max_attempts else "retried").inc()
+        raise
+    metrics.WEBHOOKS.labels("delivered").inc()
+    return answer
+
+
+async def _post(job) -> dict:
     settings = _settings()
     url = job.payload["url"]
     if settings.webhook_secret is None:

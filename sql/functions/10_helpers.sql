@@ -134,7 +134,20 @@ declare
     v_ids uuid[];
     v_gens int[];
     v_vers bigint[];
+    v_kinds text[];
+    v_rerun record;
 begin
+    -- A rerun asked for (on_duplicate="rerun") still runs: the job is queued
+    -- with the newest payload instead of failing.
+    for v_rerun in
+        select j.id, j.generation from jobfeed.jobs j
+         where j.state = 'running' and j.lease_until < p_now and j.max_attempts <= j.attempts
+           and j.rerun_payload is not null and (p_kinds is null or j.kind = any (p_kinds))
+         for update skip locked
+    loop
+        perform jobfeed.start_rerun(v_rerun.id, v_rerun.generation, 'lease_expired', 'lease_expired',
+                                    'the lease expired; the rerun asked for runs next', p_now);
+    end loop;
     with expired as (
         select j.id from jobfeed.jobs j
          where j.state = 'running' and j.lease_until < p_now and j.attempts >= j.max_attempts
@@ -148,14 +161,24 @@ begin
                version = j.version + 1
           from expired e
          where j.id = e.id
-        returning j.id, j.generation, j.version
+        returning j.id, j.generation, j.version, j.kind
     )
-    select array_agg(id), array_agg(generation), array_agg(version) into v_ids, v_gens, v_vers from upd;
+    select array_agg(id), array_agg(generation), array_agg(version), array_agg(kind)
+      into v_ids, v_gens, v_vers, v_kinds from upd;
     if v_ids is null then
         return 0;
     end if;
     perform jobfeed.finish_attempts(v_ids, v_gens, 'lease_expired', 'lease_expired',
                                     'the lease expired and no attempts are left', p_now);
     perform jobfeed.notify_changed(v_ids, v_vers);
+    perform jobfeed.notify_freed(v_kinds);
     return cardinality(v_ids);
 end $$;
+
+-- Which submissions may share a job (jobs.dedupe_scope): all of a "global"
+-- kind (''); under "requester" those of one identity, and a submission
+-- without one none (null: distinct in the unique index).
+create or replace function jobfeed.dedupe_scope(p_dedupe text, p_requester text)
+returns text language sql immutable parallel safe as $$
+    select case when p_dedupe = 'requester' then nullif(p_requester, '') else '' end
+$$;

@@ -25,7 +25,7 @@ returns jsonb language sql stable as $$
         'requesters', case when j.state not in ('completed', 'failed', 'canceled') then j.requesters else 0 end,
         -- The time asked for with run_at/delay, until the first start. After a
         -- start it stays null: a retry's delay is not the public's business.
-        'scheduled_for', case when j.generation = 0 and j.state = 'queued' and j.run_after > j.updated_at
+        'scheduled_for', case when j.generation = 0 and j.state in ('queued', 'waiting') and j.run_after > j.updated_at
                               then j.run_after end,
         -- files the handler saved (ctx.save_output), downloadable at /api/jobs/{id}/outputs/{name}
         'outputs', coalesce(j.outputs, '[]'::jsonb))
@@ -51,15 +51,64 @@ returns jsonb language sql stable as $$
         'payload', j.payload)
 $$;
 
-create or replace function jobfeed.get_job(p_id uuid)
-returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
-    select jobfeed.public_view(j) from jobfeed.jobs j where j.id = p_id
+-- Queue positions: for each of these jobs that is due and never started, how
+-- many jobs of its kind the claim takes before it (priority desc, then
+-- run_after, then id, as claim_kind orders them); others have no row. One
+-- pass over each kind's due queued jobs (jobs_queued_priority), stopping at
+-- the watched job that comes last, whatever the number of jobs asked about.
+create or replace function jobfeed.queue_positions(p_ids uuid[], p_now timestamptz)
+returns table (id uuid, "position" int) language sql stable as $$
+    with mine as (
+        select j.id, j.kind, j.priority, j.run_after from jobfeed.jobs j
+         where j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
+    ), last_one as (
+        select distinct on (m.kind) m.kind, m.priority, m.run_after
+          from mine m order by m.kind, m.priority, m.run_after desc
+    )
+    -- per kind, its line in index order (numbered as read: no sort)
+    select l.id, l."position"
+      from last_one b
+     cross join lateral (
+        select q.id, (row_number() over (order by q.priority desc, q.run_after, q.id) - 1)::int as "position"
+          from jobfeed.jobs q
+         where q.kind = b.kind and q.state = 'queued' and q.run_after <= p_now and q.priority >= b.priority
+           and (q.priority > b.priority or q.run_after <= b.run_after)
+         order by q.priority desc, q.run_after, q.id) l
+      join mine m on m.id = l.id
 $$;
 
--- Public views of many jobs at once (the feed re-reads after a notification).
+-- The positions of these jobs (the feed refreshes its watched queued jobs'
+-- with one call); jobs with none are left out.
+create or replace function jobfeed.positions(p_ids uuid[])
+returns table (id uuid, "position" int)
+language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select p.id, p."position" from jobfeed.queue_positions(p_ids, now()) p
+$$;
+
+-- A job's public view with its queue position (null unless due and never started).
+create or replace function jobfeed.get_job(p_id uuid)
+returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select jobfeed.public_view(j)
+           || jsonb_build_object('position', (select p."position" from jobfeed.queue_positions(array[p_id], now()) p))
+      from jobfeed.jobs j where j.id = p_id
+$$;
+
+-- Public views of many jobs at once (the feed re-reads after a notification),
+-- with their positions (one pass for the lot).
 create or replace function jobfeed.get_jobs(p_ids uuid[])
 returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
-    select jobfeed.public_view(j) from jobfeed.jobs j where j.id = any (p_ids)
+    -- each row read once; positions asked only for the queued ones (none, in
+    -- the common re-read of running jobs' progress)
+    with rows as materialized (
+        select j as job from jobfeed.jobs j where j.id = any (p_ids)
+    ), pos as (
+        select p.id, p."position"
+          from jobfeed.queue_positions(array(select (r.job).id from rows r
+                                              where (r.job).state = 'queued' and (r.job).generation = 0),
+                                       now()) p
+    )
+    select jobfeed.public_view(r.job) || jsonb_build_object('position', pos."position")
+      from rows r left join pos on pos.id = (r.job).id
 $$;
 
 create or replace function jobfeed.admin_get_job(p_id uuid)
@@ -191,6 +240,7 @@ begin
         return v_snap.body;  -- someone is counting right now
     end if;
     v_body := jobfeed.stats(p_minutes, v_now) || jsonb_build_object('as_of', v_now);
+    perform jobfeed.sample_depth_from(v_body -> 'counts', v_now);  -- the depth chart, sweeper or not
     insert into jobfeed.stats_snapshot as s (id, minutes, as_of, body) values (1, p_minutes, v_now, v_body)
     on conflict (id) do update set minutes = excluded.minutes, as_of = excluded.as_of, body = excluded.body;
     return v_body;

@@ -57,10 +57,12 @@ $$;
 -- unfinished one that already holds the target, with its public view (what an
 -- HTTP submitter is answered, without a second query). Look, insert, look
 -- again: whatever finishes or starts in between, the caller gets a live job.
-create or replace function jobfeed.submit_v2(
+-- p_requester is the identity a "requester"-deduped kind shares jobs by (null:
+-- this submission never shares); "global" kinds ignore it.
+create or replace function jobfeed.submit_v3(
     p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
     p_max_payload int default 65536, p_now timestamptz default null,
-    p_priority int default null, p_concurrency_key text default null)
+    p_priority int default null, p_concurrency_key text default null, p_requester text default null)
 returns table (id uuid, created boolean, view jsonb)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
@@ -70,9 +72,13 @@ declare
     v_max int;
     v_priority int;
     v_problem text[] := jobfeed.submission_problem(p_target, p_payload, p_max_payload);
+    v_scope text;
+    v_policy text;
     v_job jobfeed.jobs;
 begin
-    select k.max_attempts, coalesce(p_priority, k.priority) into v_max, v_priority
+    select k.max_attempts, coalesce(p_priority, k.priority), jobfeed.dedupe_scope(k.dedupe, p_requester),
+           k.on_duplicate
+      into v_max, v_priority, v_scope, v_policy
       from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
@@ -84,16 +90,22 @@ begin
         -- Look first: a duplicate (the common case for a shared target) is then
         -- one index probe, without an INSERT's set-up (in-function: 58 -> 24 us).
         select j.* into v_job from jobfeed.jobs j
-         where j.kind = p_kind and j.target = p_target and j.state not in ('completed', 'failed', 'canceled');
+         where j.kind = p_kind and j.target = p_target and j.dedupe_scope = v_scope
+           and j.state not in ('completed', 'failed', 'canceled');
+        if found and v_policy in ('rerun', 'replace') then
+            -- the duplicate's payload goes to the job (see take_duplicate)
+            continue when not jobfeed.take_duplicate(v_job.id, v_policy, v_payload, v_now);
+            select j.* into v_job from jobfeed.jobs j where j.id = v_job.id;
+        end if;
         if found then
             return query select v_job.id, false, jobfeed.public_view(v_job);
             return;
         end if;
         insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at,
-                                       priority, concurrency_key)
+                                       priority, concurrency_key, dedupe_scope)
         values (p_kind, p_target, v_payload, v_max, coalesce(p_run_after, v_now), v_now, v_now,
-                v_priority, p_concurrency_key)
-        on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
+                v_priority, p_concurrency_key, v_scope)
+        on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing
         returning j.* into v_job;
         if v_job.id is not null then
             perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
@@ -104,6 +116,17 @@ begin
         -- Another submitter took the target between our look and our insert: look again.
     end loop;
 end $$;
+
+-- submit_v3 without a requester (for a "requester"-deduped kind: never shares).
+create or replace function jobfeed.submit_v2(
+    p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
+    p_max_payload int default 65536, p_now timestamptz default null,
+    p_priority int default null, p_concurrency_key text default null)
+returns table (id uuid, created boolean, view jsonb)
+language sql security definer set search_path = jobfeed, pg_temp as $$
+    select s.id, s.created, s.view from jobfeed.submit_v3(p_kind, p_target, p_payload, p_run_after, p_max_payload,
+                                                          p_now, p_priority, p_concurrency_key) s
+$$;
 
 -- Submit many jobs of one kind in one statement (an outbox flush, a bulk import).
 -- Rows go in in target order: two batches racing over the same targets wait on
@@ -134,8 +157,12 @@ declare
     v_any_held boolean;
     v_id_prefix text;
     v_id_seed text;
+    v_dedupe text;
+    v_policy text;
+    v_dup record;
 begin
-    select k.max_attempts, coalesce(p_priority, k.priority) into v_max, v_priority
+    select k.max_attempts, coalesce(p_priority, k.priority), k.dedupe, k.on_duplicate
+      into v_max, v_priority, v_dedupe, v_policy
       from jobfeed.kinds k where k.kind = p_kind;
     if not found then
         perform jobfeed.raise_error('JF422', 'unknown_kind', format('unknown kind %L', p_kind));
@@ -145,6 +172,17 @@ begin
     end if;
     if p_payloads is not null and cardinality(p_payloads) <> cardinality(p_targets) then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets and payloads differ in number');
+    end if;
+    if v_dedupe = 'requester' then
+        -- No requester here: under dedupe="requester" no item shares, so each is
+        -- a new job (submit_v3 checks it; nothing to wait on in the index).
+        return query
+            select t.n::int, s.id, s.created
+              from unnest(p_targets, p_payloads) with ordinality t(target, payload, n),
+                   lateral jobfeed.submit_v3(p_kind, t.target, t.payload, p_run_after, p_max_payload, p_now,
+                                             p_priority, p_concurrency_key) s
+             order by t.n;
+        return;
     end if;
     -- the first item with a problem refuses the whole batch
     select c.n, c.problem into v_bad, v_problem
@@ -162,13 +200,15 @@ begin
 
     -- Look first, as submit does. Is any target held? (One index scan for the lot.)
     v_any_held := exists (select from jobfeed.jobs j
-                           where j.kind = p_kind and j.target = any (p_targets) and j.state not in ('completed', 'failed', 'canceled'));
+                           where j.kind = p_kind and j.target = any (p_targets) and j.dedupe_scope = ''
+                             and j.state not in ('completed', 'failed', 'canceled'));
     if v_any_held then
         -- Who holds each: an index probe per item, as a scalar sub-select (a join
         -- may be planned, with stale statistics, as a scan of every unfinished
         -- job per item). All held (a re-sent batch, a burst of duplicates): share.
         v_held := array(select (select j.id from jobfeed.jobs j
-                                 where j.kind = p_kind and j.target = t.target and j.state not in ('completed', 'failed', 'canceled'))
+                                 where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
+                                   and j.state not in ('completed', 'failed', 'canceled'))
                           from unnest(p_targets) with ordinality t(target, n)
                          order by t.n);
         if array_position(v_held, null) is null then
@@ -217,7 +257,7 @@ begin
               from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
              where v_pending is null or t.target = any (v_pending)
              order by t.target, t.n
-            on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
+            on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing
             returning j.id, j.target
         )
         select v_new_ids || coalesce(array_agg(ins.id), '{}'), v_new_targets || coalesce(array_agg(ins.target), '{}')
@@ -227,7 +267,7 @@ begin
         select array_agg(r.id order by r.n), array_agg(r.created order by r.n) into v_ids, v_created
           from (select t.n,
                        coalesce(i.id, (select j.id from jobfeed.jobs j
-                                        where j.kind = p_kind and j.target = t.target
+                                        where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
                                           and j.state not in ('completed', 'failed', 'canceled'))) as id,
                        i.id is not null and t.n = min(t.n) over (partition by t.target) as created
                   from unnest(p_targets) with ordinality t(target, n)
@@ -239,6 +279,20 @@ begin
         end if;
     end loop;
 
+    if v_policy in ('rerun', 'replace') then
+        -- Each job with duplicates takes its latest item's payload (see
+        -- take_duplicate), in id order as every batch locks rows. One that
+        -- finished meanwhile is left to the caller (submit_many_requests
+        -- finds it final and submits those items again).
+        for v_dup in
+            select a.id, (array_agg(coalesce(p_payloads[a.n], '{}'::jsonb) order by a.n desc))[1] as payload
+              from unnest(v_ids, v_created) with ordinality a(id, created, n)
+             group by a.id having bool_or(not a.created)
+             order by a.id
+        loop
+            perform jobfeed.take_duplicate(v_dup.id, v_policy, v_dup.payload, v_now);
+        end loop;
+    end if;
     if cardinality(v_new_ids) > 0 then
         perform jobfeed.notify_changed(v_new_ids, array_fill(1::bigint, array[cardinality(v_new_ids)]));
         perform jobfeed.notify_due(p_kind, cardinality(v_new_ids));

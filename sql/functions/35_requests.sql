@@ -38,34 +38,59 @@ begin
     end if;
 end $$;
 
--- A worker records its kind's request policies (workers run the kind).
-create or replace function jobfeed.set_kind_request_policy(
+-- A worker records its kind's request policies (workers run the kind),
+-- dedupe="requester" and the rerun and replace duplicate policies included.
+create or replace function jobfeed.set_kind_request_policy_v2(
     p_kind text, p_on_abandon text default 'cancel', p_on_duplicate text default 'join',
-    p_reuse_for interval default null)
+    p_reuse_for interval default null, p_dedupe text default 'global')
 returns void language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 begin
     if p_on_abandon is null or p_on_abandon not in ('cancel', 'keep') then
         perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_abandon must be "cancel" or "keep"');
     end if;
-    if p_on_duplicate is null or p_on_duplicate not in ('join', 'reject_different') then
-        perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_duplicate must be "join" or "reject_different"');
+    if p_on_duplicate is null or p_on_duplicate not in ('join', 'reject_different', 'rerun', 'replace') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind',
+                                    'on_duplicate must be "join", "reject_different", "rerun" or "replace"');
+    end if;
+    if p_dedupe is null or p_dedupe not in ('global', 'requester') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'dedupe must be "global" or "requester"');
     end if;
     if p_reuse_for <= '0' then
         perform jobfeed.raise_error('JF422', 'invalid_kind', 'reuse_for must be longer than zero');
     end if;
     update jobfeed.kinds k
-       set on_abandon = p_on_abandon, on_duplicate = p_on_duplicate, reuse_for = p_reuse_for, updated_at = now()
+       set on_abandon = p_on_abandon, on_duplicate = p_on_duplicate, reuse_for = p_reuse_for, dedupe = p_dedupe,
+           updated_at = now()
      where k.kind = p_kind
-       and (k.on_abandon, k.on_duplicate, k.reuse_for) is distinct from (p_on_abandon, p_on_duplicate, p_reuse_for);
+       and (k.on_abandon, k.on_duplicate, k.reuse_for, k.dedupe)
+           is distinct from (p_on_abandon, p_on_duplicate, p_reuse_for, p_dedupe);
 end $$;
 
--- The completed job a submission of (kind, target) may reuse: the latest one
--- completed within the kind's reuse_for; null when the kind reuses nothing.
-create or replace function jobfeed.reusable(p_kind text, p_target text, p_now timestamptz)
+-- The first release's set_kind_request_policy: join or reject_different, the
+-- kind's dedupe left as it is.
+create or replace function jobfeed.set_kind_request_policy(
+    p_kind text, p_on_abandon text default 'cancel', p_on_duplicate text default 'join',
+    p_reuse_for interval default null)
+returns void language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+begin
+    if p_on_duplicate is null or p_on_duplicate not in ('join', 'reject_different') then
+        perform jobfeed.raise_error('JF422', 'invalid_kind', 'on_duplicate must be "join" or "reject_different"');
+    end if;
+    perform jobfeed.set_kind_request_policy_v2(p_kind, p_on_abandon, p_on_duplicate, p_reuse_for,
+                                               (select k.dedupe from jobfeed.kinds k where k.kind = p_kind));
+end $$;
+
+-- The completed job a submission of (kind, target) by p_requester may reuse:
+-- the latest one completed within the kind's reuse_for that the submission
+-- could have shared (same dedupe scope: under dedupe="requester" only the same
+-- identity's, none for an anonymous one); null when the kind reuses nothing.
+drop function if exists jobfeed.reusable(text, text, timestamptz);
+create or replace function jobfeed.reusable(p_kind text, p_target text, p_requester text, p_now timestamptz)
 returns uuid language sql stable as $$
     select j.id from jobfeed.jobs j, jobfeed.kinds k
      where k.kind = p_kind and k.reuse_for is not null
        and j.kind = p_kind and j.target = p_target and j.state = 'completed'
+       and j.dedupe_scope = jobfeed.dedupe_scope(k.dedupe, p_requester)
        and j.finished_at > p_now - k.reuse_for
      order by j.finished_at desc
      limit 1
@@ -82,6 +107,71 @@ begin
         perform jobfeed.raise_error('JF409', 'payload_conflict',
                                     'an unfinished job for this target has a different payload');
     end if;
+end $$;
+
+-- on_duplicate "rerun" and "replace": what a duplicate carrying p_payload does
+-- to the unfinished job p_id (under its row lock). A job not running right now
+-- (never started, between attempts, waiting) takes the newest payload for its
+-- next attempt. A running one: "rerun" asks for one more run after this
+-- attempt (rerun_payload: the newest wins, so several duplicates during one
+-- attempt give one rerun; the attempt's end takes it, see start_rerun and
+-- complete_many); "replace" fences the attempt out (generation bump: its lease
+-- is lost, its writes refused), does not count it, and queues the job at once
+-- with the new payload. Public status stays 'processing': no version bump.
+-- False when the job is final by now (the caller submits again).
+create or replace function jobfeed.take_duplicate(p_id uuid, p_policy text, p_payload jsonb, p_now timestamptz)
+returns boolean language plpgsql as $$
+declare
+    v_job jobfeed.jobs;
+begin
+    select j.* into v_job from jobfeed.jobs j
+     where j.id = p_id and j.state not in ('completed', 'failed', 'canceled')
+       for update;
+    if not found then
+        return false;
+    end if;
+    if v_job.state <> 'running' then
+        update jobfeed.jobs j set payload = p_payload, rerun_payload = null where j.id = p_id;
+    elsif p_policy = 'rerun' then
+        update jobfeed.jobs j set rerun_payload = p_payload where j.id = p_id;
+    else
+        perform jobfeed.finish_attempts(array[p_id], array[v_job.generation], 'replaced', 'replaced',
+                                        'a duplicate submission replaced this attempt', p_now);
+        update jobfeed.jobs j
+           set state = 'queued', generation = j.generation + 1, attempts = greatest(j.attempts - 1, 0),
+               lease_until = null, run_after = p_now, payload = p_payload, rerun_payload = null
+         where j.id = p_id;
+        perform jobfeed.notify_due(v_job.kind, 1);
+    end if;
+    return true;
+end $$;
+
+-- The attempt (p_id, p_generation) ends while a rerun is pending: the job goes
+-- back to queued at once with the newest payload and the kind's attempts anew
+-- (those used so far stay counted in `attempts`), and the attempt is logged
+-- with p_outcome. False (nothing done) when no rerun is pending or the lease
+-- is lost. complete_many does the same in its own statement.
+create or replace function jobfeed.start_rerun(
+    p_id uuid, p_generation int, p_outcome text, p_code text, p_message text, p_now timestamptz)
+returns boolean language plpgsql as $$
+declare
+    v_kind text;
+begin
+    select j.kind into v_kind from jobfeed.jobs j
+     where j.id = p_id and j.generation = p_generation and j.state = 'running' and j.rerun_payload is not null
+       for update;
+    if not found then
+        return false;
+    end if;
+    perform jobfeed.finish_attempts(array[p_id], array[p_generation], p_outcome, p_code, p_message, p_now);
+    update jobfeed.jobs j
+       set state = 'queued', lease_until = null, run_after = p_now, payload = j.rerun_payload,
+           rerun_payload = null, checkpoint = null,
+           max_attempts = j.attempts + coalesce((select k.max_attempts from jobfeed.kinds k where k.kind = j.kind),
+                                                j.max_attempts)
+     where j.id = p_id;
+    perform jobfeed.notify_due(v_kind, 1);
+    return true;
 end $$;
 
 -- Earlier (unreleased) signatures of submit_request/submit_many_requests, before
@@ -111,19 +201,22 @@ declare
     v_request uuid;
 begin
     perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
-    v_id := case when not coalesce(p_force, false) then jobfeed.reusable(p_kind, p_target, v_now) end;
+    v_id := case when not coalesce(p_force, false) then jobfeed.reusable(p_kind, p_target, p_requester, v_now) end;
     if v_id is not null then  -- a recent result: this request is one of its (inactive) requests
         insert into jobfeed.requests (job_id, requester, notify_url, created_at)
         values (v_id, p_requester, p_notify_url, v_now)
         returning requests.id into v_request;
+        if p_notify_url is not null then  -- final already: its webhook goes now
+            perform jobfeed.queue_deliveries(array[v_request]);
+        end if;
         return query select v_id, false, (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_id),
                             v_request, true;
         return;
     end if;
     loop
         select s.id, s.created into v_id, v_created
-          from jobfeed.submit_v2(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
-                                 p_priority, p_concurrency_key) s;
+          from jobfeed.submit_v3(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
+                                 p_priority, p_concurrency_key, p_requester) s;
         -- The row lock a leave also takes: if the last requester left and the
         -- job was canceled meanwhile, it is no longer unfinished: submit again.
         update jobfeed.jobs j set requesters = j.requesters + 1, notify = j.notify or p_notify_url is not null
@@ -168,6 +261,7 @@ declare
     v_joined uuid[] := '{}';
     v_joined_versions bigint[] := '{}';
     v_requests uuid[];
+    v_views jsonb[];
     v_prefix text;
     v_seed text;
 begin
@@ -179,10 +273,32 @@ begin
            from (select t.requester, count(*) as n from unnest(p_requesters) t(requester)
                   where t.requester is not null group by t.requester order by t.requester) r;
     end if;
+    if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.dedupe = 'requester') then
+        -- dedupe="requester": items share by (target, requester), so each goes
+        -- alone, in (target, requester) order (two batches racing over the same
+        -- ones wait on the dedupe index in one order, never in a cycle); the
+        -- caps were checked above, their locks are held.
+        v_views := array_fill(null::jsonb, array[v_count]);
+        v_requests := array_fill(null::uuid, array[v_count]);
+        for v_round in select k from generate_series(1, v_count) k order by p_targets[k], p_requesters[k], k loop
+            select s.* into v_job
+              from jobfeed.submit_request(p_kind, p_targets[v_round.k], p_payloads[v_round.k], p_run_after,
+                                          p_max_payload, p_requesters[v_round.k], p_notify_urls[v_round.k], null,
+                                          p_forces[v_round.k], p_now, p_priority, p_concurrency_key) s;
+            v_ids[v_round.k] := v_job.id;
+            v_created[v_round.k] := v_job.created;
+            v_views[v_round.k] := v_job.view;
+            v_requests[v_round.k] := v_job.request_id;
+            v_reused[v_round.k] := v_job.reused;
+        end loop;
+        return query select k::int, v_ids[k], v_created[k], v_views[k], v_requests[k], v_reused[k]
+                       from generate_series(1, v_count) k order by k;
+        return;
+    end if;
     -- reuse_for: items not forced whose target completed recently get that job
     if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.reuse_for is not null) then
         for v_round in
-            select k, jobfeed.reusable(p_kind, p_targets[k], v_now) as id
+            select k, jobfeed.reusable(p_kind, p_targets[k], p_requesters[k], v_now) as id
               from generate_series(1, v_count) k where not coalesce(p_forces[k], false)
         loop
             if v_round.id is not null then
@@ -236,6 +352,9 @@ begin
     insert into jobfeed.requests (id, job_id, requester, notify_url, created_at)
     select v_requests[k], v_ids[k], p_requesters[k], p_notify_urls[k], v_now
       from generate_series(1, v_count) k order by k;
+    -- items answered with a final job (reuse_for) that want to hear: now
+    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, v_count) k
+                                            where v_reused[k] and p_notify_urls[k] is not null));
     if cardinality(v_joined) > 0 then
         perform jobfeed.notify_requesters(v_joined, v_joined_versions);
     end if;
@@ -311,10 +430,25 @@ $$;
 -- run them (jobfeed/worker/webhooks.py): retried with backoff, at least once.
 create or replace function jobfeed.queue_webhooks()
 returns trigger language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+begin
+    perform jobfeed.queue_deliveries(array(select r.id from jobfeed.requests r
+                                            where r.job_id = new.id and r.notify_url is not null
+                                              and r.left_at is null));
+    return null;
+end $$;
+
+-- One delivery job per request of p_requests that gave a URL and whose job is
+-- final (the trigger's, when the job ends; a submission answered with a job
+-- that is final already, reuse_for, when it is made).
+create or replace function jobfeed.queue_deliveries(p_requests uuid[])
+returns void language plpgsql as $$
 declare
     v_max int;
     v_count int;
 begin
+    if cardinality(p_requests) = 0 then
+        return;
+    end if;
     insert into jobfeed.kinds (kind, max_attempts, lease, backoff, description)
     values ('jobfeed.webhook', 10, '1 minute', '{10 seconds,1 minute,5 minutes,15 minutes,60 minutes}',
             'delivers a final job view to a notify_url')
@@ -323,16 +457,17 @@ begin
     insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
     select 'jobfeed.webhook', r.id::text,
            jsonb_build_object('url', r.notify_url, 'webhook_id', 'msg_' || replace(r.id::text, '-', ''),
-                              'job_id', new.id, 'body', jobfeed.public_view(new)),
+                              'job_id', f.id, 'body', jobfeed.public_view(f)),
            v_max, now(), now(), now()
-      from jobfeed.requests r
-     where r.job_id = new.id and r.notify_url is not null and r.left_at is null
-    on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing;
+      from jobfeed.requests r join jobfeed.jobs f on f.id = r.job_id
+     where r.id = any (p_requests) and r.notify_url is not null
+       and f.state in ('completed', 'failed', 'canceled')
+     order by r.id
+    on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing;
     get diagnostics v_count = row_count;
     if v_count > 0 then
         perform jobfeed.notify_due('jobfeed.webhook', v_count);
     end if;
-    return null;
 end $$;
 
 create or replace trigger jobs_queue_webhooks

@@ -72,9 +72,10 @@ begin
              where j.id = any (v_reclaimed || array(
                        select q.id from jobfeed.jobs q
                         where q.kind = p_kind and q.state = 'queued' and q.run_after <= p_now
-                        -- higher priority first, then the earlier run_after: jobs_queued_priority,
+                        -- higher priority first, then the earlier run_after, then the id (queue_positions
+                        -- counts in this order): jobs_queued_priority,
                         -- so the scan stops at the limit
-                        order by q.priority desc, q.run_after
+                        order by q.priority desc, q.run_after, q.id
                         limit p_limit - cardinality(v_reclaimed)
                         for update skip locked))
             returning j.*
@@ -160,11 +161,14 @@ language sql security definer set search_path = jobfeed, pg_temp as $$
       from jobfeed.claim_v2(p_kinds, p_limit, p_worker, p_lease, p_now) c
 $$;
 
--- When the next job of these kinds becomes claimable (a queued job's run_after or
--- a running job's lease end); null when there is none. Workers sleep until then.
--- Paused kinds are left out: nothing of them is claimable until resumed
--- (which notifies jobfeed_due).
-create or replace function jobfeed.next_due(p_kinds text[])
+-- next_due (below) for a worker whose claim at p_claimed_at took fewer jobs than it
+-- asked for: a job of a kind with max_running_per_key that was due by then and
+-- is still queued was left because its key is full (or another claimer has
+-- it). It becomes claimable when a slot of its key frees, which notifies
+-- jobfeed_due (notify_freed), not at a time: counted as due now, it would
+-- have the worker claim in a loop. So for those kinds only jobs due after
+-- p_claimed_at count (one index probe). p_claimed_at null: next_due.
+create or replace function jobfeed.next_due_v2(p_kinds text[], p_claimed_at timestamptz)
 returns timestamptz language sql stable security definer set search_path = jobfeed, pg_temp as $$
     select min(t) from (
         -- a kind at its max_running waits for a running job (below); one at its
@@ -182,13 +186,24 @@ returns timestamptz language sql stable security definer set search_path = jobfe
           from unnest(p_kinds) u(k)
           left join jobfeed.kinds k on k.kind = u.k
           cross join lateral (select min(j.run_after) as t from jobfeed.jobs j
-                               where j.kind = u.k and j.state = 'queued') q
+                               where j.kind = u.k and j.state = 'queued'
+                                 and j.run_after > coalesce(case when k.max_running_per_key is not null
+                                                                 then p_claimed_at end, '-infinity')) q
          where not coalesce(k.paused, false)
         union all
         select (select min(j.lease_until) from jobfeed.jobs j where j.kind = u.k and j.state = 'running')
           from unnest(p_kinds) u(k)
          where not exists (select from jobfeed.kinds p where p.kind = u.k and p.paused)
     ) s
+$$;
+
+-- When the next job of these kinds becomes claimable (a queued job's run_after or
+-- a running job's lease end); null when there is none. Workers sleep until then.
+-- Paused kinds are left out: nothing of them is claimable until resumed
+-- (which notifies jobfeed_due).
+create or replace function jobfeed.next_due(p_kinds text[])
+returns timestamptz language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select jobfeed.next_due_v2(p_kinds, null)
 $$;
 
 -- How long each just-claimed job waited once due, and how old it is (seconds,

@@ -63,21 +63,21 @@ begin
                 select c.id from (
                     select q.id, q.priority, q.run_after, q.concurrency_key,
                            row_number() over (partition by q.concurrency_key
-                                              order by q.priority desc, q.run_after) as rn
+                                              order by q.priority desc, q.run_after, q.id) as rn
                       from (select q.id, q.priority, q.run_after, q.concurrency_key from jobfeed.jobs q
                              where q.kind = p_kind and q.state = 'queued' and q.run_after <= p_now
                                and (p_max_per_key is null or q.concurrency_key is null
                                     or (select count(*) from jobfeed.jobs r
                                          where r.kind = p_kind and r.state = 'running'
                                            and r.concurrency_key = q.concurrency_key) < p_max_per_key)
-                             order by q.priority desc, q.run_after
+                             order by q.priority desc, q.run_after, q.id
                              limit least(v_left - cardinality(v_ids), coalesce(v_room, v_left))
                              for update skip locked) q) c
                  where p_max_per_key is null or c.concurrency_key is null
                     or c.rn + (select count(*) from jobfeed.jobs r
                                 where r.kind = p_kind and r.state = 'running'
                                   and r.concurrency_key = c.concurrency_key) <= p_max_per_key
-                 order by c.priority desc, c.run_after);
+                 order by c.priority desc, c.run_after, c.id);
         end if;
         exit when cardinality(v_ids) = 0;
 
@@ -112,4 +112,19 @@ begin
         insert into jobfeed.kind_starts as s (kind, at, n) values (p_kind, p_now, v_total)
         on conflict (kind, at) do update set n = s.n + excluded.n;
     end if;
+end $$;
+
+-- Running jobs of these kinds (one element per job) just stopped running:
+-- completed, failed, canceled. Under max_running or max_running_per_key a job
+-- may be waiting for exactly that slot, and no run_after tells the workers when
+-- (next_due_v2 leaves such jobs out): wake one claimer per freed slot, so the
+-- slot is used at once rather than at the next poll. Kinds without a cap send
+-- nothing. (A release or a transient failure wakes its kind already.)
+create or replace function jobfeed.notify_freed(p_kinds text[])
+returns void language plpgsql as $$
+begin
+    perform jobfeed.notify_due(f.kind, f.n)
+       from (select x as kind, count(*)::int as n from unnest(p_kinds) x group by x) f
+       join jobfeed.kinds k on k.kind = f.kind
+      where k.max_running is not null or k.max_running_per_key is not null;
 end $$;

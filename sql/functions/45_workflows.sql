@@ -62,8 +62,10 @@ begin
         end if;
     end if;
     if not v_open then
-        -- becoming due is not a public change (still 'queued' or 'processing')
-        update jobfeed.jobs j set state = 'queued', run_after = p_now where j.id = p_id;
+        -- becoming due is not a public change (still 'queued' or 'processing');
+        -- a run_at/delay asked for with the submission still holds: due at the
+        -- later of the two
+        update jobfeed.jobs j set state = 'queued', run_after = greatest(p_now, j.run_after) where j.id = p_id;
         perform jobfeed.notify_due(v_job.kind, 1);
     end if;
 end $$;
@@ -128,6 +130,66 @@ begin
         select jobfeed.public_view(j) into v_view from jobfeed.jobs j where j.id = v_id;
     end if;
     return query select v_id, v_created, v_view;
+end $$;
+
+-- submit_waiting that takes what any submission may: run_after (a new job
+-- waiting on dependencies becomes due at the later of "all satisfied" and
+-- run_after), priority and concurrency key, and records a request like
+-- submit_request (p_request, or a requester or notify_url given: identity,
+-- cap, reuse_for and notify_url as there). request_id is null without one.
+create or replace function jobfeed.submit_waiting_v2(
+    p_kind text, p_target text, p_payload jsonb, p_after uuid[], p_signals text[],
+    p_signal_timeout interval default null, p_max_payload int default 65536, p_now timestamptz default null,
+    p_run_after timestamptz default null, p_priority int default null, p_concurrency_key text default null,
+    p_request boolean default false, p_requester text default null, p_notify_url text default null,
+    p_max_active int default null, p_force boolean default false)
+returns table (id uuid, created boolean, view jsonb, request_id uuid, reused boolean)
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := jobfeed.clock(p_now);
+    v_after uuid[] := array(select distinct a from unnest(coalesce(p_after, '{}')) a where a is not null order by a);
+    v_signals text[] := array(select distinct s from unnest(coalesce(p_signals, '{}')) s order by s);
+    v_found uuid[];
+    v_row record;
+    v_view jsonb;
+begin
+    if cardinality(v_after) > 100 or cardinality(v_signals) > 100 then
+        perform jobfeed.raise_error('JF422', 'invalid_request', 'after and await_signals name at most 100 each');
+    end if;
+    if exists (select from unnest(v_signals) s where s is null or octet_length(s) not between 1 and 100) then
+        perform jobfeed.raise_error('JF422', 'invalid_request', 'a signal name is 1 to 100 bytes');
+    end if;
+    if p_signal_timeout is not null and (cardinality(v_signals) = 0 or p_signal_timeout <= interval '0') then
+        perform jobfeed.raise_error('JF422', 'invalid_request', 'signal_timeout needs await_signals and a positive duration');
+    end if;
+    -- Hold the dependencies (in id order) so none changes state before we commit.
+    v_found := array(select j.id from jobfeed.jobs j where j.id = any (v_after) order by j.id for share);
+    if cardinality(v_found) < cardinality(v_after) then
+        perform jobfeed.raise_error('JF422', 'unknown_dependency', format('no such job: %s',
+            (select string_agg(a::text, ', ') from unnest(v_after) a where a <> all (v_found))));
+    end if;
+    if p_request or p_requester is not null or p_notify_url is not null then
+        select s.id, s.created, s.view, s.request_id, s.reused into v_row
+          from jobfeed.submit_request(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_requester,
+                                      p_notify_url, p_max_active, p_force, p_now, p_priority,
+                                      p_concurrency_key) s;
+    else
+        select s.id, s.created, s.view, null::uuid as request_id, false as reused into v_row
+          from jobfeed.submit_v3(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now, p_priority,
+                                 p_concurrency_key) s;
+    end if;
+    v_view := v_row.view;
+    if v_row.created and (cardinality(v_after) > 0 or cardinality(v_signals) > 0) then
+        -- Not yet visible to anyone: made waiting before it can be claimed.
+        update jobfeed.jobs j set state = 'waiting' where j.id = v_row.id;
+        insert into jobfeed.job_deps (job_id, dep_id) select v_row.id, a from unnest(v_after) a;
+        insert into jobfeed.job_signals (job_id, name, deadline)
+        select v_row.id, s, v_now + p_signal_timeout from unnest(v_signals) s;
+        perform jobfeed.settle_waiting(v_row.id, v_now);
+        select jobfeed.public_view(j) into v_view from jobfeed.jobs j where j.id = v_row.id;
+    end if;
+    return query select v_row.id, v_row.created, v_view, v_row.request_id, v_row.reused;
 end $$;
 
 -- Deliver signal p_name to job p_id. The first delivery wins; a repeat changes

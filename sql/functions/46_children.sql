@@ -37,7 +37,8 @@ begin
         end if;
     end if;
     select j.id into v_holder from jobfeed.jobs j
-     where j.kind = p_kind and j.target = p_target and j.state not in ('completed', 'failed', 'canceled');
+     where j.kind = p_kind and j.target = p_target and j.dedupe_scope = ''
+       and j.state not in ('completed', 'failed', 'canceled');
     if v_holder = p_parent then
         perform jobfeed.raise_error('JF422', 'invalid_request', 'a job cannot be its own child');
     end if;
@@ -71,7 +72,8 @@ begin
         select v_c.id, v_c.kind, v_c.target, coalesce(v_c.payload, '{}'), k.max_attempts, p_now, p_now, p_now,
                coalesce(v_c.priority, k.priority), v_c.concurrency_key, p_parent
           from jobfeed.kinds k where k.kind = v_c.kind
-        on conflict (kind, target) where state not in ('completed', 'failed', 'canceled') do nothing
+        -- (children share as "global" kinds do: dedupe_scope '')
+        on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing
         returning j.* into v_job;
         if v_job.id is not null then
             v_ids := v_ids || v_job.id;
@@ -79,7 +81,7 @@ begin
         else
             v_alias := v_alias || jsonb_build_object(v_c.id::text, (
                 select j.id from jobfeed.jobs j
-                 where j.kind = v_c.kind and j.target = v_c.target
+                 where j.kind = v_c.kind and j.target = v_c.target and j.dedupe_scope = ''
                    and j.state not in ('completed', 'failed', 'canceled')));
         end if;
     end loop;
@@ -127,6 +129,7 @@ declare
     v_alias jsonb;
     v_wait uuid[];
     v_missing text;
+    v_kind text;
 begin
     if cardinality(jobfeed.lock_held(array[p_id], array[p_generation])) = 0 then
         return false;
@@ -156,7 +159,9 @@ begin
     perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'waiting', null, null, v_now);
     update jobfeed.jobs j
        set state = 'waiting', attempts = greatest(j.attempts - 1, 0), lease_until = null
-     where j.id = p_id;
+     where j.id = p_id
+    returning j.kind into v_kind;
+    perform jobfeed.notify_freed(array[v_kind]);  -- it no longer runs: a capped kind's slot frees
     perform jobfeed.settle_waiting(p_id, v_now);
     return true;
 end $$;

@@ -103,6 +103,9 @@ returns boolean language sql security definer set search_path = jobfeed, pg_temp
 $$;
 
 -- Complete many jobs in one statement; returns the ids that were completed.
+-- A job with a rerun pending (on_duplicate="rerun") is not final: the same
+-- statement queues it again at once with the newest payload and the kind's
+-- attempts anew, its public status staying 'processing' (no version bump).
 create or replace function jobfeed.complete_many(
     p_ids uuid[], p_generations int[], p_results jsonb[], p_now timestamptz default null)
 returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp as $$
@@ -110,15 +113,28 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
     v_vers bigint[];
+    v_kinds text[];
+    v_reruns text[];
 begin
     perform jobfeed.lock_held(p_ids, p_generations);
     with upd as (
         update jobfeed.jobs j
-           set state = 'completed', result = t.result, lease_until = null, finished_at = v_now,
-               updated_at = v_now, version = j.version + 1
+           set state = case when j.rerun_payload is null then 'completed' else 'queued' end::jobfeed.job_state,
+               result = case when j.rerun_payload is null then t.result end, lease_until = null,
+               finished_at = case when j.rerun_payload is null then v_now end,
+               updated_at = case when j.rerun_payload is null then v_now else j.updated_at end,
+               version = j.version + (j.rerun_payload is null)::int,
+               payload = coalesce(j.rerun_payload, j.payload),
+               run_after = case when j.rerun_payload is null then j.run_after else v_now end,
+               checkpoint = case when j.rerun_payload is null then j.checkpoint end,
+               max_attempts = case when j.rerun_payload is null then j.max_attempts
+                                   else j.attempts + coalesce((select k.max_attempts from jobfeed.kinds k
+                                                                where k.kind = j.kind), j.max_attempts) end,
+               rerun_payload = null
           from unnest(p_ids, p_generations, p_results) as t(id, generation, result)
          where j.id = t.id and j.generation = t.generation and j.state::text = 'running'
-        returning j.id, j.generation, j.version, j.attempts, j.worker_id, j.claimed_at
+        returning j.id, j.generation, j.version, j.attempts, j.worker_id, j.claimed_at, j.kind,
+                  j.state::text = 'queued' as rerun
     ), logged as (
         -- finish_attempts' row, written from the UPDATE's own rows: this is the
         -- drain's hot path, and reading the jobs again cost a tenth of it.
@@ -126,11 +142,18 @@ begin
         select upd.id, upd.generation, upd.attempts, upd.worker_id, upd.claimed_at, v_now, 'completed' from upd
         on conflict (job_id, generation) do nothing
     )
-    select array_agg(upd.id), array_agg(upd.version) into v_ids, v_vers from upd;
+    select array_agg(upd.id), array_agg(upd.version), array_agg(upd.kind) filter (where not upd.rerun),
+           array_agg(upd.kind) filter (where upd.rerun)
+      into v_ids, v_vers, v_kinds, v_reruns from upd;
     if v_ids is null then
         return '{}';
     end if;
     perform jobfeed.notify_changed(v_ids, v_vers);
+    perform jobfeed.notify_freed(v_kinds);
+    if v_reruns is not null then
+        perform jobfeed.notify_due(r.kind, r.n::int)
+           from (select x as kind, count(*) as n from unnest(v_reruns) x group by x) r;
+    end if;
     return v_ids;
 end $$;
 
@@ -157,6 +180,9 @@ declare
     v_ver bigint;
     v_kind text;
 begin
+    if jobfeed.start_rerun(p_id, p_generation, 'transient', p_code, p_message, v_now) then
+        return true;  -- the rerun with the newest payload is the next attempt
+    end if;
     select j.attempts, j.max_attempts, j.kind, k.backoff, k.jitter
       into v_attempts, v_max, v_kind, v_backoff, v_jitter
       from jobfeed.jobs j left join jobfeed.kinds k on k.kind = j.kind
@@ -173,6 +199,7 @@ begin
         returning j.version into v_ver;
         perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'transient', p_code, p_message, v_now);
         perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+        perform jobfeed.notify_freed(array[v_kind]);
         return true;
     end if;
     v_backoff := coalesce(v_backoff, '{1 minute,5 minutes,15 minutes,60 minutes}');
@@ -197,17 +224,22 @@ returns boolean language plpgsql security definer set search_path = jobfeed, pg_
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ver bigint;
+    v_kind text;
 begin
+    if jobfeed.start_rerun(p_id, p_generation, 'permanent', p_code, p_message, v_now) then
+        return true;  -- this payload failed; the newest one still runs
+    end if;
     update jobfeed.jobs j
        set state = 'failed', lease_until = null, finished_at = v_now, updated_at = v_now,
            last_error_code = p_code, last_error_message = p_message, version = j.version + 1
      where j.id = p_id and j.generation = p_generation and j.state = 'running'
-    returning j.version into v_ver;
+    returning j.version, j.kind into v_ver, v_kind;
     if not found then
         return false;
     end if;
     perform jobfeed.finish_attempts(array[p_id], array[p_generation], 'permanent', p_code, p_message, v_now);
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
+    perform jobfeed.notify_freed(array[v_kind]);
     return true;
 end $$;
 
@@ -233,6 +265,9 @@ begin
     update jobfeed.jobs j
        set state = 'queued', attempts = greatest(j.attempts - 1, 0), lease_until = null,
            run_after = v_now + coalesce(p_retry_after, interval '0'),
+           -- a rerun asked for meanwhile: the next attempt runs the newest payload
+           payload = coalesce(j.rerun_payload, j.payload), rerun_payload = null,
+           checkpoint = case when j.rerun_payload is null then j.checkpoint end,
            last_error_code = p_code, last_error_message = p_message
      where j.id = p_id
     returning j.version, j.kind into v_ver, v_kind;

@@ -46,8 +46,9 @@ declare
     v_state jobfeed.job_state;
     v_gen int;
     v_ver bigint;
+    v_kind text;
 begin
-    select j.state, j.generation into v_state, v_gen from jobfeed.jobs j where j.id = p_id for update;
+    select j.state, j.generation, j.kind into v_state, v_gen, v_kind from jobfeed.jobs j where j.id = p_id for update;
     if not found then
         perform jobfeed.raise_error('JF404', 'not_found', 'no such job');
     end if;
@@ -63,6 +64,7 @@ begin
     if v_state = 'running' then
         perform jobfeed.finish_attempts(array[p_id], array[v_gen], 'canceled', 'canceled',
                                         'canceled by an admin', v_now);
+        perform jobfeed.notify_freed(array[v_kind]);
     end if;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
     return jobfeed.admin_get_job(p_id);
@@ -163,15 +165,17 @@ declare
     v_ids uuid[];
     v_running uuid[];
     v_gens int[];
+    v_freed text[];
     v_done uuid[];
     v_vers bigint[];
 begin
     perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
     select coalesce(array_agg(p.id order by p.id), '{}'),
            coalesce(array_agg(p.id) filter (where p.state = 'running'), '{}'),
-           coalesce(array_agg(p.generation) filter (where p.state = 'running'), '{}')
-      into v_ids, v_running, v_gens
-      from (select j.id, j.state, j.generation from jobfeed.jobs j
+           coalesce(array_agg(p.generation) filter (where p.state = 'running'), '{}'),
+           coalesce(array_agg(p.kind) filter (where p.state = 'running'), '{}')
+      into v_ids, v_running, v_gens, v_freed
+      from (select j.id, j.state, j.generation, j.kind from jobfeed.jobs j
              where j.state not in ('completed', 'failed', 'canceled')
                and (p_state is null or j.state = p_state)
                and (p_kind is null or j.kind = p_kind)
@@ -190,6 +194,7 @@ begin
     select coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.version), '{}') into v_done, v_vers from upd u;
     if cardinality(v_running) > 0 then
         perform jobfeed.finish_attempts(v_running, v_gens, 'canceled', 'canceled', 'canceled by an admin', v_now);
+        perform jobfeed.notify_freed(v_freed);
     end if;
     if cardinality(v_done) > 0 then
         perform jobfeed.notify_changed(v_done, v_vers);

@@ -20,6 +20,25 @@ begin
     return v_n;
 end $$;
 
+-- The same sample from counts made already (stats_v2's, when it recounts), at
+-- most one a minute: without a sweeper the chart still fills while anyone
+-- reads the stats (the dashboard, /metrics, /api/admin/stats); with one, its
+-- samples leave these out.
+create or replace function jobfeed.sample_depth_from(p_counts jsonb, p_now timestamptz)
+returns void language plpgsql as $$
+begin
+    if exists (select from jobfeed.depth_samples s
+                where s.at > p_now - interval '1 minute' and s.at <= p_now) then
+        return;
+    end if;
+    delete from jobfeed.depth_samples s where s.at < p_now - interval '2 hours';
+    insert into jobfeed.depth_samples (at, kind, queued, running)
+    select p_now, k.kind, coalesce((p_counts -> k.kind ->> 'queued')::int, 0),
+           coalesce((p_counts -> k.kind ->> 'running')::int, 0)
+      from jobfeed.kinds k
+    on conflict do nothing;
+end $$;
+
 -- Over the last hour: the depth samples; the wait (due to claimed) of the last
 -- attempt of jobs that finished, p50 and p95 by kind; jobs that failed, by kind
 -- and code. Finished jobs are found through jobs_finished_at, never a scan.

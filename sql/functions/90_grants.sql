@@ -12,6 +12,8 @@ to jobfeed_api, jobfeed_worker;
 
 grant execute on function
     jobfeed.submit_waiting(text, text, jsonb, uuid[], text[], interval, int, timestamptz),
+    jobfeed.submit_waiting_v2(text, text, jsonb, uuid[], text[], interval, int, timestamptz, timestamptz, int, text,
+                              boolean, text, text, int, boolean),
     jobfeed.signal(uuid, text, jsonb, timestamptz)
 to jobfeed_api, jobfeed_worker;
 
@@ -25,10 +27,12 @@ grant execute on function
     jobfeed.submit_many(text, text[], jsonb[], timestamptz, int, timestamptz),
     jobfeed.submit_many_views(text, text[], jsonb[], int),
     jobfeed.submit_v2(text, text, jsonb, timestamptz, int, timestamptz, int, text),
+    jobfeed.submit_v3(text, text, jsonb, timestamptz, int, timestamptz, int, text, text),
     jobfeed.submit_many_v2(text, text[], jsonb[], timestamptz, int, timestamptz, int, text),
     jobfeed.submit_many_views_v2(text, text[], jsonb[], int, timestamptz, int, text),
     jobfeed.get_job(uuid),
     jobfeed.get_jobs(uuid[]),
+    jobfeed.positions(uuid[]),
     jobfeed.admin_get_job(uuid),
     jobfeed.admin_get_jobs(uuid[]),
     jobfeed.admin_list_jobs(jobfeed.job_state, text, int, uuid),
@@ -68,11 +72,13 @@ grant execute on function
 to jobfeed_api, jobfeed_worker;
 
 grant execute on function jobfeed.set_kind_request_policy(text, text, text, interval) to jobfeed_worker;
+grant execute on function jobfeed.set_kind_request_policy_v2(text, text, text, interval, text) to jobfeed_worker;
 
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
     jobfeed.claim_v2(text[], int, text, interval, timestamptz),
     jobfeed.next_due(text[]),
+    jobfeed.next_due_v2(text[], timestamptz),
     jobfeed.extend_many(uuid[], int[], interval, timestamptz),
     jobfeed.extend(uuid, int, interval, timestamptz),
     jobfeed.progress(uuid, int, double precision, double precision, text, timestamptz),

@@ -40,6 +40,10 @@ function renderProgress(job) {
   if (p && p.total > 0) parts.push(`${p.done} of ${p.total} (${Math.round((100 * Math.min(p.done, p.total)) / p.total)}%)`);
   if (p && p.message) parts.push(p.message);
   if (!parts.length) parts.push(job.status === "queued" ? "Waiting for a worker." : job.status === "processing" ? "Working…" : "");
+  // where it is in line (due and never started): refreshed by the server every few seconds
+  if (job.status === "queued" && Number.isInteger(job.position)) {
+    parts.push(job.position === 0 ? "Next in line." : `${job.position} ahead of you.`);
+  }
   $("progress-text").textContent = parts.join(" · ");
 }
 

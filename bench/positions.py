@@ -1,0 +1,71 @@
+"""The feed's queue-position refresh, on an embedded PostgreSQL of its own: a
+line of --line due jobs of one kind, --watched of them watched (spread over
+the line, as open job pages would be), and the one refresh query the API runs
+every 2 s for all of them (Queue.positions, in chunks of the feed's
+REREAD_CHUNK). Prints the median and worst wall time of --rounds rounds, the
+database backend's CPU per round, and whether every position came out exact.
+
+python -m bench.positions [--line 20000] [--watched 10000] [--rounds 10]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+
+import psutil
+
+from jobfeed.api.feed import REREAD_CHUNK
+from jobfeed.worker import db, migrate
+from jobfeed.worker.queue import Queue
+
+from . import pg
+
+
+async def measure(line: int, watched: int, rounds: int) -> dict:
+    with pg.Server() as server:
+        url = await server.new_database("positions")
+        conn = await db.connect(url, name="bench-positions")
+        await migrate.migrate(conn)
+        queue = Queue(conn)
+        await queue.register_kind("noop", max_attempts=5, lease=300, backoff=(60,))
+        ids = []
+        for start in range(0, line, 1000):
+            made = await queue.submit_many("noop", [(f"t{n}", None) for n in range(start, min(line, start + 1000))])
+            ids += sorted(job_id for job_id, _ in made)  # one run_after per batch: the id orders it
+        await conn.execute("analyze jobfeed.jobs")
+        step = max(1, line // watched)
+        chosen = [str(i) for i in ids[::step][:watched]]
+        backend = psutil.Process(await conn.fetchval("select pg_backend_pid()"))
+        walls, cpus, exact = [], [], True
+        for _ in range(rounds):
+            cpu0 = sum(backend.cpu_times()[:2])
+            t0 = time.perf_counter()
+            got: dict[str, int] = {}
+            for start in range(0, len(chosen), REREAD_CHUNK):
+                got.update(await queue.positions(chosen[start:start + REREAD_CHUNK]))
+            walls.append(time.perf_counter() - t0)
+            cpus.append(sum(backend.cpu_times()[:2]) - cpu0)
+            exact = exact and got == {c: n * step for n, c in enumerate(chosen)}
+        plan = await conn.fetchval("explain (format json) select * from jobfeed.queue_positions($1::uuid[], now())",
+                                   chosen[:REREAD_CHUNK])
+        await conn.close()
+        return {"line": line, "watched": len(chosen), "rounds": rounds, "queries_per_round": -(-len(chosen) // REREAD_CHUNK),
+                "median_ms": statistics.median(walls) * 1000, "worst_ms": max(walls) * 1000,
+                "db_cpu_ms_per_round": statistics.median(cpus) * 1000, "exact": exact,
+                "uses_claim_index": "jobs_queued_priority" in plan}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--line", type=int, default=20000)
+    p.add_argument("--watched", type=int, default=10000)
+    p.add_argument("--rounds", type=int, default=10)
+    args = p.parse_args()
+    print(json.dumps(asyncio.run(measure(args.line, args.watched, args.rounds)), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""CONTRACT (Worker, Packaging): the public Python names as the contract writes
+them, without a database."""
+
+from __future__ import annotations
+
+import jobfeed
+from jobfeed import LeaseLost, Permanent, Queue, Release, Transient, create_pool, task
+
+
+def test_the_public_names_are_exported():
+    for name in ("Queue", "task", "Transient", "Permanent", "Release", "LeaseLost", "create_pool"):
+        assert name in jobfeed.__all__
+    assert all((Queue, task, LeaseLost, create_pool))
+
+
+def test_errors_take_code_message_and_an_optional_retry_after():
+    # "raise Transient, Permanent or Release (with code, message, optional retry_after)"
+    for cls in (Transient, Permanent, Release):
+        plain = cls("busy", "try later")
+        assert (plain.code, plain.message, plain.retry_after) == ("busy", "try later", None)
+        assert cls("busy", "try later", 5).retry_after == 5
+        assert cls("busy", "try later", retry_after=2.5).retry_after == 2.5
+        assert cls("busy").message == "busy"

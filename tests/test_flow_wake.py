@@ -1,0 +1,139 @@
+"""A capped kind's freed slot wakes the workers waiting for it (jobfeed_due, sent
+by notify_freed), so a waiting job starts at once, not at the next poll; and a
+worker whose due jobs all sit behind a full concurrency key sleeps instead of
+claiming in a loop. The poll interval is far longer than the test's wait; the
+test waits on the runner's hooks (worker/testsignal.py), not on the clock."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import asyncpg
+import pytest
+
+from jobfeed.worker.runner import Runner
+from jobfeed.worker.tasks import TaskSpec
+
+POLL = 300.0   # the runner would claim again only after this: never within a test
+LEASE = 600.0  # nor does a lease end within it
+
+
+class Workers:
+    """Runners of one capped kind, poll POLL, whose handler reports each job it
+    starts (and holds it until the test ends)."""
+
+    def __init__(self, queue, dsn):
+        self.queue, self.dsn = queue, dsn
+        self.started: asyncio.Queue = asyncio.Queue()
+        self.hold = asyncio.Event()
+        self.made: list[tuple[Runner, asyncio.Task]] = []
+        self.spec: TaskSpec | None = None
+
+    async def handler(self, job, ctx):
+        self.started.put_nowait(job.target)
+        await self.hold.wait()
+        return {}
+
+    async def next_start(self) -> str:
+        """The target of the next job started: far sooner than POLL, or fail."""
+        return await asyncio.wait_for(self.started.get(), POLL / 10)
+
+    async def register(self, kind: str, **caps) -> None:
+        self.spec = TaskSpec(kind, self.handler, max_attempts=3, lease=LEASE, backoff=(1.0,), jitter=0.0, **caps)
+        await self.queue.register_kind(kind, max_attempts=3, lease=LEASE, backoff=(1.0,), jitter=0.0, **caps)
+
+    def start(self) -> Runner:
+        assert self.spec is not None
+        r = Runner(self.queue, self.dsn, [self.spec], poll_interval=POLL, grace=1.0)
+        r.signals.sleeping.enable()
+        self.made.append((r, asyncio.create_task(r.run())))
+        return r
+
+
+@pytest.fixture
+async def workers(queue, dsn):
+    w = Workers(queue, dsn)
+    yield w
+    w.hold.set()
+    for r, task in w.made:
+        r.stop()
+        await asyncio.wait_for(task, 10)
+
+
+async def other_worker_holds(queue, kind: str, target: str, key: str | None = None):
+    """A job of `kind` running under another worker, as if claimed elsewhere."""
+    await queue.submit(kind, target, concurrency_key=key)
+    (job,) = await queue.claim([kind], 1, "elsewhere", lease=LEASE)
+    return job
+
+
+async def free(queue, how: str, job) -> None:
+    if how == "complete":
+        assert await queue.complete(job.id, job.generation, {})
+    elif how == "fail":
+        assert await queue.fail_permanent(job.id, job.generation, "broken", None)
+    elif how == "wait":  # its handler returned ctx.wait_for(...): it waits, no longer running
+        await queue.register_kind("other", max_attempts=3, lease=LEASE, backoff=(1.0,))
+        other = (await queue.submit("other", "x")).id
+        assert await queue.wait_for(job.id, job.generation, [], [other])
+    else:
+        await queue.cancel(job.id)
+
+
+@pytest.mark.parametrize("how", ["complete", "fail", "cancel", "wait"])
+async def test_a_freed_max_running_slot_wakes_a_sleeping_worker(queue, workers, how):
+    await workers.register("capped", max_running=1)
+    held = await other_worker_holds(queue, "capped", "a")
+    await queue.submit("capped", "b")
+    r = workers.start()
+    # its claim found the kind at its cap: it sleeps the whole poll
+    assert await r.signals.sleeping.wait() == POLL
+    await free(queue, how, held)
+    assert await workers.next_start() == "b"  # well before the poll: the NOTIFY woke it
+
+
+async def test_a_worker_behind_a_full_key_sleeps_until_the_key_frees(queue, workers):
+    await workers.register("tenant", max_running_per_key=1)
+    held = await other_worker_holds(queue, "tenant", "a", key="k")
+    await queue.submit("tenant", "b", concurrency_key="k")
+    r = workers.start()
+    # b is due but its key is full: not "due now", or the worker would claim in a
+    # loop. (The first claim has no earlier look at the clock to go by: it may
+    # take one more claim to know b was left behind.)
+    if await r.signals.sleeping.wait() != POLL:
+        assert await r.signals.sleeping.wait() == POLL
+    assert await queue.next_due(["tenant"]) <= 0  # (what a claim-less look still says)
+    await free(queue, "complete", held)
+    assert await workers.next_start() == "b"
+    assert await r.signals.sleeping.wait() == POLL  # b runs, nothing else is queued
+    # a job due later than the last claim still sets the wake-up time
+    soon = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=60)
+    await queue.submit("tenant", "c", concurrency_key="other", run_after=soon)
+    assert 30 < await r.signals.sleeping.wait() <= 61
+
+
+async def test_freeing_a_slot_notifies_only_for_capped_kinds(queue, dsn):
+    await queue.register_kind("plain", max_attempts=3, lease=LEASE, backoff=(1.0,))
+    await queue.register_kind("capped", max_attempts=3, lease=LEASE, backoff=(1.0,), max_running=2)
+    jobs = {}
+    for kind in ("plain", "capped"):
+        for target in ("a", "b"):
+            await queue.submit(kind, target)
+        jobs[kind] = await queue.claim([kind], 2, "w", lease=LEASE)
+    seen: asyncio.Queue = asyncio.Queue()
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.add_listener("jobfeed_due", lambda *args: seen.put_nowait(args[3]))
+        assert await queue.complete_many([(j.id, j.generation, {}) for j in jobs["plain"]]) \
+            == {j.id for j in jobs["plain"]}
+        assert await queue.complete_many([(j.id, j.generation, {}) for j in jobs["capped"]]) \
+            == {j.id for j in jobs["capped"]}
+        await conn.execute("select pg_notify('jobfeed_due', 'end')")  # delivered after both commits
+        payloads = []
+        while (payload := await asyncio.wait_for(seen.get(), 10)) != "end":
+            payloads.append(payload)
+    finally:
+        await conn.close()
+    # one notification waking two claimers (count 2), for the capped kind only
+    assert [(p.split(":")[0], p.split(":")[2]) for p in payloads] == [("2", "capped")]

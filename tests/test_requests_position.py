@@ -1,0 +1,139 @@
+"""Queue position: for a due job never started, how many jobs of its kind the
+claim takes first; null otherwise. Read with the view, refreshed on SSE under
+the same id with one query per round for every watched queued job."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+
+import pytest
+
+from jobfeed.worker.queue import Queue
+
+from queue_sql import register
+
+
+@pytest.fixture
+async def line(pool):
+    await register(pool, "line")
+    await register(pool, "other")
+
+
+async def position(queue: Queue, job_id) -> int | None:
+    return (await queue.get_job(job_id))["position"]
+
+
+async def test_position_counts_the_jobs_claimed_first(pool, queue, line):
+    a = (await queue.submit("line", "a")).id
+    b = (await queue.submit("line", "b")).id
+    c = (await queue.submit("line", "c")).id
+    await queue.submit("other", "x")  # another kind's line is not this one's
+    assert [await position(queue, j) for j in (a, b, c)] == [0, 1, 2]
+    urgent = (await queue.submit("line", "urgent", priority=5)).id
+    assert [await position(queue, j) for j in (urgent, a, b, c)] == [0, 1, 2, 3]
+    # the claim agrees: the job at position 0 is the one claimed next
+    (first,) = await queue.claim(["line"], 1, "w")
+    assert first.id == urgent
+    assert await position(queue, urgent) is None  # started
+    assert [await position(queue, j) for j in (a, b, c)] == [0, 1, 2]
+    (second,) = await queue.claim(["line"], 1, "w")
+    assert second.id == a and [await position(queue, j) for j in (b, c)] == [0, 1]
+    # started and back in line for a retry: null (its public status is processing)
+    await queue.fail_transient(second.id, second.generation, "flaky", None, retry_after=0)
+    await pool.execute("update jobfeed.jobs set run_after = now() - interval '1 minute' where id = $1", a)
+    assert await position(queue, a) is None
+    # ... but it is claimed before b and c, so they count it
+    assert [await position(queue, j) for j in (b, c)] == [1, 2]
+
+
+async def test_no_position_unless_due_queued_and_never_started(pool, queue, line):
+    later = (await queue.submit("line", "later", run_after=dt.datetime.now(dt.timezone.utc)
+                                + dt.timedelta(hours=1))).id
+    now = (await queue.submit("line", "now")).id
+    assert await position(queue, later) is None  # not due: nothing to wait in line for yet
+    assert await position(queue, now) == 0
+    waiting = (await queue.submit("line", "w", after=[now])).id
+    assert await position(queue, waiting) is None
+    await pool.execute("update jobfeed.jobs set run_after = now() - interval '1 second' where id = $1", later)
+    assert await position(queue, later) == 0  # due now, and earlier than `now`
+
+
+async def test_positions_of_many_watched_jobs_in_one_query(pool, queue, line):
+    items = [(f"t{n:05}", None) for n in range(3000)]
+    made = await queue.submit_many("line", items, priority=0)
+    ids = [job_id for job_id, _ in made]
+    await queue.submit_many("line", [("high", None)], priority=1)
+    # one run_after for the whole batch: the id decides, in the claim as here
+    rank = {str(job_id): n + 1 for n, job_id in enumerate(sorted(ids))}
+    # the ones watched, in any order, some not: each where the claim will take it
+    watched = ids[::7][::-1]
+    positions = await queue.positions(watched)
+    assert positions == {str(job_id): rank[str(job_id)] for job_id in watched}
+    views = [json.loads(v) for v in await queue.get_jobs_json(ids[:2])]
+    assert {v["id"]: v["position"] for v in views} == {str(i): rank[str(i)] for i in ids[:2]}
+    # the claim agrees, chunk by chunk
+    everything = await queue.positions(ids)
+    (high,) = await queue.claim(["line"], 1, "w")
+    for start in range(0, 300, 100):
+        claimed = {str(job.id) for job in await queue.claim(["line"], 100, "w")}
+        assert claimed == {i for i, p in everything.items() if start < p <= start + 100}
+
+
+async def test_sse_sends_position_updates_under_the_same_id(dsn, queue):
+    import httpx
+    from servers import Watcher, serve
+    from waiting import eventually
+    async with serve(dsn) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            jobs = [(await http.post("/api/jobs", json={"kind": "demo", "target": f"p{n}"})).json()
+                    for n in range(3)]
+            watcher = Watcher(http, f"/api/jobs/{jobs[2]['id']}/events")
+            task = asyncio.create_task(watcher.run())
+            try:
+                await asyncio.wait_for(watcher.opened.wait(), 5)
+                await eventually(lambda: asyncio.sleep(0, watcher.views), timeout=5, what="the first view")
+                assert watcher.views[0]["position"] == 2
+                await queue.claim(["demo"], 1, "w")  # the one ahead goes: 1 ahead
+
+                async def moved():
+                    return [v["position"] for v in watcher.views][-1:] == [1]
+                await eventually(moved, timeout=10, interval=0.05, what="position 1 on the stream")
+                events = [e for e in watcher.events if e.event == "job"]
+                assert [e.json()["position"] for e in events] == [2, 1]
+                assert {e.id for e in events} == {"1"}  # the version never moved
+                assert events[-1].json()["version"] == 1
+                # its own start: a new version, position null (the limit leaves room for the
+                # first job, should its short test lease have expired meanwhile)
+                claimed = await queue.claim(["demo"], 10, "w")
+                assert jobs[2]["id"] in {str(job.id) for job in claimed}
+
+                async def started():
+                    return watcher.views[-1]["status"] == "processing"
+                await eventually(started, timeout=10, what="processing")
+                assert watcher.views[-1]["position"] is None and watcher.events[-1].id == "2"
+            finally:
+                task.cancel()
+
+
+async def test_the_feed_refreshes_every_watched_queued_job_with_one_query(pool, queue, line):
+    from jobfeed.api.feed import Feed, View
+    feed = Feed(pool, queue, position_interval=3600)  # rounds by hand
+    made = await queue.submit_many("line", [(f"f{n}", None) for n in range(50)])
+    subs = []
+    for job_id in sorted(job_id for job_id, _ in made)[10:]:  # (one run_after: in id order)
+        sub = feed.subscribe(str(job_id))
+        feed.seed(sub, View.parse(await queue.get_job_json(job_id)))
+        subs.append(sub)
+    assert [(await s.next()).position for s in subs[:3]] == [10, 11, 12]
+    await queue.claim(["line"], 5, "w")
+    await feed.refresh_positions()
+    assert feed.position_rounds == 1
+    views = [await s.next() for s in subs]
+    assert [v.position for v in views] == list(range(5, 45))
+    assert {v.version for v in views} == {1}
+    await feed.refresh_positions()  # nothing moved: nothing offered
+    assert all(s._pending is None for s in subs)
+    for s in subs:
+        s.close()
