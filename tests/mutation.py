@@ -96,6 +96,7 @@ PERIODIC = "tests/test_periodic.py"
 WAKE = "tests/test_flow_wake.py"
 FILES = "tests/test_files.py"
 CHILDREN = "tests/test_workflows_children.py"
+QUICK = "tests/test_submit_quick.py"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
@@ -136,6 +137,19 @@ EDITS: list[Edit] = [
          "i.id is not null and t.n = min(t.n) over (partition by t.target) as created",
          "i.id is not null as created",
          (Q_BATCH,), "a target repeated in a batch is created once, then shared"),
+    # submit_quick: Queue.submit's one-statement path for a new target
+    Edit("submit-quick-new-says-shared", "sql/functions/31_submit_quick.sql",
+         "select i.id, true, i.view from ins i, note",
+         "select i.id, false, i.view from ins i, note",
+         (QUICK,), "a new job is answered as created"),
+    Edit("submit-quick-skips-checks", "sql/functions/31_submit_quick.sql",
+         "           and jobfeed.submission_problem(p_target, p_payload, p_max_payload) is null\n",
+         "",
+         (QUICK,), "a submission with a problem is refused and changes nothing, on the quick path too"),
+    Edit("submit-quick-no-wake", "sql/functions/31_submit_quick.sql",
+         "select jobfeed.notify_changed_one(i.id, i.version), jobfeed.notify_due(p_kind, 1) from ins i",
+         "select jobfeed.notify_changed_one(i.id, i.version) from ins i",
+         (QUICK,), "a new job wakes the workers of its kind (jobfeed_due)"),
     # ------------------------------------------------------------ claim
     Edit("claim-waits-on-queued", "sql/functions/40_claim.sql",
          "                        limit p_limit - cardinality(v_reclaimed)\n"
