@@ -92,6 +92,9 @@ class Metrics:
                              registry=self.registry, multiprocess_mode="livesum")
         for name in STREAMS:
             self.streams.labels(name)  # shown at 0 before the first stream opens
+        # One child per stream kind, looked up once: a fan-out observes once per
+        # watcher, and labels() takes a lock and a dict look-up each time.
+        self._sse_lag = {name: self.sse_lag.labels(name) for name in STREAMS}
         # One series per API process (labelled pid in multiprocess mode): which are up.
         Gauge("jobfeed_api_process_start_time_seconds", "When this API process started (epoch seconds).",
               registry=self.registry, multiprocess_mode="liveall").set(time.time())
@@ -122,7 +125,8 @@ class Metrics:
         """An event about a change committed at `changed_at` (epoch seconds, the
         database's clock) was written to a stream."""
         if changed_at is not None:
-            self.sse_lag.labels(stream).observe(max(time.time() - changed_at, 0.0))
+            child = self._sse_lag.get(stream) or self.sse_lag.labels(stream)
+            child.observe(max(time.time() - changed_at, 0.0))
 
     def middleware(self, app: ASGIApp) -> ASGIApp:
         """Count each HTTP request by method, route template and status. Counted

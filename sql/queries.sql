@@ -8,7 +8,10 @@ select jobfeed.register_kind_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $1
 select k::text from jobfeed.list_kinds() k;
 
 -- name: submit
-select id, created, view::text from jobfeed.submit_v3($1, $2, $3::jsonb, $4, $5, null, $6, $7);
+select id, created, view::text from jobfeed.submit_quick($1, $2, $3::jsonb, $4, $5, null, $6, $7, true);
+
+-- name: submit_id
+select id, created from jobfeed.submit_quick($1, $2, $3::jsonb, $4, $5, null, $6, $7, false);
 
 -- name: submit_waiting
 select id, created, view::text, request_id, reused

@@ -115,8 +115,11 @@ async def test_submit_racing_the_job_finishing_gets_a_live_job(pool, dsn, k):
     assert await pool.fetchval("select state from jobfeed.jobs where id = $1", got["id"]) == "queued"
 
 
-async def test_submits_racing_completions_always_get_a_live_job(pool, conns, k):
-    """The same race, left to the scheduler, over many targets at once."""
+@pytest.mark.parametrize("submit_sql", ["select * from jobfeed.submit('k', $1)",
+                                        "select * from jobfeed.submit_quick('k', $1, p_view => false)"])
+async def test_submits_racing_completions_always_get_a_live_job(pool, conns, k, submit_sql):
+    """The same race, left to the scheduler, over many targets at once (submit
+    and its quick path, whose insert may meet the holder just as it finishes)."""
     n = 100
     await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 't' || g from generate_series(1, $1) g", n)
     held = await pool.fetch("select id, generation, target from jobfeed.claim(array['k'], $1, 'w')", n)
@@ -127,7 +130,7 @@ async def test_submits_racing_completions_always_get_a_live_job(pool, conns, k):
                 for r in rows]
 
     async def submit(conn, rows):
-        return [await conn.fetchrow("select * from jobfeed.submit('k', $1)", r["target"]) for r in rows]
+        return [await conn.fetchrow(submit_sql, r["target"]) for r in rows]
 
     # 8 sessions complete and 8 submit, each walking the same targets in the same order.
     chunks = [held[i::8] for i in range(8)]

@@ -116,6 +116,33 @@ async def test_higher_priority_first_then_earlier_run_after(pool, queue):
     assert await pool.fetchval("select priority from jobfeed.jobs where target = 'default-late'") == 2
 
 
+async def _claim_plans(pool, now: dt.datetime, calls: int = 7) -> list[str]:
+    """The plans of the claim's pick over `calls` claims of 10 (past the 5
+    custom plans a cached statement gets before a generic one), shown by
+    auto_explain inside the function."""
+    plans: list[str] = []
+    async with pool.acquire() as conn:
+        def collect(_conn, msg):
+            plans.append(msg.message)
+        conn.add_log_listener(collect)
+        for setting in ("load 'auto_explain'", "set auto_explain.log_min_duration = 0",
+                        "set auto_explain.log_nested_statements = on", "set client_min_messages = log"):
+            await conn.execute(setting)
+        for _ in range(calls):
+            rows = await conn.fetch("select * from jobfeed.claim(array['k'], 10, 'w', null, $1)", now)
+            assert len(rows) == 10
+        await conn.execute("reset client_min_messages")
+        conn.remove_log_listener(collect)
+    picks = [p for p in plans if "q.run_after <= v_now" in p or "q.priority desc" in p]
+    assert len(picks) >= calls, plans[:3]
+    return picks
+
+
+def _ordered_scan(plan: str) -> bool:
+    body = plan.split("Query Text")[-1].split("\n", 1)[-1]
+    return "jobs_queued_priority" in plan and "Seq Scan" not in plan and "Sort" not in body
+
+
 async def test_claim_uses_an_index_at_a_depth_of_1m(pool, k):
     """pgqueuer-style plan regression: with a million queued jobs of mixed
     priorities and times, the claim's selection is an index scan that stops at
@@ -128,24 +155,29 @@ async def test_claim_uses_an_index_at_a_depth_of_1m(pool, k):
           from generate_series(1, 1000000) g""")
     # (keys rising with g, so each index grows at one edge: a fast plant)
     await pool.execute("analyze jobfeed.jobs")
-    plans: list[str] = []
-    async with pool.acquire() as conn:
-        def collect(_conn, msg):
-            plans.append(msg.message)
-        conn.add_log_listener(collect)
-        for setting in ("load 'auto_explain'", "set auto_explain.log_min_duration = 0",
-                        "set auto_explain.log_nested_statements = on", "set client_min_messages = log"):
-            await conn.execute(setting)
-        now = dt.datetime(2030, 1, 1, 12, tzinfo=dt.timezone.utc)
-        for _ in range(7):  # past the 5 custom plans a cached statement gets before a generic one
-            rows = await conn.fetch("select * from jobfeed.claim(array['k'], 10, 'w', null, $1)", now)
-            assert len(rows) == 10
-        await conn.execute("reset client_min_messages")
-        conn.remove_log_listener(collect)
-    picks = [p for p in plans if "q.run_after <= v_now" in p or "q.priority desc" in p]
-    assert len(picks) >= 7, plans[:3]
-    for plan in picks:
-        assert "jobs_queued_priority" in plan, plan
-        assert "Seq Scan" not in plan and "Sort" not in plan.split("Query Text")[-1].split("\n", 1)[-1], plan
+    for plan in await _claim_plans(pool, dt.datetime(2030, 1, 1, 12, tzinfo=dt.timezone.utc)):
+        assert _ordered_scan(plan), plan
     # and it claimed the highest priority (3) only
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'running' and priority <> 3") == 0
+
+
+async def test_claim_uses_the_queued_index_over_a_long_history(pool, k):
+    """A table of finished jobs, analyzed (as autovacuum does over a week of
+    history), then a backlog queued since: the statistics say no job is
+    queued, and the claim's pick was planned as a walk of the dedupe index
+    over every unfinished job, filtered and sorted. It must stay the ordered
+    scan of jobs_queued_priority that stops at its limit."""
+    await pool.execute("""
+        insert into jobfeed.jobs (id, kind, target, state, attempts, generation, run_after, created_at,
+                                  updated_at, finished_at)
+        select ('00000000-0000-7000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 'k', 'h' || g, 'completed', 1, 1,
+               timestamptz '2029-12-01' + g * interval '1 ms', now(), now(), timestamptz '2029-12-01'
+          from generate_series(1, 200000) g""")
+    await pool.execute("analyze jobfeed.jobs")
+    await pool.execute("""
+        insert into jobfeed.jobs (kind, target, priority, run_after, created_at, updated_at)
+        select 'k', 'q' || g, g % 3, timestamptz '2030-01-01' + g * interval '1 ms', now(), now()
+          from generate_series(1, 5000) g""")
+    for plan in await _claim_plans(pool, dt.datetime(2030, 1, 1, 12, tzinfo=dt.timezone.utc)):
+        assert _ordered_scan(plan), plan
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'running' and priority <> 2") == 0

@@ -210,9 +210,11 @@ class Queue:
                 kind, target, payload, run_after=run_after, priority=priority, concurrency_key=concurrency_key,
                 max_payload=max_payload, requester=requester, notify_url=notify_url, force=force)
             return Submission(job_id, created, reused, request_id)
-        job_id, created, _ = await self.submit_json(kind, target, payload, run_after=run_after, priority=priority,
-                                                    concurrency_key=concurrency_key, max_payload=max_payload)
-        return Submission(job_id, created)
+        # No view asked for: none is built.
+        await self._add_kind(kind)
+        rows = await self._fetch("submit_id", kind, target, json.dumps(payload if payload is not None else {}),
+                                 run_after, max_payload, priority, concurrency_key)
+        return Submission(rows[0]["id"], rows[0]["created"])
 
     async def submit_request_json(self, kind: str, target: str, payload: dict | None = None, *,
                                   run_after: dt.datetime | None = None, priority: int | None = None,

@@ -60,6 +60,12 @@ returns uuid language sql immutable parallel safe as $$
     select (p_prefix || left(md5(p_seed || p_n::text), 15))::uuid
 $$;
 
+-- "This job changed", the payload notify_changed writes for one job.
+create or replace function jobfeed.notify_changed_one(p_id uuid, p_version bigint)
+returns void language sql as $$
+    select pg_notify('jobfeed_changed', p_id::text || ':' || p_version::text)
+$$;
+
 -- "These jobs changed": one NOTIFY per chunk of ids (a payload holds < 8000 bytes),
 -- never one per row. Payload: "id:version,id:version,...". Listeners re-read state;
 -- the version lets the public feed skip jobs whose public view did not change.
@@ -71,7 +77,7 @@ declare
     chunk constant int := 150;
 begin
     if n = 1 then  -- the common case, without the aggregate
-        perform pg_notify('jobfeed_changed', p_ids[1]::text || ':' || p_versions[1]::text);
+        perform jobfeed.notify_changed_one(p_ids[1], p_versions[1]);
         return;
     end if;
     while i <= n loop
@@ -89,12 +95,9 @@ end $$;
 -- job wakes one worker, not all of them. Workers with no seat view (or an old
 -- payload of the kind alone) wake for every notification.
 create or replace function jobfeed.notify_due(p_kind text, p_count int)
-returns void language plpgsql as $$
-declare
-    v_offset int := floor(random() * 1000000)::int;
-begin
-    perform pg_notify('jobfeed_due', p_count::text || ':' || v_offset::text || ':' || p_kind);
-end $$;
+returns void language sql as $$
+    select pg_notify('jobfeed_due', p_count::text || ':' || floor(random() * 1000000)::int::text || ':' || p_kind)
+$$;
 
 -- A progress report's place on the way to done: done/total, or 0 when the
 -- total is unknown (such reports are never judged to go backwards).

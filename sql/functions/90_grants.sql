@@ -17,6 +17,11 @@ grant execute on function
     jobfeed.signal(uuid, text, jsonb, timestamptz)
 to jobfeed_api, jobfeed_worker;
 
+-- granted as submit_v2 is (it falls back on it)
+grant execute on function
+    jobfeed.submit_quick(text, text, jsonb, timestamptz, int, timestamptz, int, text, boolean)
+to jobfeed_api;
+
 grant execute on function
     jobfeed.submit(text, text, jsonb, timestamptz, int, timestamptz),
     jobfeed.submit_many(text, text[], jsonb[], timestamptz, int, timestamptz),
