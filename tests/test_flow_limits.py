@@ -83,6 +83,35 @@ async def test_slots_are_used_whenever_work_is_due(pool, queue):
     assert len(await claim(pool, 50, T0, kinds=["both"])) == 3
 
 
+async def test_a_capped_claim_reaches_keys_with_room_deep_in_the_queue(pool, queue):
+    await queue.register_kind("deep", max_attempts=3, lease=60, backoff=(1,), max_running_per_key=1)
+    await plant(pool, "deep", 300, "a")  # the queue's head: 300 jobs of one key, one slot
+    await pool.execute("""insert into jobfeed.jobs (kind, target, concurrency_key, run_after)
+                          select 'deep', 'deep-' || k || '-1', k, $1 from unnest(array['b', 'c', 'd', 'e', 'f']) k""",
+                       T0 - dt.timedelta(seconds=30))
+    rows = await claim(pool, 10, T0, kinds=["deep"])
+    assert [str(r["target"]) for r in rows] == ["deep-a-1", "deep-b-1", "deep-c-1", "deep-d-1", "deep-e-1", "deep-f-1"]
+
+
+async def test_a_capped_claim_skips_a_job_another_session_holds(pool, queue, dsn):
+    from jobfeed.worker import db
+
+    await queue.register_kind("held", max_attempts=3, lease=60, backoff=(1,), max_running_per_key=1)
+    await plant(pool, "held", 2, "a")
+    holder, claimer = await db.connect(dsn), await db.connect(dsn)
+    try:
+        await claimer.execute("set lock_timeout = '200ms'")  # a claim that waits fails at once
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("select 1 from jobfeed.jobs where target = 'held-a-1' for update")
+        rows = await claim(claimer, 5, T0, kinds=["held"])
+        assert [str(r["target"]) for r in rows] == ["held-a-2"]  # the key's next job, its one slot used
+        await tx.rollback()
+    finally:
+        await holder.close()
+        await claimer.close()
+
+
 async def test_limits_never_fail_jobs_and_unlimited_kinds_are_untouched(pool, queue, k):
     await queue.register_kind("capped", max_attempts=1, lease=60, backoff=(1,), max_running=1)
     await plant(pool, "capped", 3)

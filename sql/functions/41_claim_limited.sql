@@ -23,6 +23,12 @@ declare
     v_left int := p_limit;
     v_room int;
     v_ids uuid[] := '{}';
+    v_want int;
+    v_scan int;
+    v_scanned int;
+    v_pick uuid[];
+    v_locked uuid[];
+    v_skipped uuid[] := '{}';
     v_got int;
     v_total int := 0;
 begin
@@ -55,31 +61,55 @@ begin
     end if;
 
     loop
-        -- Due queued jobs in claim order whose key still has room; within the
-        -- batch, a key gets no more than its room (row_number per key). Each
-        -- pass claims at least one job or ends; the next pass sees them running.
-        if v_left - cardinality(v_ids) > 0 and (v_room is null or v_room > 0) then
-            v_ids := v_ids || array(
-                select c.id from (
-                    select q.id, q.priority, q.run_after, q.concurrency_key,
+        v_want := least(v_left - cardinality(v_ids), coalesce(v_room, v_left));
+        v_pick := '{}';
+        v_locked := '{}';
+        if v_want > 0 then
+            -- Pick, in claim order, the first due queued jobs whose key has
+            -- room: running jobs per key are counted once (jobs_running_key),
+            -- full keys are skipped by a hash probe, and within the scanned
+            -- candidates a key gets no more than its room (row_number per key).
+            -- The scan reads up to v_scan candidates, deeper than wanted, so
+            -- one pass fills the claim though keys repeat near the head.
+            v_scan := coalesce(v_scan, case when p_max_per_key is null then v_want else 2 * v_want + 64 end);
+            with busy as materialized (
+                select r.concurrency_key, count(*)::int as n from jobfeed.jobs r
+                 where p_max_per_key is not null and r.kind = p_kind and r.state = 'running'
+                   and r.concurrency_key is not null
+                 group by r.concurrency_key)
+            select coalesce(array_agg(c.id order by c.priority desc, c.run_after, c.id)
+                                filter (where p_max_per_key is null or c.concurrency_key is null
+                                           or c.rn + coalesce(c.running, 0) <= p_max_per_key), '{}'),
+                   count(*)
+              into v_pick, v_scanned
+              from (select q.id, q.priority, q.run_after, q.concurrency_key, b.n as running,
                            row_number() over (partition by q.concurrency_key
                                               order by q.priority desc, q.run_after, q.id) as rn
                       from (select q.id, q.priority, q.run_after, q.concurrency_key from jobfeed.jobs q
                              where q.kind = p_kind and q.state = 'queued' and q.run_after <= p_now
-                               and (p_max_per_key is null or q.concurrency_key is null
-                                    or (select count(*) from jobfeed.jobs r
-                                         where r.kind = p_kind and r.state = 'running'
-                                           and r.concurrency_key = q.concurrency_key) < p_max_per_key)
+                               and q.id <> all (v_skipped)
+                               and (q.concurrency_key is null
+                                    or q.concurrency_key not in (select b.concurrency_key from busy b
+                                                                  where b.n >= p_max_per_key))
                              order by q.priority desc, q.run_after, q.id
-                             limit least(v_left - cardinality(v_ids), coalesce(v_room, v_left))
-                             for update skip locked) q) c
-                 where p_max_per_key is null or c.concurrency_key is null
-                    or c.rn + (select count(*) from jobfeed.jobs r
-                                where r.kind = p_kind and r.state = 'running'
-                                  and r.concurrency_key = c.concurrency_key) <= p_max_per_key
-                 order by c.priority desc, c.run_after, c.id);
+                             limit v_scan) q
+                      left join busy b on b.concurrency_key = q.concurrency_key) c;
+            v_pick := v_pick[1:v_want];
+            -- Lock what was picked; a job another session holds is skipped
+            -- (and left out of later passes, so its key's next job may go).
+            v_locked := array(
+                select j.id from jobfeed.jobs j
+                 where j.id = any (v_pick) and j.state = 'queued' and j.run_after <= p_now
+                 order by j.priority desc, j.run_after, j.id
+                 for update skip locked);
+            if cardinality(v_locked) < cardinality(v_pick) then
+                v_skipped := v_skipped || array(select unnest(v_pick) except select unnest(v_locked));
+            end if;
+            v_ids := v_ids || v_locked;
         end if;
-        exit when cardinality(v_ids) = 0;
+        exit when cardinality(v_ids) = 0 and cardinality(v_pick) = cardinality(v_locked);
+        -- Every pick was held by another session: pick again without those.
+        continue when cardinality(v_ids) = 0;
 
         return query
             with upd as (
@@ -105,7 +135,15 @@ begin
                                         where r.kind = p_kind and r.state = 'running')::int;
         end if;
         v_ids := '{}';
-        exit when p_max_per_key is null or v_left < 1;
+        -- Another pass only while the claim is short and more may be had:
+        -- the scan stopped at its depth (go twice as deep), or a picked job
+        -- was locked by another session.
+        exit when v_left < 1 or (v_room is not null and v_room < 1) or v_want < 1;
+        exit when cardinality(v_pick) = cardinality(v_locked)
+              and (cardinality(v_locked) >= v_want or v_scanned < v_scan);
+        if v_scanned >= v_scan and cardinality(v_pick) < v_want then
+            v_scan := v_scan * 2;
+        end if;
     end loop;
 
     if p_rate_count is not null and v_total > 0 then
