@@ -88,51 +88,7 @@ end $$;
 -- fails with signal_timeout once p_signal_timeout has passed). A duplicate
 -- joins the unfinished job holding the target, which keeps its own
 -- conditions. Unknown ids: 422 unknown_dependency, and nothing is written.
-create or replace function jobfeed.submit_waiting(
-    p_kind text, p_target text, p_payload jsonb, p_after uuid[], p_signals text[],
-    p_signal_timeout interval default null, p_max_payload int default 65536, p_now timestamptz default null)
-returns table (id uuid, created boolean, view jsonb)
-language plpgsql security definer set search_path = jobfeed, pg_temp as $$
-#variable_conflict use_column
-declare
-    v_now timestamptz := jobfeed.clock(p_now);
-    v_after uuid[] := array(select distinct a from unnest(coalesce(p_after, '{}')) a where a is not null order by a);
-    v_signals text[] := array(select distinct s from unnest(coalesce(p_signals, '{}')) s order by s);
-    v_found uuid[];
-    v_id uuid;
-    v_created boolean;
-    v_view jsonb;
-begin
-    if cardinality(v_after) > 100 or cardinality(v_signals) > 100 then
-        perform jobfeed.raise_error('JF422', 'invalid_request', 'after and await_signals name at most 100 each');
-    end if;
-    if exists (select from unnest(v_signals) s where s is null or octet_length(s) not between 1 and 100) then
-        perform jobfeed.raise_error('JF422', 'invalid_request', 'a signal name is 1 to 100 bytes');
-    end if;
-    if p_signal_timeout is not null and (cardinality(v_signals) = 0 or p_signal_timeout <= interval '0') then
-        perform jobfeed.raise_error('JF422', 'invalid_request', 'signal_timeout needs await_signals and a positive duration');
-    end if;
-    -- Hold the dependencies (in id order) so none changes state before we commit.
-    v_found := array(select j.id from jobfeed.jobs j where j.id = any (v_after) order by j.id for share);
-    if cardinality(v_found) < cardinality(v_after) then
-        perform jobfeed.raise_error('JF422', 'unknown_dependency', format('no such job: %s',
-            (select string_agg(a::text, ', ') from unnest(v_after) a where a <> all (v_found))));
-    end if;
-    select s.id, s.created, s.view into v_id, v_created, v_view
-      from jobfeed.submit_v2(p_kind, p_target, p_payload, null, p_max_payload, p_now) s;
-    if v_created and (cardinality(v_after) > 0 or cardinality(v_signals) > 0) then
-        -- Not yet visible to anyone: made waiting before it can be claimed.
-        update jobfeed.jobs j set state = 'waiting' where j.id = v_id;
-        insert into jobfeed.job_deps (job_id, dep_id) select v_id, a from unnest(v_after) a;
-        insert into jobfeed.job_signals (job_id, name, deadline)
-        select v_id, s, v_now + p_signal_timeout from unnest(v_signals) s;
-        perform jobfeed.settle_waiting(v_id, v_now);
-        select jobfeed.public_view(j) into v_view from jobfeed.jobs j where j.id = v_id;
-    end if;
-    return query select v_id, v_created, v_view;
-end $$;
-
--- submit_waiting that takes what any submission may: run_after (a new job
+-- It takes what any submission may: run_after (a new job
 -- waiting on dependencies becomes due at the later of "all satisfied" and
 -- run_after), priority and concurrency key, and records a request like
 -- submit_request (p_request, or a requester or notify_url given: identity,
@@ -191,6 +147,18 @@ begin
     end if;
     return query select v_row.id, v_row.created, v_view, v_row.request_id, v_row.reused;
 end $$;
+
+-- The first form (no scheduling fields, never a request), kept for processes
+-- of the release before during a rolling deploy.
+create or replace function jobfeed.submit_waiting(
+    p_kind text, p_target text, p_payload jsonb, p_after uuid[], p_signals text[],
+    p_signal_timeout interval default null, p_max_payload int default 65536, p_now timestamptz default null)
+returns table (id uuid, created boolean, view jsonb)
+language sql security definer set search_path = jobfeed, pg_temp as $$
+    select s.id, s.created, s.view
+      from jobfeed.submit_waiting_v2(p_kind, p_target, p_payload, p_after, p_signals, p_signal_timeout,
+                                     p_max_payload, p_now) s
+$$;
 
 -- Deliver signal p_name to job p_id. The first delivery wins; a repeat changes
 -- nothing (first = false). 404 not_found; 409 not_awaited for a name the job
