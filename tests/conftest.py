@@ -20,6 +20,8 @@ import pytest
 
 from jobfeed.worker import db, migrate
 from jobfeed.worker.queue import Queue
+from jobfeed.worker.runner import Runner
+from jobfeed.worker.tasks import TaskSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "jobfeed_template"
@@ -132,6 +134,32 @@ async def demo_kind(queue):
     """The demo kind registered with test-sized intervals: lease 1 s, backoff 0.2 s."""
     await queue.register_kind("demo", max_attempts=5, lease=1.0, backoff=(0.2,), jitter=0.0)
     return "demo"
+
+
+@pytest.fixture
+async def run(queue, dsn):
+    """Start an in-process Runner for the given specs (registered in the database
+    first); every runner is stopped at the end. heartbeat_by_hand: the test
+    fires each heartbeat and waits on each renewal (worker/testsignal.py)."""
+    started: list[tuple[Runner, asyncio.Task, bool]] = []
+
+    async def start(*specs: TaskSpec, heartbeat_by_hand: bool = False, **kw) -> Runner:
+        for s in specs:
+            await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease,
+                                      backoff=s.backoff, jitter=s.jitter)
+        runner = Runner(queue, dsn, list(specs), poll_interval=0.2, grace=1.0, **kw)
+        if heartbeat_by_hand:
+            runner.signals.heartbeat.enable()
+            runner.signals.renewed.enable()
+        started.append((runner, asyncio.create_task(runner.run()), heartbeat_by_hand))
+        return runner
+
+    yield start
+    for runner, task, by_hand in started:
+        runner.stop()
+        if by_hand:  # the heartbeat waits for the test's word: let it see the stop
+            runner.signals.heartbeat.fire()
+        await asyncio.wait_for(task, 10)
 
 
 def worker_env(dsn: str, **extra: str) -> dict[str, str]:

@@ -7,31 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
-from jobfeed.worker.runner import Runner
 from jobfeed.worker.tasks import TaskSpec
-
-
-@pytest.fixture
-async def runner_for(queue, dsn):
-    started: list[tuple[Runner, asyncio.Task]] = []
-
-    async def start(*specs: TaskSpec) -> Runner:
-        for s in specs:
-            await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease,
-                                      backoff=s.backoff, jitter=s.jitter)
-        runner = Runner(queue, dsn, list(specs), poll_interval=0.2, grace=1.0)
-        runner.signals.heartbeat.enable()
-        runner.signals.renewed.enable()
-        started.append((runner, asyncio.create_task(runner.run())))
-        return runner
-
-    yield start
-    for runner, task in started:
-        runner.stop()
-        runner.signals.heartbeat.fire()
-        await asyncio.wait_for(task, 10)
 
 
 def blocking(entered: asyncio.Queue, go: asyncio.Event):
@@ -49,10 +26,10 @@ async def lease_left(pool, job_id) -> float:
                                "where id = $1", job_id)
 
 
-async def test_leases_are_renewed_three_times_per_lease(queue, pool, runner_for):
+async def test_leases_are_renewed_three_times_per_lease(queue, pool, run):
     entered, go = asyncio.Queue(), asyncio.Event()
     handler = blocking(entered, go)
-    runner = await runner_for(TaskSpec("k", handler, max_attempts=3, lease=9.0, backoff=(1.0,)))
+    runner = await run(TaskSpec("k", handler, max_attempts=3, lease=9.0, backoff=(1.0,)), heartbeat_by_hand=True)
     job_id, _ = await queue.submit("k", "x")
     assert await asyncio.wait_for(entered.get(), 5) == job_id
     for _ in range(3):
@@ -68,9 +45,10 @@ async def test_leases_are_renewed_three_times_per_lease(queue, pool, runner_for)
     go.set()
 
 
-async def test_a_job_whose_handler_stopped_heartbeating_is_not_renewed(queue, pool, runner_for):
+async def test_a_job_whose_handler_stopped_heartbeating_is_not_renewed(queue, pool, run):
     entered, go = asyncio.Queue(), asyncio.Event()
-    runner = await runner_for(TaskSpec("k", blocking(entered, go), max_attempts=3, lease=60.0, backoff=(1.0,)))
+    runner = await run(TaskSpec("k", blocking(entered, go), max_attempts=3, lease=60.0, backoff=(1.0,)),
+                       heartbeat_by_hand=True)
     quiet, _ = await queue.submit("k", "quiet", {"quiet": True})
     loud, _ = await queue.submit("k", "loud")
     assert {await asyncio.wait_for(entered.get(), 5) for _ in range(2)} == {quiet, loud}
@@ -81,14 +59,14 @@ async def test_a_job_whose_handler_stopped_heartbeating_is_not_renewed(queue, po
     go.set()
 
 
-async def test_the_heartbeat_keeps_pace_with_the_shortest_lease_held(queue, pool, runner_for):
+async def test_the_heartbeat_keeps_pace_with_the_shortest_lease_held(queue, pool, run):
     entered, go = asyncio.Queue(), asyncio.Event()
     short = TaskSpec("short", blocking(entered, go), max_attempts=3, lease=6.0, backoff=(1.0,))
     long = TaskSpec("long", blocking(entered, go), max_attempts=3, lease=60.0, backoff=(1.0,))
     for s in (short, long):
         await queue.register_kind(s.kind, max_attempts=3, lease=s.lease, backoff=s.backoff)
     ids = {(await queue.submit(kind, "x")).id for kind in ("long", "short")}
-    runner = await runner_for(short, long)  # one claim takes both: both start before the heartbeat looks
+    runner = await run(short, long, heartbeat_by_hand=True)  # one claim takes both: both start before the heartbeat looks
     assert {await asyncio.wait_for(entered.get(), 5) for _ in range(2)} == ids
     delay = await runner.signals.heartbeat.asked()
     if abs(delay - 1.0) < 0.01:  # (asked while nothing ran yet; the jobs' start wakes it to ask again)

@@ -6,37 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
-from jobfeed.worker.runner import Runner
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
 from waiting import eventually, wait_state
 
 
 def spec(kind: str, handler, lease: float = 1.0) -> TaskSpec:
     return TaskSpec(kind, handler, max_attempts=3, lease=lease, backoff=(0.05,), jitter=0.0)
-
-
-@pytest.fixture
-async def run(queue, dsn):
-    """Start a Runner for the given specs (registered in the database first)."""
-    started: list[tuple[Runner, asyncio.Task]] = []
-
-    async def start(*specs: TaskSpec, heartbeat_by_hand: bool = False, **kw) -> Runner:
-        for s in specs:
-            await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease,
-                                      backoff=s.backoff, jitter=s.jitter)
-        runner = Runner(queue, dsn, list(specs), poll_interval=0.2, grace=1.0, **kw)
-        if heartbeat_by_hand:  # the test fires each heartbeat (worker/testsignal.py)
-            runner.signals.heartbeat.enable()
-            runner.signals.renewed.enable()
-        started.append((runner, asyncio.create_task(runner.run())))
-        return runner
-
-    yield start
-    for runner, task in started:
-        runner.stop()
-        await asyncio.wait_for(task, 10)
 
 
 async def test_lost_lease_cancels_the_handler_and_drops_its_outcome(queue, pool, run):

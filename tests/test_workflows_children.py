@@ -14,7 +14,6 @@ import pytest
 
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
-from jobfeed.worker.runner import Runner
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Registry, TaskSpec, Transient
 from conftest import JOBFEED, worker_env
 from queue_sql import public
@@ -273,25 +272,6 @@ async def test_the_sweeper_keeps_children_of_an_unfinished_parent_and_jobs_waite
 
 def spec(kind: str, handler, **kw) -> TaskSpec:
     return TaskSpec(kind, handler, max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0, **kw)
-
-
-@pytest.fixture
-async def run(queue, dsn):
-    """Start a Runner for the given specs (registered in the database first)."""
-    started: list[tuple[Runner, asyncio.Task]] = []
-
-    async def start(*specs: TaskSpec) -> Runner:
-        for s in specs:
-            await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease,
-                                      backoff=s.backoff, jitter=s.jitter)
-        runner = Runner(queue, dsn, list(specs), poll_interval=0.2, grace=1.0)
-        started.append((runner, asyncio.create_task(runner.run())))
-        return runner
-
-    yield start
-    for runner, task in started:
-        runner.stop()
-        await asyncio.wait_for(task, 10)
 
 
 async def part(job, ctx: Context):
