@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from jobfeed.worker import db
-from test_worker_runner import run, spec  # noqa: F401  (run is a fixture)
+from test_worker_runner import spec
 from waiting import eventually, wait_state
 
 
@@ -149,9 +149,9 @@ async def test_a_submit_wakes_as_many_workers_as_it_made_jobs(pool, dsn, queue):
 
 
 def test_due_payloads_are_read_strictly_and_turns_go_round():
-    from jobfeed.worker.runner import _Seats
+    from jobfeed.worker.seats import Seats
 
-    seats = _Seats("unused", ["k", "a:b"], "test")
+    seats = Seats("unused", ["k", "a:b"], "test")
     assert seats.wakes_me("k") and seats.wakes_me("1:0:a:b")  # the kind alone, or no seat view: wake
     assert seats.wakes_me("1:0:other") is None and seats.wakes_me("\u00b2:1:k") is None
     seats._view = {"k": (1, 4)}  # my seat ranks second of four
