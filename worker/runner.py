@@ -12,19 +12,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import functools
 import logging
 import os
-import re
 import socket
 import time
 import uuid
 from typing import Any, Sequence
 
-from . import db, logs, metrics, redact, schedules, tracing
+from . import logs, metrics, redact, schedules, tracing
 from .db import Listener
 from .queue import Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
+from .completions import Completions
+from .seats import Seats
 from .testsignal import Signal, Timer
 
 log = logging.getLogger("jobfeed.worker")
@@ -132,171 +132,6 @@ class RunnerSignals:
     sleeping: Signal = dataclasses.field(default_factory=Signal)  # the claim loop waits: its timeout
 
 
-class _Completions:
-    """Completions from many handlers, written with one complete_many call by one
-    task: while a call is in flight the next batch gathers, so a busy worker
-    writes in batches and an idle one at once. A handler's task ends as soon as
-    its result is queued here; `unwritten` counts what waits (the runner caps
-    it), and drained() waits for all of it (shutdown).
-
-    A batch that fails for a passing reason (deadlock, lost connection, server
-    restart) is written again, with backoff, for as long as its leases can
-    still hold: the call is fenced, so a repeat is safe, and dropping it would
-    run those jobs again."""
-
-    MAX_BATCH = 1000
-
-    def __init__(self, queue: Queue, on_written):
-        self.queue = queue
-        self.on_written = on_written
-        self.unwritten = 0
-        self._pending: list[tuple[uuid.UUID, int, object, float]] = []  # id, generation, result, lease
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    def add(self, job_id: uuid.UUID, generation: int, result, lease: float) -> None:
-        self._pending.append((job_id, generation, result, lease))
-        self.unwritten += 1
-        self._idle.clear()
-        self._wake.set()
-
-    async def drained(self) -> None:
-        await self._idle.wait()
-
-    async def run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                batch, self._pending = self._pending[:self.MAX_BATCH], self._pending[self.MAX_BATCH:]
-                triples = [(job_id, generation, result) for job_id, generation, result, _ in batch]
-                # No heartbeat renews these leases any more: past the longest, the
-                # jobs are someone else's and a write could only answer "lost".
-                until = time.monotonic() + max(lease for *_, lease in batch) + 1.0
-                try:
-                    completed = await retrying(functools.partial(self.queue.complete_many, triples),
-                                               until=until, what=f"write {len(batch)} completions")
-                    for job_id, generation, *_ in batch:
-                        if job_id not in completed:
-                            log.info("job %s gen %d: lease lost before its completion was recorded",
-                                     job_id, generation)
-                except Exception:
-                    # Those jobs stay running until their leases expire, then run again.
-                    log.exception("recording %d completions failed", len(batch))
-                self.unwritten -= len(batch)
-                self.on_written()
-            self._idle.set()
-
-
-_DUE = re.compile(r"([0-9]{1,9}):([0-9]{1,9}):(.+)", re.DOTALL)
-
-
-class _Seats:
-    """Turns at waking up. For each of its kinds, a worker with free slots holds
-    a numbered seat: an advisory lock on a connection of its own, so a dead
-    worker's seat frees itself. jobfeed_due says 'count:offset:kind' (see
-    notify_due), and only the `count` seated workers from the offset on (by
-    rank among the kind's seats) wake for it; a submit of one job wakes one
-    worker. A full worker gives up its seats (it claims when a slot frees
-    anyway), so turns go to workers that can take the job. Each worker re-reads
-    the seats every REFRESH seconds; a turn that lands on a stale seat costs
-    latency (the poll finds the job), never a job. Without a seat view (not
-    connected yet, the database restarting), every notification wakes."""
-
-    REFRESH = 1.0
-    MAX_SEATS = 4096
-
-    def __init__(self, dsn: str, kinds: Sequence[str], name: str):
-        self.dsn = dsn
-        self.kinds = list(kinds)
-        self.name = name
-        self.want = True
-        self._held: dict[str, int] = {}
-        self._view: dict[str, tuple[int, int]] = {}  # kind -> (my rank, seats taken)
-        self._changed = asyncio.Event()
-
-    def seated(self, want: bool) -> None:
-        """Hold seats (free slots) or give them up (full)."""
-        if want != self.want:
-            self.want = want
-            self._changed.set()
-
-    def wakes_me(self, payload: str) -> bool | None:
-        """Whether this notification is for us: None when it is not for our kinds."""
-        # Strict: any role may NOTIFY, and a bad payload must not raise here.
-        match = _DUE.fullmatch(payload)
-        if match:
-            count, offset, kind = int(match[1]), int(match[2]), match[3]
-        else:
-            count, offset, kind = 0, 0, payload  # the kind alone: everyone wakes
-        if kind not in self.kinds:
-            return None
-        if count == 0:
-            return True
-        if not self.want:
-            return False  # full: it claims by itself when a slot frees
-        view = self._view.get(kind)
-        if view is None:
-            return True
-        rank, taken = view
-        return count >= taken or (rank - offset) % taken < count
-
-    async def run(self) -> None:
-        delay = 0.1
-        while True:
-            conn = None
-            try:
-                conn = await db.connect(self.dsn, name=self.name)
-                self._held.clear()
-                delay = 0.1
-                while True:
-                    self._changed.clear()
-                    await self._reconcile(conn)
-                    await asyncio.sleep(0.1)  # a worker hovering at full flips its seats at most this often
-                    try:
-                        await asyncio.wait_for(self._changed.wait(), self.REFRESH)
-                    except asyncio.TimeoutError:
-                        pass
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the database went away: wake on everything meanwhile
-                self._view.clear()
-                self._held.clear()
-                log.warning("%s: seats lost (%s); again in %.1fs", self.name, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-            finally:
-                if conn is not None:
-                    conn.terminate()  # the seats go with the session
-
-    async def _reconcile(self, conn) -> None:
-        ns = "hashtext('jobfeed_due:' || $1) & 2147483647"
-        for kind in self.kinds:
-            if self.want and kind not in self._held:
-                seat = await conn.fetchval(
-                    f"select s from generate_series(0, {self.MAX_SEATS - 1}) s "
-                    f"where pg_try_advisory_lock({ns}, s) limit 1", kind)
-                if seat is not None:
-                    self._held[kind] = seat
-            elif not self.want and kind in self._held:
-                await conn.fetchval(f"select pg_advisory_unlock({ns}, $2)", kind, self._held.pop(kind))
-        rows = await conn.fetch(
-            f"""select k.kind, array(select l.objid::text::int from pg_locks l
-                                      where l.locktype = 'advisory' and l.granted and l.objsubid = 2
-                                        and l.database = (select d.oid from pg_database d
-                                                           where d.datname = current_database())
-                                        and l.classid = ({ns.replace('$1', 'k.kind')})::oid
-                                      order by l.objid::text::int) as seats
-                  from unnest($1::text[]) k(kind)""", self.kinds)
-        view = {}
-        for row in rows:
-            seat = self._held.get(row["kind"])
-            if seat is not None and seat in row["seats"]:
-                view[row["kind"]] = (row["seats"].index(seat), len(row["seats"]))
-        self._view = view
-
-
 async def _call(spec: TaskSpec, job: Job, ctx: Context):
     """Run the handler, within the kind's timeout if it has one: past it, the
     run is canceled and ends as a transient failure with code "timeout"."""
@@ -338,8 +173,8 @@ class Runner:
         self._wake = asyncio.Event()
         self._beat = asyncio.Event()  # a job started: the heartbeat looks at its lease
         self._deadline: float | None = None
-        self._completions = _Completions(queue, self._wake.set)
-        self._seats = _Seats(dsn, self.kinds, name="jobfeed-worker-seats")
+        self._completions = Completions(queue, self._wake.set)
+        self._seats = Seats(dsn, self.kinds, name="jobfeed-worker-seats")
         self._recording = 0  # handlers done, failures and releases being written
         self.signals = RunnerSignals()
         self._ages = metrics.Ages()
@@ -644,7 +479,7 @@ class Runner:
             call = lambda: q.release(*ident, value.code, value.retry_after or 0, value.message)  # noqa: E731
         else:
             call = lambda: q.fail_transient(*ident, value.code, value.message, value.retry_after)  # noqa: E731
-        # Fenced, so repeating it after a passing error is safe (see _Completions).
+        # Fenced, so repeating it after a passing error is safe (see worker/completions.py).
         ok = await retrying(call, until=time.monotonic() + lease + 1.0, what=f"write job {job.id}'s {what}")
         if not ok:
             log.info("job %s gen %d: lease lost before its outcome (%s) was recorded", job.id, job.generation, what)

@@ -1,0 +1,71 @@
+"""The worker's completion writer: results of many handlers written in
+batches by one task (see Completions)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+
+from .queue import Queue, retrying
+
+log = logging.getLogger("jobfeed.worker")
+
+
+class Completions:
+    """Completions from many handlers, written with one complete_many call by one
+    task: while a call is in flight the next batch gathers, so a busy worker
+    writes in batches and an idle one at once. A handler's task ends as soon as
+    its result is queued here; `unwritten` counts what waits (the runner caps
+    it), and drained() waits for all of it (shutdown).
+
+    A batch that fails for a passing reason (deadlock, lost connection, server
+    restart) is written again, with backoff, for as long as its leases can
+    still hold: the call is fenced, so a repeat is safe, and dropping it would
+    run those jobs again."""
+
+    MAX_BATCH = 1000
+
+    def __init__(self, queue: Queue, on_written):
+        self.queue = queue
+        self.on_written = on_written
+        self.unwritten = 0
+        self._pending: list[tuple[uuid.UUID, int, object, float]] = []  # id, generation, result, lease
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def add(self, job_id: uuid.UUID, generation: int, result, lease: float) -> None:
+        self._pending.append((job_id, generation, result, lease))
+        self.unwritten += 1
+        self._idle.clear()
+        self._wake.set()
+
+    async def drained(self) -> None:
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch, self._pending = self._pending[:self.MAX_BATCH], self._pending[self.MAX_BATCH:]
+                triples = [(job_id, generation, result) for job_id, generation, result, _ in batch]
+                # No heartbeat renews these leases any more: past the longest, the
+                # jobs are someone else's and a write could only answer "lost".
+                until = time.monotonic() + max(lease for *_, lease in batch) + 1.0
+                try:
+                    completed = await retrying(functools.partial(self.queue.complete_many, triples),
+                                               until=until, what=f"write {len(batch)} completions")
+                    for job_id, generation, *_ in batch:
+                        if job_id not in completed:
+                            log.info("job %s gen %d: lease lost before its completion was recorded",
+                                     job_id, generation)
+                except Exception:
+                    # Those jobs stay running until their leases expire, then run again.
+                    log.exception("recording %d completions failed", len(batch))
+                self.unwritten -= len(batch)
+                self.on_written()
+            self._idle.set()
