@@ -552,7 +552,10 @@ async def test_slow_uploads_never_take_every_pool_connection(dsn, pool):
             r = await client.post("/api/jobs", content=pieces(), headers={"content-type": ctype})
             return r.status_code
         uploads = [asyncio.create_task(slow_upload(n)) for n in range(12)]
-        await asyncio.sleep(1.0)  # every upload has started its body
+        # the uploads that got a connection hold it in an open transaction
+        await eventually(lambda: pool.fetchval(
+            "select count(*) >= 5 from pg_stat_activity where datname = current_database()"
+            " and state = 'idle in transaction'"), what="slow uploads holding their connections")
         r = await asyncio.wait_for(client.get(f"/api/jobs/{uuid.uuid4()}"), 5)
         assert r.status_code == 404
         go.set()
