@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from jobfeed.api.app import create_app  # noqa: E402
+from jobfeed.worker import tracing  # noqa: E402
 from jobfeed.worker.runner import Runner  # noqa: E402
 from jobfeed.worker.tasks import TaskSpec, Transient  # noqa: E402
 from servers import asgi_client, make_settings  # noqa: E402
@@ -34,6 +35,7 @@ def exporter() -> InMemorySpanExporter:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)  # once per process; later calls are ignored with a warning
+    tracing._next_look = 0.0  # an earlier test's "no provider" may be kept for a second
     return exporter
 
 
@@ -93,7 +95,7 @@ import sys
 sys.modules["opentelemetry"] = None  # as if jobfeed[otel] were not installed
 import jobfeed.api.app, jobfeed.worker.runner, jobfeed.worker.logs, logging
 from jobfeed.worker import tracing
-assert not tracing.ENABLED
+assert not tracing.INSTALLED and not tracing.active()
 with tracing.span("x", parent="00-" + "1" * 32 + "-" + "2" * 16 + "-01"):
     assert tracing.current_traceparent() is None and tracing.trace_id() is None
 jobfeed.worker.logs.JsonFormatter().format(logging.LogRecord("t", 20, "f", 1, "m", (), None))
@@ -102,3 +104,25 @@ print(sorted(m for m, v in sys.modules.items() if m.startswith("opentelemetry") 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_installed_without_a_tracer_provider_records_nothing_until_one_is_set():
+    # A worker with the package but no SDK set up pays for no spans (no claim-time read
+    # before starting jobs, no context managers per job); one set later is picked up.
+    code = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from jobfeed.worker import tracing
+assert tracing.INSTALLED and not tracing.active()
+with tracing.span("x") as nothing:
+    assert nothing is None and tracing.current_traceparent() is None
+trace.set_tracer_provider(TracerProvider())
+tracing._next_look = 0.0  # the next look, at most RECHECK seconds later in a real process
+assert tracing.active()
+with tracing.span("x") as current:
+    assert current.get_span_context().is_valid and tracing.current_traceparent() is not None
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

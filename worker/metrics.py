@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
+from typing import Any
 
 from prometheus_client import (CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram,
                                ProcessCollector, generate_latest)
@@ -55,16 +56,30 @@ WEBHOOKS = Counter("jobfeed_webhook_deliveries_total", "Webhook deliveries by ou
                    registry=PROCESS)
 
 
+_CHILDREN: dict[tuple, Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """metric.labels(*labels), kept: labels() checks and joins its arguments
+    under a lock on every call, and a worker calls it several times per job.
+    Label values are kinds, outcomes and codes, so the map stays small."""
+    key = (metric, labels)
+    found = _CHILDREN.get(key)
+    if found is None:
+        found = _CHILDREN[key] = metric.labels(*labels)
+    return found
+
+
 def attempt_ended(kind: str, outcome: str, code: str, seconds: float) -> None:
     """One attempt's handler ended with `outcome` after `seconds`."""
-    RUN.labels(kind, outcome).observe(seconds)
-    OUTCOMES.labels(kind, outcome, code).inc()
+    child(RUN, kind, outcome).observe(seconds)
+    child(OUTCOMES, kind, outcome, code).inc()
     if outcome == RETRIED:
-        RETRIES.labels(kind).inc()
+        child(RETRIES, kind).inc()
     elif outcome == RELEASED:
-        RELEASES.labels(kind).inc()
+        child(RELEASES, kind).inc()
     elif outcome == LOST:
-        LEASE_LOSSES.labels(kind).inc()
+        child(LEASE_LOSSES, kind).inc()
 
 
 class Ages:
@@ -82,13 +97,13 @@ class Ages:
         now = time.monotonic()
         for job_id, kind, wait, age, *_ in rows:
             if wait is not None:
-                WAIT.labels(kind).observe(max(wait, 0.0))
+                child(WAIT, kind).observe(max(wait, 0.0))
             born = now - (age or 0.0)
             ended = self._ended.pop(job_id, None)
             if ended is None:
                 self._born[job_id] = born
             elif ended[1] is not None:
-                END_TO_END.labels(ended[0], ended[1]).observe(max(ended[2] - born, 0.0))
+                child(END_TO_END, ended[0], ended[1]).observe(max(ended[2] - born, 0.0))
 
     def unknown(self, ids) -> None:
         """The read after a claim failed: forget those jobs."""
@@ -102,7 +117,7 @@ class Ages:
         if born is None:
             self._ended[job_id] = (kind, final, time.monotonic())
         elif final is not None:
-            END_TO_END.labels(kind, final).observe(max(time.monotonic() - born, 0.0))
+            child(END_TO_END, kind, final).observe(max(time.monotonic() - born, 0.0))
 
 
 def render(*registries: CollectorRegistry) -> bytes:

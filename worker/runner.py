@@ -263,11 +263,12 @@ class Runner:
                 error_delay = min(error_delay * 2, 5.0)
                 continue
             parents: dict[uuid.UUID, str] = {}
-            if claimed and tracing.ENABLED:  # the runs' spans need their submitters' contexts first
+            traced = tracing.active()
+            if claimed and traced:  # the runs' spans need their submitters' contexts first
                 parents = await self._observe_claims([j.id for j in claimed])
             for job in claimed:
                 self._start(job, parents.get(job.id))
-            if claimed and not tracing.ENABLED:
+            if claimed and not traced:
                 self._side_task(self._observe_claims([j.id for j in claimed]))
             if self._deadline is not None or self.max_jobs is not None:
                 # A budget run ends when nothing is due (or it may claim no more) and
@@ -349,8 +350,8 @@ class Runner:
         self._running[key] = entry
         self._beat.set()
         self.claimed_count += 1
-        metrics.CLAIMS.labels(job.kind).inc()
-        metrics.RUNNING.labels(job.kind).inc()
+        metrics.child(metrics.CLAIMS, job.kind).inc()
+        metrics.child(metrics.RUNNING, job.kind).inc()
         # One task per job runs the handler, then queues or writes its outcome.
         # Everything logged while it runs (the handler's own lines too) names the job.
         context = logs.job_context(job_id=str(job.id), kind=job.kind, attempt=job.attempt,
@@ -363,7 +364,7 @@ class Runner:
 
     async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec,
                        traceparent: str | None) -> None:
-        if not tracing.ENABLED:
+        if not tracing.active():
             return await self._run_attempt(key, entry, spec)
         job = entry.ctx.job
         attributes = {"jobfeed.job_id": str(job.id), "jobfeed.kind": job.kind, "jobfeed.attempt": job.attempt,
@@ -427,7 +428,7 @@ class Runner:
         finally:
             entry.ctx.close()
             self._running.pop(key, None)
-            metrics.RUNNING.labels(job.kind).dec()
+            metrics.child(metrics.RUNNING, job.kind).dec()
             self._wake.set()
 
     def _observe_end(self, job: Job, outcome: tuple[str, object], seconds: float) -> str:
