@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 from queue_sql import T0, register
 from jobfeed.worker import db
 
 
-async def _plans(conn, sql: str, *args) -> str:
-    """The plans of every statement the call runs, nested ones included."""
+async def _plans(conn, sql: str, *args, analyze: bool = False) -> str:
+    """The plans of every statement the call runs, nested ones included (with
+    the rows each node read, when `analyze`)."""
     notes: list[str] = []
 
     def heard(_conn, message):
@@ -22,6 +24,7 @@ async def _plans(conn, sql: str, *args) -> str:
     await conn.execute("load 'auto_explain'")
     await conn.execute("set auto_explain.log_min_duration = 0; set auto_explain.log_nested_statements = on; "
                        "set auto_explain.log_level = 'notice'; set client_min_messages = 'notice'")
+    await conn.execute(f"set auto_explain.log_analyze = {'on' if analyze else 'off'}")
     conn.add_log_listener(heard)
     try:
         rows = await conn.fetch(sql, *args)
@@ -49,6 +52,28 @@ async def test_admin_list_filters_use_the_kind_state_index(pool, dsn):
             assert "jobs_kind_state_id" in plans, plans
             # not a walk of the whole table, in id order or any other
             assert "Seq Scan on jobs " not in plans and "Backward using jobs_pkey" not in plans, plans
+    finally:
+        await conn.close()
+
+
+async def test_a_batch_of_new_targets_reads_only_its_own_targets_however_many_jobs_wait(pool, dsn):
+    # 20,000 unfinished jobs of the kind and no statistics (a busy table between
+    # autovacuum's visits): each batch of 1,000 new targets must probe the
+    # dedupe index per item, not read every job of the kind to see whether one
+    # of its targets is held (a cost growing with the queue, batch after batch).
+    await register(pool, "big")
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'big', 'old' || g from generate_series(1, 20000) g")
+    conn = await db.connect(dsn)
+    try:
+        call = "select * from jobfeed.submit_many_v2('big', $1::text[], null::jsonb[], null, 65536, null, null, null)"
+        for batch in range(8):  # past the five custom plans PL/pgSQL makes before it may keep a generic one
+            targets = [f"new{batch}-{i}" for i in range(1000)]
+            rows, plans = await _plans(conn, call, targets, analyze=True)
+            assert len(rows) == 1000 and all(r["created"] for r in rows)
+            read = [float(rows_) * int(loops) for rows_, loops in
+                    re.findall(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)", plans)]
+            assert read and max(read) <= 2000, (batch, plans[:4000])
+        assert await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'big'") == 28000
     finally:
         await conn.close()
 

@@ -198,10 +198,14 @@ begin
     v_new_ids := '{}';
     v_new_targets := '{}';
 
-    -- Look first, as submit does. Is any target held? (One index scan for the lot.)
-    v_any_held := exists (select from jobfeed.jobs j
-                           where j.kind = p_kind and j.target = any (p_targets) and j.dedupe_scope = ''
-                             and j.state not in ('completed', 'failed', 'canceled'));
+    -- Look first, as submit does. Is any target held? An index probe per item,
+    -- as a scalar sub-select: `target = any (p_targets)` was planned (its
+    -- generic plan, or a table without statistics) as a scan of every job of
+    -- the kind, so each batch cost more than the one before.
+    v_any_held := exists (select from unnest(p_targets) t(target)
+                           where (select j.id from jobfeed.jobs j
+                                   where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
+                                     and j.state not in ('completed', 'failed', 'canceled')) is not null);
     if v_any_held then
         -- Who holds each: an index probe per item, as a scalar sub-select (a join
         -- may be planned, with stale statistics, as a scan of every unfinished
