@@ -240,3 +240,41 @@ async def test_paused_kinds_show_in_the_metrics(dsn, queue, demo_kind):
         assert value(samples((await client.get("/metrics")).text), "jobfeed_kind_paused", kind="demo") == 0
         await queue.set_kind_paused("demo", True)
         assert value(samples((await client.get("/metrics")).text), "jobfeed_kind_paused", kind="demo") == 1
+
+
+def test_tallies_expose_what_prometheus_client_would_for_the_same_updates():
+    # The worker's per-job metrics are our own plain counters and histograms:
+    # parsed back, they must say exactly what prometheus-client's would.
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    from jobfeed.worker import tallies
+
+    buckets = (0.005, 0.1, 1, 60, float("inf"))
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    pairs = [
+        (tallies.Histogram("h_seconds", "a histogram", ["kind"], buckets=buckets, registry=ours),
+         Histogram("h_seconds", "a histogram", ["kind"], buckets=buckets, registry=theirs)),
+        (tallies.Counter("c_total", "a counter", ["kind", "code"], registry=ours),
+         Counter("c_total", "a counter", ["kind", "code"], registry=theirs)),
+        (tallies.Gauge("g", "a gauge", ["kind"], registry=ours), Gauge("g", "a gauge", ["kind"], registry=theirs)),
+    ]
+    for h in (pairs[0][0], pairs[0][1]):
+        for kind, seconds in (("a", 0.0), ("a", 0.005), ("a", 0.0051), ("b", 1.0), ("a", 59.9), ("a", 3600.0)):
+            h.labels(kind).observe(seconds)
+    for c in (pairs[1][0], pairs[1][1]):
+        c.labels("a", "").inc()
+        c.labels("a", "timeout").inc(2)
+        c.labels("b", "").inc()
+    for g in (pairs[2][0], pairs[2][1]):
+        g.labels("a").inc()
+        g.labels("a").inc()
+        g.labels("a").dec()
+        g.labels("b").inc()
+
+    def without_created(registry):
+        return {k: v for k, v in samples(generate_latest(registry).decode()).items() if not k[0].endswith("_created")}
+
+    assert without_created(ours) == without_created(theirs)
+    assert value(without_created(ours), "h_seconds_bucket", kind="a", le="0.005") == 2  # le is "<="
+    with pytest.raises(ValueError):
+        pairs[1][0].labels("only-one")

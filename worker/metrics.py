@@ -2,7 +2,8 @@
 sweeper removes. One registry per process (PROCESS); the API adds its own per
 app (api/metrics.py) and shows both, so `jobfeed up`, one process, shows
 everything at the API's /metrics. Standalone workers and sweepers serve
-PROCESS on JOBFEED_METRICS_PORT (serve_metrics).
+PROCESS on JOBFEED_METRICS_PORT (serve_metrics). What the runner updates for
+every job is kept in worker/tallies.py's cheaper counters and histograms.
 
 Names follow Prometheus style with the unit in the name. Labels are kinds,
 outcomes and error codes: sets the operator controls, never job ids or targets."""
@@ -12,10 +13,10 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
-from typing import Any
 
-from prometheus_client import (CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram,
-                               ProcessCollector, generate_latest)
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, ProcessCollector, generate_latest
+
+from . import tallies
 
 log = logging.getLogger("jobfeed.metrics")
 
@@ -34,52 +35,38 @@ COMPLETED, FAILED, RETRIED, RELEASED, LOST, ABANDONED = (
 FINAL = (COMPLETED, FAILED)
 WAITING = "waiting"  # the handler returned ctx.wait_for: it runs again later
 
-RUN = Histogram("jobfeed_job_run_seconds", "Handler run time of one attempt, by kind and outcome.",
+RUN = tallies.Histogram("jobfeed_job_run_seconds", "Handler run time of one attempt, by kind and outcome.",
                 ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)
-WAIT = Histogram("jobfeed_job_wait_seconds", "Time from a job being due to a worker claiming it.",
+WAIT = tallies.Histogram("jobfeed_job_wait_seconds", "Time from a job being due to a worker claiming it.",
                  ["kind"], buckets=DURATION_BUCKETS, registry=PROCESS)
-END_TO_END = Histogram("jobfeed_job_end_to_end_seconds", "Time from submission to the final outcome.",
+END_TO_END = tallies.Histogram("jobfeed_job_end_to_end_seconds", "Time from submission to the final outcome.",
                        ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)
-OUTCOMES = Counter("jobfeed_job_outcomes_total", "Attempts ended, by kind, outcome and error code.",
+OUTCOMES = tallies.Counter("jobfeed_job_outcomes_total", "Attempts ended, by kind, outcome and error code.",
                    ["kind", "outcome", "code"], registry=PROCESS)
-CLAIMS = Counter("jobfeed_job_claims_total", "Jobs claimed by this process.", ["kind"], registry=PROCESS)
-RETRIES = Counter("jobfeed_job_retries_total", "Attempts that failed and will be retried.", ["kind"],
+CLAIMS = tallies.Counter("jobfeed_job_claims_total", "Jobs claimed by this process.", ["kind"], registry=PROCESS)
+RETRIES = tallies.Counter("jobfeed_job_retries_total", "Attempts that failed and will be retried.", ["kind"],
                   registry=PROCESS)
-RELEASES = Counter("jobfeed_job_releases_total", "Jobs handed back without using an attempt.", ["kind"],
+RELEASES = tallies.Counter("jobfeed_job_releases_total", "Jobs handed back without using an attempt.", ["kind"],
                    registry=PROCESS)
-LEASE_LOSSES = Counter("jobfeed_lease_losses_total", "Attempts whose lease was lost while they ran.", ["kind"],
+LEASE_LOSSES = tallies.Counter("jobfeed_lease_losses_total", "Attempts whose lease was lost while they ran.", ["kind"],
                        registry=PROCESS)
-RUNNING = Gauge("jobfeed_running_jobs", "Handlers running in this process.", ["kind"], registry=PROCESS)
+RUNNING = tallies.Gauge("jobfeed_running_jobs", "Handlers running in this process.", ["kind"], registry=PROCESS)
 SWEPT = Counter("jobfeed_sweeper_jobs_total", "Jobs the sweeper failed (lease expired, no attempts left) "
                 "or deleted (past retention).", ["action"], registry=PROCESS)
 WEBHOOKS = Counter("jobfeed_webhook_deliveries_total", "Webhook deliveries by outcome.", ["outcome"],
                    registry=PROCESS)
 
 
-_CHILDREN: dict[tuple, Any] = {}
-
-
-def child(metric: Any, *labels: str) -> Any:
-    """metric.labels(*labels), kept: labels() checks and joins its arguments
-    under a lock on every call, and a worker calls it several times per job.
-    Label values are kinds, outcomes and codes, so the map stays small."""
-    key = (metric, labels)
-    found = _CHILDREN.get(key)
-    if found is None:
-        found = _CHILDREN[key] = metric.labels(*labels)
-    return found
-
-
 def attempt_ended(kind: str, outcome: str, code: str, seconds: float) -> None:
     """One attempt's handler ended with `outcome` after `seconds`."""
-    child(RUN, kind, outcome).observe(seconds)
-    child(OUTCOMES, kind, outcome, code).inc()
+    RUN.labels(kind, outcome).observe(seconds)
+    OUTCOMES.labels(kind, outcome, code).inc()
     if outcome == RETRIED:
-        child(RETRIES, kind).inc()
+        RETRIES.labels(kind).inc()
     elif outcome == RELEASED:
-        child(RELEASES, kind).inc()
+        RELEASES.labels(kind).inc()
     elif outcome == LOST:
-        child(LEASE_LOSSES, kind).inc()
+        LEASE_LOSSES.labels(kind).inc()
 
 
 class Ages:
@@ -97,13 +84,13 @@ class Ages:
         now = time.monotonic()
         for job_id, kind, wait, age, *_ in rows:
             if wait is not None:
-                child(WAIT, kind).observe(max(wait, 0.0))
+                WAIT.labels(kind).observe(max(wait, 0.0))
             born = now - (age or 0.0)
             ended = self._ended.pop(job_id, None)
             if ended is None:
                 self._born[job_id] = born
             elif ended[1] is not None:
-                child(END_TO_END, ended[0], ended[1]).observe(max(ended[2] - born, 0.0))
+                END_TO_END.labels(ended[0], ended[1]).observe(max(ended[2] - born, 0.0))
 
     def unknown(self, ids) -> None:
         """The read after a claim failed: forget those jobs."""
@@ -117,7 +104,7 @@ class Ages:
         if born is None:
             self._ended[job_id] = (kind, final, time.monotonic())
         elif final is not None:
-            child(END_TO_END, kind, final).observe(max(time.monotonic() - born, 0.0))
+            END_TO_END.labels(kind, final).observe(max(time.monotonic() - born, 0.0))
 
 
 def render(*registries: CollectorRegistry) -> bytes:

@@ -350,8 +350,8 @@ class Runner:
         self._running[key] = entry
         self._beat.set()
         self.claimed_count += 1
-        metrics.child(metrics.CLAIMS, job.kind).inc()
-        metrics.child(metrics.RUNNING, job.kind).inc()
+        metrics.CLAIMS.labels(job.kind).inc()
+        metrics.RUNNING.labels(job.kind).inc()
         # One task per job runs the handler, then queues or writes its outcome.
         # Everything logged while it runs (the handler's own lines too) names the job.
         context = logs.job_context(job_id=str(job.id), kind=job.kind, attempt=job.attempt,
@@ -428,7 +428,7 @@ class Runner:
         finally:
             entry.ctx.close()
             self._running.pop(key, None)
-            metrics.child(metrics.RUNNING, job.kind).dec()
+            metrics.RUNNING.labels(job.kind).dec()
             self._wake.set()
 
     def _observe_end(self, job: Job, outcome: tuple[str, object], seconds: float) -> str:
