@@ -168,10 +168,16 @@ end $$;
 
 -- What each just-claimed job's latest wait_for waited for, in its order:
 -- {id, kind, target, status, result, error} as the public view shows them
--- (status null: the job is gone).
+-- (status null: the job is gone). Every claim calls it. PL/pgSQL with one
+-- generic plan: as a SQL function, or with a custom plan per call, the query
+-- (public_view expanded over the jobs row) was planned again on every claim,
+-- which cost more than the claim itself even with nothing to find.
 create or replace function jobfeed.children_of(p_ids uuid[])
 returns table (job_id uuid, children jsonb)
-language sql stable security definer set search_path = jobfeed, pg_temp as $$
+language plpgsql stable security definer set search_path = jobfeed, pg_temp
+set plan_cache_mode = force_generic_plan as $$
+begin
+    return query
     select d.job_id, jsonb_agg(jsonb_build_object(
                'id', d.dep_id, 'kind', v -> 'kind', 'target', v -> 'target', 'status', v -> 'status',
                'result', v -> 'result', 'error', v -> 'error') order by d.wait_pos)
@@ -179,5 +185,5 @@ language sql stable security definer set search_path = jobfeed, pg_temp as $$
       left join jobfeed.jobs j on j.id = d.dep_id
       cross join lateral (select case when j.id is not null then jobfeed.public_view(j) end as v) pv
      where d.job_id = any (p_ids) and d.wait_pos is not null
-     group by d.job_id
-$$;
+     group by d.job_id;
+end $$;
