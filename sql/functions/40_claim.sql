@@ -168,8 +168,11 @@ $$;
 -- jobfeed_due (notify_freed), not at a time: counted as due now, it would
 -- have the worker claim in a loop. So for those kinds only jobs due after
 -- p_claimed_at count (one index probe). p_claimed_at null: next_due.
+-- Asked after most claims: one generic plan, as a custom plan per call cost
+-- more to plan than to run.
 create or replace function jobfeed.next_due_v2(p_kinds text[], p_claimed_at timestamptz)
-returns timestamptz language sql stable security definer set search_path = jobfeed, pg_temp as $$
+returns timestamptz language sql stable security definer set search_path = jobfeed, pg_temp
+set plan_cache_mode = force_generic_plan as $$
     select min(t) from (
         -- a kind at its max_running waits for a running job (below); one at its
         -- rate waits for its oldest start in the window to leave it
