@@ -54,7 +54,7 @@ class _RunContext(Context):
         self._pending: tuple | None = None
         self._last_write = float("-inf")
         self._later: asyncio.Task | None = None
-        self._writing = asyncio.Lock()  # writes in the order reported
+        self._writing: asyncio.Lock | None = None  # writes in the order reported (made at the first)
 
     async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         if self.lost.is_set():
@@ -78,8 +78,15 @@ class _RunContext(Context):
         except Exception as exc:
             log.warning("job %s: writing progress failed (%s)", self.job.id, exc)
 
+    @property
+    def unwritten(self) -> bool:
+        """A report waits, or one is being written."""
+        return self._pending is not None or (self._writing is not None and self._writing.locked())
+
     async def flush(self) -> None:
         """Write the report that waits, if any (LeaseLost if the job is gone)."""
+        if self._writing is None:
+            self._writing = asyncio.Lock()
         async with self._writing:
             pending, self._pending = self._pending, None
             if pending is None:
@@ -454,6 +461,8 @@ class Runner:
     async def _flush_progress(self, entry: _Running) -> None:
         """The last progress report before the outcome lands first."""
         entry.ctx.close()
+        if not entry.ctx.unwritten:
+            return  # most jobs: nothing reported, or all of it written
         try:
             await retrying(entry.ctx.flush, until=time.monotonic() + entry.ctx.lease,
                            what=f"write job {entry.ctx.job.id}'s last progress")
