@@ -102,7 +102,7 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
                                         max_active=settings.max_active_per_requester)
             await tasks.register_kinds(svc.queue, settings, overwrite=False)
             svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
-                            health_interval=settings.listener_health)
+                            health_interval=settings.listener_health, ping=settings.sse_ping)
             await svc.feed.start()
             try:
                 yield

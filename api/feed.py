@@ -24,7 +24,7 @@ import time
 
 import anyio
 import asyncpg
-from sse_starlette import ServerSentEvent
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
@@ -100,9 +100,11 @@ class View:
 
 class JobSubscription:
     """One stream's interest in one job: the version it last sent and the newest
-    view it has not sent yet."""
+    view it has not sent yet. A job stream attaches its writer (api/jobstream.py)
+    and is then handed each view as it is offered; a waiter (?wait=) takes them
+    with next()."""
 
-    __slots__ = ("job_id", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client")
+    __slots__ = ("job_id", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client", "_writer")
 
     def __init__(self, feed: "Feed", job_id: str, client: str | None = None):
         self.job_id = job_id
@@ -110,9 +112,10 @@ class JobSubscription:
         self.sent = 0
         self.sent_extra: tuple = ()
         self._pending: View | None = None
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None  # made by the first next(): a stream never waits
         self._closed = False
         self._feed = feed
+        self._writer = None
 
     @property
     def newest(self) -> int:
@@ -122,8 +125,27 @@ class JobSubscription:
         newest = self._pending if self._pending is not None else None
         version, extra = (newest.version, newest.extra) if newest is not None else (self.sent, self.sent_extra)
         if not self._closed and view.newer_than(version, extra):
+            if self._writer is not None:  # written now, from the feed's loop
+                self.sent, self.sent_extra = view.version, view.extra
+                self._writer.write_view(view)
+                return
             self._pending = view  # replaces an older pending view: coalesce
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
+
+    def attach(self, writer) -> View | None:
+        """From now on hand every newer view to writer.write_view(view), and
+        writer.ping() on each ping; -> the pending view, to write first."""
+        view, self._pending = self._pending, None
+        if view is not None:
+            self.sent, self.sent_extra = view.version, view.extra
+        if not self._closed:
+            self._writer = writer
+        return view
+
+    def ping(self) -> None:
+        if self._writer is not None:
+            self._writer.ping()
 
     def skip_to(self, version: int, extra: tuple = ()) -> None:
         """The client already has this version (Last-Event-ID)."""
@@ -134,6 +156,8 @@ class JobSubscription:
 
     async def next(self) -> View | None:
         """The next view to send, or None once the subscription is closed."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
         while self._pending is None:
             if self._closed:
                 return None
@@ -146,9 +170,13 @@ class JobSubscription:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
             self._feed._unsubscribe(self)
             self._feed._release(self._client)
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                writer.end()
 
 
 class AdminSubscription:
@@ -214,8 +242,10 @@ class FeedSignals:
 
 class Feed:
     def __init__(self, dsn: str | asyncpg.Pool, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
-                 name: str = "jobfeed-api-feed", position_interval: float = 2.0):
+                 name: str = "jobfeed-api-feed", position_interval: float = 2.0, ping: float = 0.0):
         self.queue = queue
+        self.ping_interval = ping  # seconds between pings on every job stream; 0: none
+        self._ping_task: asyncio.Task | None = None
         self.batch = batch
         self.position_interval = position_interval
         self._positions_task: asyncio.Task | None = None
@@ -246,18 +276,36 @@ class Feed:
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        # One event for every stream of this process: sse-starlette sets it when
-        # the server starts shutting down, and one task then ends all streams
-        # cleanly (rather than a task and an event per stream).
+        # One event for every stream of this process, set when the server starts
+        # shutting down (sse-starlette's watch of uvicorn, or an admin stream's
+        # response): one task then ends all streams cleanly (rather than a task
+        # and an event per stream).
         self.shutdown = anyio.Event()
         self._task = asyncio.create_task(self._run(), name="jobfeed-feed")
         self._positions_task = asyncio.create_task(self._refresh_positions(), name="jobfeed-feed-positions")
         self._shutdown_task = asyncio.create_task(self._end_on_shutdown(self.shutdown), name="jobfeed-feed-shutdown")
+        if self.ping_interval > 0:
+            self._ping_task = asyncio.create_task(self._ping(), name="jobfeed-feed-ping")
         await self.listener.start()
 
     async def _end_on_shutdown(self, shutdown: anyio.Event) -> None:
-        await shutdown.wait()
+        async with anyio.create_task_group() as tg:
+            async def signalled() -> None:
+                await EventSourceResponse._listen_for_exit_signal()
+                shutdown.set()
+            tg.start_soon(signalled)
+            await shutdown.wait()
+            tg.cancel_scope.cancel()
         self.end_streams()
+
+    async def _ping(self) -> None:
+        """A comment on every job stream each ping_interval: one timer for all
+        of them, not a task per stream."""
+        while True:
+            await asyncio.sleep(self.ping_interval)
+            for subs in list(self._watch.values()):
+                for sub in list(subs):
+                    sub.ping()
 
     def end_streams(self) -> None:
         """End every open stream now (the server is stopping): each one sends
@@ -271,8 +319,9 @@ class Feed:
     async def close(self) -> None:
         """End every stream and stop listening."""
         self.end_streams()
-        if self._shutdown_task is not None:
-            self._shutdown_task.cancel()
+        for task in (self._shutdown_task, self._ping_task):
+            if task is not None:
+                task.cancel()
         if self._positions_task is not None:
             self._positions_task.cancel()
             try:

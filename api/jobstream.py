@@ -1,0 +1,154 @@
+"""The response of a job's event stream, written by the feed itself.
+
+With sse-starlette every stream is a task (four, with its ping, disconnect and
+shutdown watchers) woken once per event: at thousands of watchers the wake-ups
+and anyio's cancel scopes cost more than the writes. Here the feed's loop calls
+each stream's ASGI `send` directly when it offers a view, and the frame is
+encoded once per view (View.frame). A send that completes without waiting (the
+client's socket takes the bytes: the common case) costs no task at all. A send
+that must wait (the client does not read and its socket is full) is finished in
+a task of its own; meanwhile the stream holds at most one more frame, the
+newest view, so a slow client costs one view and never holds up the others.
+
+The request's own task only waits on `receive()`: it returns when the client
+disconnects or when the response is complete, and the subscription is then
+closed. Pings come from one timer for all streams (Feed.ping)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Coroutine
+
+from sse_starlette import ServerSentEvent
+from starlette.types import Message, Receive, Scope, Send
+
+from .feed import JobSubscription, View
+
+log = logging.getLogger("jobfeed.streams")
+
+SEP = "\n"
+PING = ServerSentEvent(comment="ping", sep=SEP).encode()
+HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
+           (b"connection", b"keep-alive"), (b"x-accel-buffering", b"no")]
+START: Message = {"type": "http.response.start", "status": 200, "headers": HEADERS}
+
+
+async def _resume(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """Run to its end a coroutine that was started outside any task and then
+    suspended on `waiting` (what it yielded: a future, or None for a bare
+    yield), as a task would have (Python 3.12's eager tasks do the same)."""
+    try:
+        while True:
+            try:
+                if waiting is None:
+                    await asyncio.sleep(0)
+                else:
+                    await asyncio.wait((waiting,))
+            except BaseException as exc:  # cancelled: the coroutine gets to clean up
+                waiting = coro.throw(exc)
+                continue
+            waiting = coro.send(None)
+    except StopIteration:
+        return
+
+
+class JobStream:
+    """ASGI response: `first` frames, then every view the feed offers to `sub`
+    until a final one (the stream then ends) or until the subscription is
+    closed (server shutdown) or the client goes away."""
+
+    __slots__ = ("_sub", "_metrics", "_retry", "_send", "_busy", "_next", "_ended")
+
+    def __init__(self, sub: JobSubscription, metrics, retry_ms: int):
+        self._sub = sub
+        self._metrics = metrics
+        self._retry = retry_ms
+        self._send: Send | None = None
+        self._busy: asyncio.Task | None = None  # finishing a send the client's socket held up
+        self._next: tuple[bytes, bool] | None = None  # the newest frame to write after it
+        self._ended = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send(START)
+            if scope.get("method") == "HEAD":  # headers only: the stream never starts
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            with self._metrics.stream("job"):
+                self._send = send
+                self._first(self._sub.attach(self))
+                while True:  # returns once the response is complete or the client is gone
+                    if (await receive())["type"] == "http.disconnect":
+                        break
+        finally:
+            self._ended = True
+            if self._busy is not None:
+                self._busy.cancel()
+            self._sub.close()
+
+    def _first(self, view: View | None) -> None:
+        """The snapshot read at subscribing (or newer) says how soon to reconnect;
+        after Last-Event-ID matched it, retry: goes alone."""
+        if view is None:
+            self._write(ServerSentEvent(retry=self._retry, sep=SEP).encode(), True)
+            return
+        self._write(ServerSentEvent(view.text, event="job", id=str(view.version), retry=self._retry,
+                                    sep=SEP).encode(), not view.terminal)
+        if view.terminal:
+            self._done()
+
+    # ---------------------------------------------------------------- called by the feed
+    def write_view(self, view: View) -> None:
+        if self._ended:
+            return
+        self._write(view.frame(SEP), not view.terminal)  # the same bytes for every watcher
+        self._metrics.delivered_soon("job", view.changed_at)
+        if view.terminal:
+            self._done()  # nothing follows a final status
+
+    def ping(self) -> None:
+        if not self._ended and self._busy is None:  # a stream that is still writing needs no ping
+            self._write(PING, True)
+
+    def end(self) -> None:
+        """The subscription was closed (server shutdown): end the response."""
+        if not self._ended:
+            self._ended = True
+            if self._send is not None:
+                self._write(b"", False)
+
+    def _done(self) -> None:
+        self._ended = True
+        self._sub.close()
+
+    # ---------------------------------------------------------------- writing
+    def _write(self, body: bytes, more: bool) -> None:
+        if self._busy is not None:  # the client is behind: keep only the newest frame
+            if self._next is None or self._next[1]:  # (never replace the end of the response)
+                self._next = (body, more)
+            return
+        assert self._send is not None
+        coro = self._send({"type": "http.response.body", "body": body, "more_body": more})
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            return  # written, no task involved
+        except Exception:  # a send that fails outright: the client's cleanup is the server's
+            log.exception("stream: writing to a client failed")
+            self._ended = True
+            return
+        self._busy = asyncio.get_running_loop().create_task(self._drain(coro, waiting))
+
+    async def _drain(self, coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+        try:
+            await _resume(coro, waiting)
+            while self._next is not None:
+                body, more = self._next
+                self._next = None
+                assert self._send is not None
+                await self._send({"type": "http.response.body", "body": body, "more_body": more})
+        except Exception:
+            log.exception("stream: writing to a slow client failed")
+        finally:
+            self._busy = None
