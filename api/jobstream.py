@@ -21,7 +21,7 @@ import logging
 from typing import Any, Coroutine
 
 from sse_starlette import ServerSentEvent
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .feed import JobSubscription, View
 
@@ -53,6 +53,25 @@ async def _resume(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
         return
 
 
+BODY_SEND = "jobfeed.body_send"
+
+
+class BodySend:
+    """Outermost of jobfeed's own middlewares: it lends a job stream the `send`
+    it was given, so the stream's body messages skip the layers inside it
+    (metrics, security headers, CORS, exception handling), which act on the
+    response's start only; the start itself goes through all of them. Each
+    layer is a coroutine per message, and a fan-out sends one per watcher."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[BODY_SEND] = send
+        await self.app(scope, receive, send)
+
+
 class JobStream:
     """ASGI response: `first` frames, then every view the feed offers to `sub`
     until a final one (the stream then ends) or until the subscription is
@@ -76,7 +95,7 @@ class JobStream:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
             with self._metrics.stream("job"):
-                self._send = send
+                self._send = scope.get(BODY_SEND, send)
                 self._first(self._sub.attach(self))
                 while True:  # returns once the response is complete or the client is gone
                     if (await receive())["type"] == "http.disconnect":
