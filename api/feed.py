@@ -167,6 +167,10 @@ class JobSubscription:
         self.sent, self.sent_extra = view.version, view.extra
         return view
 
+    def close_soon(self) -> None:
+        """Close once the feed's loop lets go (Feed.close_soon)."""
+        self._feed.close_soon(self)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -258,6 +262,7 @@ class Feed:
         # newest (version, extra) offered to the watchers of a job
         self._known: dict[str, tuple[int, tuple]] = {}
         self._admins: set[AdminSubscription] = set()
+        self._closing: list[JobSubscription] = []  # see close_soon
         self._dirty: set[str] = set()
         self._admin_dirty: set[str] = set()
         self._resync = False
@@ -397,6 +402,17 @@ class Feed:
         sub = AdminSubscription(self, limit, client)
         self._admins.add(sub)
         return sub
+
+    def close_soon(self, sub: JobSubscription) -> None:
+        """Close `sub` after the current fan-out: its stream has its last view."""
+        if not self._closing:
+            asyncio.get_running_loop().call_soon(self._close_pending)
+        self._closing.append(sub)
+
+    def _close_pending(self) -> None:
+        closing, self._closing = self._closing, []
+        for sub in closing:
+            sub.close()
 
     def _unsubscribe(self, sub: JobSubscription) -> None:
         subs = self._watch.get(sub.job_id)

@@ -77,7 +77,7 @@ class JobStream:
     until a final one (the stream then ends) or until the subscription is
     closed (server shutdown) or the client goes away."""
 
-    __slots__ = ("_sub", "_metrics", "_retry", "_send", "_busy", "_next", "_ended")
+    __slots__ = ("_sub", "_metrics", "_retry", "_send", "_busy", "_next", "_closing", "_ended")
 
     def __init__(self, sub: JobSubscription, metrics, retry_ms: int):
         self._sub = sub
@@ -86,7 +86,8 @@ class JobStream:
         self._send: Send | None = None
         self._busy: asyncio.Task | None = None  # finishing a send the client's socket held up
         self._next: tuple[bytes, bool] | None = None  # the newest frame to write after it
-        self._ended = False
+        self._closing = False  # nothing more to write but the end of the response
+        self._ended = False  # the end of the response is written (or the client is gone)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -101,7 +102,7 @@ class JobStream:
                     if (await receive())["type"] == "http.disconnect":
                         break
         finally:
-            self._ended = True
+            self._closing = self._ended = True
             if self._busy is not None:
                 self._busy.cancel()
             self._sub.close()
@@ -114,38 +115,41 @@ class JobStream:
             return
         self._write(ServerSentEvent(view.text, event="job", id=str(view.version), retry=self._retry,
                                     sep=SEP).encode(), not view.terminal)
-        if view.terminal:
-            self._done()
+        if view.terminal:  # written with the end of the response
+            self._closing = self._ended = True
+            self._sub.close()
 
     # ---------------------------------------------------------------- called by the feed
     def write_view(self, view: View) -> None:
-        if self._ended:
+        if self._closing:
             return
-        self._write(view.frame(SEP), not view.terminal)  # the same bytes for every watcher
+        self._write(view.frame(SEP), True)  # the same bytes for every watcher
         self._metrics.delivered_soon("job", view.changed_at)
         if view.terminal:
-            self._done()  # nothing follows a final status
+            # Nothing follows a final status. The response ends once the feed
+            # has written this view to every watcher: ending one costs more
+            # than the write (the connection's bookkeeping, its close).
+            self._closing = True
+            self._sub.close_soon()
 
     def ping(self) -> None:
-        if not self._ended and self._busy is None:  # a stream that is still writing needs no ping
+        if not self._closing and self._busy is None:  # a stream that is still writing needs no ping
             self._write(PING, True)
 
     def end(self) -> None:
-        """The subscription was closed (server shutdown): end the response."""
+        """The subscription was closed: end the response."""
         if not self._ended:
-            self._ended = True
+            self._closing = self._ended = True
             if self._send is not None:
                 self._write(b"", False)
-
-    def _done(self) -> None:
-        self._ended = True
-        self._sub.close()
 
     # ---------------------------------------------------------------- writing
     def _write(self, body: bytes, more: bool) -> None:
         if self._busy is not None:  # the client is behind: keep only the newest frame
-            if self._next is None or self._next[1]:  # (never replace the end of the response)
+            if self._next is None:
                 self._next = (body, more)
+            elif self._next[1]:  # a frame, not yet the end: a newer one replaces it, the end follows it
+                self._next = (body, more) if body else (self._next[0], more)
             return
         assert self._send is not None
         coro = self._send({"type": "http.response.body", "body": body, "more_body": more})
@@ -155,7 +159,7 @@ class JobStream:
             return  # written, no task involved
         except Exception:  # a send that fails outright: the client's cleanup is the server's
             log.exception("stream: writing to a client failed")
-            self._ended = True
+            self._closing = self._ended = True
             return
         self._busy = asyncio.get_running_loop().create_task(self._drain(coro, waiting))
 
