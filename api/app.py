@@ -28,7 +28,7 @@ from . import admin, health, jobs, openapi, outputs, ui
 from .batching import SubmitBatcher
 from .errors import EXCEPTION_HANDLERS
 from .feed import Feed
-from .jobstream import BodySend
+from .jobstream import App
 from .headers import SecurityHeaders
 from .metrics import Metrics
 from .state import Identify, Services
@@ -113,13 +113,13 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
             if host_pool is None:  # a host's pool is the host's to close
                 await svc.pool.close()
 
-    middleware = [Middleware(BodySend), Middleware(svc.metrics.middleware), Middleware(SecurityHeaders)]
+    middleware = [Middleware(svc.metrics.middleware), Middleware(SecurityHeaders)]
     if settings.cors_origins:  # none allowed: no layer to pass through on every request
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                                      allow_methods=["GET", "POST", "DELETE"],
                                      allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
                                      expose_headers=["Location"]))
-    app = Starlette(
+    app = App(
         routes=routes(),
         middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Coroutine
+import types
+from typing import Any, Awaitable, Coroutine, cast
 
 from sse_starlette import ServerSentEvent
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.applications import Starlette
+from starlette.types import Message, Receive, Scope, Send
 
 from .feed import JobSubscription, View
 
@@ -56,20 +58,17 @@ async def _resume(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
 BODY_SEND = "jobfeed.body_send"
 
 
-class BodySend:
-    """Outermost of jobfeed's own middlewares: it lends a job stream the `send`
-    it was given, so the stream's body messages skip the layers inside it
-    (metrics, security headers, CORS, exception handling), which act on the
+class App(Starlette):
+    """jobfeed's Starlette app: it lends a job stream the `send` it was given,
+    so the stream's body messages skip the layers inside it (Starlette's error
+    and exception handlers, metrics, security headers, CORS), which act on the
     response's start only; the start itself goes through all of them. Each
     layer is a coroutine per message, and a fan-out sends one per watcher."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[BODY_SEND] = send
-        await self.app(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
 
 class JobStream:
@@ -152,7 +151,11 @@ class JobStream:
                 self._next = (body, more) if body else (self._next[0], more)
             return
         assert self._send is not None
-        coro = self._send({"type": "http.response.body", "body": body, "more_body": more})
+        sending = self._send({"type": "http.response.body", "body": body, "more_body": more})
+        if not isinstance(sending, types.CoroutineType):  # a server whose send is no coroutine
+            self._busy = asyncio.get_running_loop().create_task(self._drain(sending, None, started=False))
+            return
+        coro = cast(Coroutine[Any, Any, None], sending)
         try:
             waiting = coro.send(None)
         except StopIteration:
@@ -163,9 +166,12 @@ class JobStream:
             return
         self._busy = asyncio.get_running_loop().create_task(self._drain(coro, waiting))
 
-    async def _drain(self, coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    async def _drain(self, sending: Awaitable[None], waiting: Any, started: bool = True) -> None:
         try:
-            await _resume(coro, waiting)
+            if started:
+                await _resume(cast(Coroutine[Any, Any, None], sending), waiting)
+            else:
+                await sending
             while self._next is not None:
                 body, more = self._next
                 self._next = None
