@@ -353,6 +353,13 @@ class Feed:
     def open_streams(self) -> int:
         return self._streams
 
+    @property
+    def behind_streams(self) -> int:
+        """Job streams whose client is not taking what is written (a write waits
+        on its socket): each holds at most one more view until it catches up."""
+        return sum(1 for subs in self._watch.values() for sub in subs
+                   if sub._writer is not None and sub._writer.behind)
+
     # ---------------------------------------------------------------- subscribing
     def _admit(self, client: str | None, per_client: int | None, total: int | None) -> None:
         if total is not None and self._streams >= total:

@@ -118,6 +118,10 @@ class JobStream:
             self._closing = self._ended = True
             self._sub.close()
 
+    @property
+    def behind(self) -> bool:
+        return self._busy is not None
+
     # ---------------------------------------------------------------- called by the feed
     def write_view(self, view: View) -> None:
         if self._closing:
