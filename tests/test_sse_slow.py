@@ -93,7 +93,7 @@ async def test_a_client_that_does_not_read_holds_up_nobody_and_gets_the_end(serv
         for done in range(1, 41):
             await queue.progress(claimed.id, claimed.generation, done, 40, BIG)
             # the reader gets every view while the silent client's socket is full
-            await eventually(lambda: asyncio.sleep(0, reported(reader) == done), timeout=5, interval=0.01,
+            await eventually(lambda done=done: asyncio.sleep(0, reported(reader) == done), timeout=5, interval=0.01,
                              what=f"progress {done} at the reading client")
         assert feed.behind_streams == 1
         await queue.complete(claimed.id, claimed.generation, {"ok": True})
