@@ -41,6 +41,7 @@ REREAD_CHUNK = 5000  # ids per get_jobs query (a resync may re-read every watche
 # notify_changed() writes it, is skipped (it would fail the re-read forever).
 _JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _BAD_LOG_EVERY = 10.0  # seconds between log lines about skipped notifications
+END_LINGER = 0.25  # seconds between a stream's final view and the end of its response (close_soon)
 
 
 class TooManyStreams(Exception):
@@ -411,9 +412,13 @@ class Feed:
         return sub
 
     def close_soon(self, sub: JobSubscription) -> None:
-        """Close `sub` after the current fan-out: its stream has its last view."""
+        """Close `sub` shortly after the current fan-out: its stream has its last
+        view. Streams end together, END_LINGER seconds after the first of them
+        got its final view: ending thousands of responses (a write each, the
+        connection's bookkeeping, the client closing) then does not compete
+        with delivering the final views of the same burst."""
         if not self._closing:
-            asyncio.get_running_loop().call_soon(self._close_pending)
+            asyncio.get_running_loop().call_later(END_LINGER, self._close_pending)
         self._closing.append(sub)
 
     def _close_pending(self) -> None:
