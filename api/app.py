@@ -28,6 +28,7 @@ from . import admin, health, jobs, openapi, outputs, ui
 from .batching import SubmitBatcher
 from .errors import EXCEPTION_HANDLERS
 from .feed import Feed
+from .jobstream import App
 from .headers import SecurityHeaders
 from .metrics import Metrics
 from .state import Identify, Services
@@ -102,7 +103,7 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
                                         max_active=settings.max_active_per_requester)
             await tasks.register_kinds(svc.queue, settings, overwrite=False)
             svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
-                            health_interval=settings.listener_health)
+                            health_interval=settings.listener_health, ping=settings.sse_ping)
             await svc.feed.start()
             try:
                 yield
@@ -118,7 +119,7 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
                                      allow_methods=["GET", "POST", "DELETE"],
                                      allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
                                      expose_headers=["Location"]))
-    app = Starlette(
+    app = App(
         routes=routes(),
         middleware=middleware,
         exception_handlers=EXCEPTION_HANDLERS,

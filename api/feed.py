@@ -24,7 +24,7 @@ import time
 
 import anyio
 import asyncpg
-from sse_starlette import ServerSentEvent
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
@@ -41,6 +41,7 @@ REREAD_CHUNK = 5000  # ids per get_jobs query (a resync may re-read every watche
 # notify_changed() writes it, is skipped (it would fail the re-read forever).
 _JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _BAD_LOG_EVERY = 10.0  # seconds between log lines about skipped notifications
+END_LINGER = 0.25  # seconds between a stream's final view and the end of its response (close_soon)
 
 
 class TooManyStreams(Exception):
@@ -100,9 +101,11 @@ class View:
 
 class JobSubscription:
     """One stream's interest in one job: the version it last sent and the newest
-    view it has not sent yet."""
+    view it has not sent yet. A job stream attaches its writer (api/jobstream.py)
+    and is then handed each view as it is offered; a waiter (?wait=) takes them
+    with next()."""
 
-    __slots__ = ("job_id", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client")
+    __slots__ = ("job_id", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client", "_writer")
 
     def __init__(self, feed: "Feed", job_id: str, client: str | None = None):
         self.job_id = job_id
@@ -110,9 +113,10 @@ class JobSubscription:
         self.sent = 0
         self.sent_extra: tuple = ()
         self._pending: View | None = None
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None  # made by the first next(): a stream never waits
         self._closed = False
         self._feed = feed
+        self._writer = None
 
     @property
     def newest(self) -> int:
@@ -122,8 +126,27 @@ class JobSubscription:
         newest = self._pending if self._pending is not None else None
         version, extra = (newest.version, newest.extra) if newest is not None else (self.sent, self.sent_extra)
         if not self._closed and view.newer_than(version, extra):
+            if self._writer is not None:  # written now, from the feed's loop
+                self.sent, self.sent_extra = view.version, view.extra
+                self._writer.write_view(view)
+                return
             self._pending = view  # replaces an older pending view: coalesce
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
+
+    def attach(self, writer) -> View | None:
+        """From now on hand every newer view to writer.write_view(view), and
+        writer.ping() on each ping; -> the pending view, to write first."""
+        view, self._pending = self._pending, None
+        if view is not None:
+            self.sent, self.sent_extra = view.version, view.extra
+        if not self._closed:
+            self._writer = writer
+        return view
+
+    def ping(self) -> None:
+        if self._writer is not None:
+            self._writer.ping()
 
     def skip_to(self, version: int, extra: tuple = ()) -> None:
         """The client already has this version (Last-Event-ID)."""
@@ -134,6 +157,8 @@ class JobSubscription:
 
     async def next(self) -> View | None:
         """The next view to send, or None once the subscription is closed."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
         while self._pending is None:
             if self._closed:
                 return None
@@ -143,12 +168,20 @@ class JobSubscription:
         self.sent, self.sent_extra = view.version, view.extra
         return view
 
+    def close_soon(self) -> None:
+        """Close once the feed's loop lets go (Feed.close_soon)."""
+        self._feed.close_soon(self)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
             self._feed._unsubscribe(self)
             self._feed._release(self._client)
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                writer.end()
 
 
 class AdminSubscription:
@@ -214,8 +247,10 @@ class FeedSignals:
 
 class Feed:
     def __init__(self, dsn: str | asyncpg.Pool, queue: Queue, *, batch: float = 0.01, health_interval: float = 10.0,
-                 name: str = "jobfeed-api-feed", position_interval: float = 2.0):
+                 name: str = "jobfeed-api-feed", position_interval: float = 2.0, ping: float = 0.0):
         self.queue = queue
+        self.ping_interval = ping  # seconds between pings on every job stream; 0: none
+        self._ping_task: asyncio.Task | None = None
         self.batch = batch
         self.position_interval = position_interval
         self._positions_task: asyncio.Task | None = None
@@ -228,6 +263,7 @@ class Feed:
         # newest (version, extra) offered to the watchers of a job
         self._known: dict[str, tuple[int, tuple]] = {}
         self._admins: set[AdminSubscription] = set()
+        self._closing: list[JobSubscription] = []  # see close_soon
         self._dirty: set[str] = set()
         self._admin_dirty: set[str] = set()
         self._resync = False
@@ -246,18 +282,36 @@ class Feed:
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        # One event for every stream of this process: sse-starlette sets it when
-        # the server starts shutting down, and one task then ends all streams
-        # cleanly (rather than a task and an event per stream).
+        # One event for every stream of this process, set when the server starts
+        # shutting down (sse-starlette's watch of uvicorn, or an admin stream's
+        # response): one task then ends all streams cleanly (rather than a task
+        # and an event per stream).
         self.shutdown = anyio.Event()
         self._task = asyncio.create_task(self._run(), name="jobfeed-feed")
         self._positions_task = asyncio.create_task(self._refresh_positions(), name="jobfeed-feed-positions")
         self._shutdown_task = asyncio.create_task(self._end_on_shutdown(self.shutdown), name="jobfeed-feed-shutdown")
+        if self.ping_interval > 0:
+            self._ping_task = asyncio.create_task(self._ping(), name="jobfeed-feed-ping")
         await self.listener.start()
 
     async def _end_on_shutdown(self, shutdown: anyio.Event) -> None:
-        await shutdown.wait()
+        async with anyio.create_task_group() as tg:
+            async def signalled() -> None:
+                await EventSourceResponse._listen_for_exit_signal()
+                shutdown.set()
+            tg.start_soon(signalled)
+            await shutdown.wait()
+            tg.cancel_scope.cancel()
         self.end_streams()
+
+    async def _ping(self) -> None:
+        """A comment on every job stream each ping_interval: one timer for all
+        of them, not a task per stream."""
+        while True:
+            await asyncio.sleep(self.ping_interval)
+            for subs in list(self._watch.values()):
+                for sub in list(subs):
+                    sub.ping()
 
     def end_streams(self) -> None:
         """End every open stream now (the server is stopping): each one sends
@@ -271,8 +325,9 @@ class Feed:
     async def close(self) -> None:
         """End every stream and stop listening."""
         self.end_streams()
-        if self._shutdown_task is not None:
-            self._shutdown_task.cancel()
+        for task in (self._shutdown_task, self._ping_task):
+            if task is not None:
+                task.cancel()
         if self._positions_task is not None:
             self._positions_task.cancel()
             try:
@@ -298,6 +353,13 @@ class Feed:
     @property
     def open_streams(self) -> int:
         return self._streams
+
+    @property
+    def behind_streams(self) -> int:
+        """Job streams whose client is not taking what is written (a write waits
+        on its socket): each holds at most one more view until it catches up."""
+        return sum(1 for subs in self._watch.values() for sub in subs
+                   if sub._writer is not None and sub._writer.behind)
 
     # ---------------------------------------------------------------- subscribing
     def _admit(self, client: str | None, per_client: int | None, total: int | None) -> None:
@@ -348,6 +410,21 @@ class Feed:
         sub = AdminSubscription(self, limit, client)
         self._admins.add(sub)
         return sub
+
+    def close_soon(self, sub: JobSubscription) -> None:
+        """Close `sub` shortly after the current fan-out: its stream has its last
+        view. Streams end together, END_LINGER seconds after the first of them
+        got its final view: ending thousands of responses (a write each, the
+        connection's bookkeeping, the client closing) then does not compete
+        with delivering the final views of the same burst."""
+        if not self._closing:
+            asyncio.get_running_loop().call_later(END_LINGER, self._close_pending)
+        self._closing.append(sub)
+
+    def _close_pending(self) -> None:
+        closing, self._closing = self._closing, []
+        for sub in closing:
+            sub.close()
 
     def _unsubscribe(self, sub: JobSubscription) -> None:
         subs = self._watch.get(sub.job_id)

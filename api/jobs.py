@@ -17,6 +17,7 @@ from jobfeed.worker.submission import (InvalidSubmission, Schedule, check_schedu
 from . import access, auth, streams, uploads, waiting
 from .body import read_json
 from .errors import ApiError, json_text
+from .jobstream import JobStream
 from .state import services
 from .views import parse_job_id, parse_request_id, with_field, with_flag
 
@@ -170,7 +171,7 @@ async def leave_request(request: Request) -> Response:
     return json_text('{"job": ' + text + "}")
 
 
-async def job_events(request: Request) -> Response:
+async def job_events(request: Request) -> Response | JobStream:
     job_id = parse_job_id(request.path_params["job_id"])
     await access.require_view(services(request), request, job_id)
     return await streams.job_stream(request, job_id)

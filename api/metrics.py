@@ -15,6 +15,7 @@ anyway; the feed's counters are that process's own."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import time
@@ -95,6 +96,7 @@ class Metrics:
         # One child per stream kind, looked up once: a fan-out observes once per
         # watcher, and labels() takes a lock and a dict look-up each time.
         self._sse_lag = {name: self.sse_lag.labels(name) for name in STREAMS}
+        self._lags: list[tuple[str, float]] = []
         # One series per API process (labelled pid in multiprocess mode): which are up.
         Gauge("jobfeed_api_process_start_time_seconds", "When this API process started (epoch seconds).",
               registry=self.registry, multiprocess_mode="liveall").set(time.time())
@@ -127,6 +129,20 @@ class Metrics:
         if changed_at is not None:
             child = self._sse_lag.get(stream) or self.sse_lag.labels(stream)
             child.observe(max(time.time() - changed_at, 0.0))
+
+    def delivered_soon(self, stream: str, changed_at: float | None) -> None:
+        """The same, observed only once the feed's loop lets go: a fan-out writes
+        to every stream first, and its lags are observed after."""
+        if changed_at is None:
+            return
+        if not self._lags:
+            asyncio.get_running_loop().call_soon(self._observe_lags)
+        self._lags.append((stream, max(time.time() - changed_at, 0.0)))
+
+    def _observe_lags(self) -> None:
+        lags, self._lags = self._lags, []
+        for stream, lag in lags:
+            (self._sse_lag.get(stream) or self.sse_lag.labels(stream)).observe(lag)
 
     def middleware(self, app: ASGIApp) -> ASGIApp:
         """Count each HTTP request by method, route template and status. Counted

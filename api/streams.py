@@ -1,11 +1,12 @@
-"""Server-sent event streams: one job's public view, or every change in true
-states for the dashboard.
+"""Server-sent event streams: one job's public view (api/jobstream.py, written
+by the feed itself), or every change in true states for the dashboard
+(sse-starlette).
 
-When uvicorn starts shutting down (a signal), sse-starlette sets the feed's
-shutdown event, shared by all streams, and the feed ends every subscription:
-each stream finishes cleanly and the server exits at once instead of waiting on
-open streams. No task or event of our own per stream: at 10,000 streams each
-one counts."""
+When uvicorn starts shutting down (a signal), the feed's shutdown event, shared
+by all streams, is set and the feed ends every subscription: each stream
+finishes cleanly and the server exits at once instead of waiting on open
+streams. No task or event of our own per stream: at 10,000 streams each one
+counts."""
 
 from __future__ import annotations
 
@@ -17,11 +18,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .errors import ApiError
-from .feed import AdminSubscription, JobSubscription, TooManyStreams, View
+from .feed import AdminSubscription, TooManyStreams, View
+from .jobstream import SEP, JobStream
 from .parse import digits
 from .state import Services, services
-
-SEP = "\n"
 
 
 def _ping() -> ServerSentEvent:
@@ -70,7 +70,7 @@ def _refused(exc: TooManyStreams) -> ApiError:
     return ApiError(429, "too_many_streams", message, {"Retry-After": "5"})
 
 
-async def job_stream(request: Request, job_id) -> Response:
+async def job_stream(request: Request, job_id) -> Response | JobStream:
     svc = services(request)
     try:
         sub = svc.feed.subscribe(str(job_id), **_caps(request))  # LISTEN is already up: subscribe, then read
@@ -90,31 +90,10 @@ async def job_stream(request: Request, job_id) -> Response:
             sub.skip_to(view.version, view.extra)
         else:
             svc.feed.seed(sub, view)
-        retry_ms = int(svc.settings.sse_retry * 1000)
-        return _response(svc, _job_events(svc, sub, retry_ms), sub)
+        return JobStream(sub, svc.metrics, int(svc.settings.sse_retry * 1000))
     except BaseException:
         sub.close()  # whatever went wrong, the subscription must not outlive the request
         raise
-
-
-async def _job_events(svc: Services, sub: JobSubscription, retry_ms: int) -> AsyncIterator[ServerSentEvent | bytes]:
-    with svc.metrics.stream("job"):
-        try:
-            retry: int | None = retry_ms
-            if sub.newest == sub.sent:  # first view skipped (Last-Event-ID): say retry alone
-                yield ServerSentEvent(retry=retry, sep=SEP)
-                retry = None
-            while (view := await sub.next()) is not None:
-                if retry is not None:  # the first event also says how soon to reconnect
-                    yield ServerSentEvent(view.text, event="job", id=str(view.version), retry=retry, sep=SEP)
-                    retry = None
-                else:  # a change, not the snapshot read at subscribing: the same bytes for every watcher
-                    yield view.frame(SEP)
-                    svc.metrics.delivered("job", view.changed_at)
-                if view.terminal:
-                    return  # nothing follows a final status
-        finally:
-            sub.close()
 
 
 async def admin_stream(request: Request) -> Response:

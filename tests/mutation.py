@@ -76,6 +76,7 @@ SWEEP = "tests/test_sweeper.py"
 FEED = "tests/test_sse_feed.py"
 RECOVERY = "tests/test_feed_recovery.py"
 SSE = "tests/test_sse_job.py"
+SSE_SLOW = "tests/test_sse_slow.py"
 ADMIN = "tests/test_api_admin.py"
 SECURITY = "tests/test_security.py"
 API_JOBS = "tests/test_api_jobs.py"
@@ -388,10 +389,19 @@ EDITS: list[Edit] = [
          "    if last_event_id(request) == view.version:",
          "    if last_event_id(request) == -1:",
          (SSE,), "Last-Event-ID equal to the current version skips the first event"),
-    Edit("stream-not-ended-at-terminal", "api/streams.py",
-         "                if view.terminal:\n                    return  # nothing follows a final status",
-         "                if False:\n                    return",
+    Edit("stream-not-ended-at-terminal", "api/jobstream.py",
+         "            self._closing = True\n            self._sub.close_soon()",
+         "            pass",
          (SSE,), "after a terminal status the server ends the stream"),
+    Edit("stream-slow-client-queues", "api/jobstream.py",
+         "                self._next = (body, more) if body else (self._next[0], more)",
+         "                self._next = (self._next[0] + body, more)",
+         (SSE_SLOW,), "a client that does not read holds one pending view, not a queue of them"),
+    Edit("stream-kept-after-disconnect", "api/jobstream.py",
+         "                    if (await receive())[\"type\"] == \"http.disconnect\":\n                        break",
+         "                    if (await receive())[\"type\"] == \"http.disconnect\":\n"
+         "                        await asyncio.Event().wait()",
+         (SSE_SLOW,), "a client that goes away leaves no subscription behind"),
     # ------------------------------------------------------------ auth and limits
     Edit("admin-open-without-token", "api/auth.py",
          "    if token is None:\n        raise ApiError(401, \"unauthorized\",\n"
