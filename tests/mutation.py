@@ -254,9 +254,9 @@ EDITS: list[Edit] = [
          (WAKE,), "a worker whose due jobs all wait behind a full key sleeps, never claims in a loop"),
     # ------------------------------------------------------------ outcomes
     Edit("complete-unfenced", "sql/functions/50_outcomes.sql",
-         "where j.id = t.id and j.generation = t.generation and j.state::text = 'running'\n"
+         "where j.id = t.id and j.id = any (p_ids) and j.generation = t.generation and j.state::text = 'running'\n"
          "        returning j.id, j.generation, j.version, j.attempts",
-         "where j.id = t.id and j.state::text = 'running'\n"
+         "where j.id = t.id and j.id = any (p_ids) and j.state::text = 'running'\n"
          "        returning j.id, j.generation, j.version, j.attempts",
          (Q_FENCE, Q_RACE), "complete is fenced by generation"),
     Edit("extend-unfenced", "sql/functions/50_outcomes.sql",

@@ -78,6 +78,31 @@ async def test_a_batch_of_new_targets_reads_only_its_own_targets_however_many_jo
         await conn.close()
 
 
+async def test_a_batch_completion_reads_each_job_once_whatever_plan_was_cached(pool, dsn):
+    # A worker's connection completes jobs one at a time while the table is
+    # nearly empty, so PL/pgSQL keeps the plans it made then; a burst of 1,000
+    # completions later must still find each job by its key, not compare every
+    # running job with every item (a nested loop over a table thought tiny).
+    await register(pool, "k")
+    running = ("insert into jobfeed.jobs (kind, target, state, generation, attempts, worker_id, claimed_at, "
+               "lease_until) select 'k', $1 || g, 'running', 1, 1, 'w', now(), now() + interval '5 minutes' "
+               "from generate_series(1, $2::int) g returning id")
+    conn = await db.connect(dsn)
+    try:
+        complete = "select cardinality(jobfeed.complete_many($1::uuid[], $2::int[], $3::jsonb[]))"
+        for i in range(10):
+            [one] = [r["id"] for r in await conn.fetch(running, f"one{i}-", 1)]
+            assert await conn.fetchval(complete, [one], [1], [None]) == 1
+        ids = [r["id"] for r in await conn.fetch(running, "many-", 1000)]
+        rows, plans = await _plans(conn, complete, ids, [1] * 1000, [None] * 1000, analyze=True)
+        assert rows[0][0] == 1000
+        read = [float(rows_) * int(loops) for rows_, loops in
+                re.findall(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)", plans)]
+        assert read and max(read) <= 2000, plans[:6000]
+    finally:
+        await conn.close()
+
+
 async def test_admin_list_pages_by_filter_newest_first(queue, pool):
     await register(pool, "a")
     await register(pool, "b")
