@@ -65,20 +65,24 @@ class _Metric:
         return _Value()
 
 
-class Counter(_Metric):
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+class _Single(_Metric):
+    """One number per label set, exposed as `family`."""
+
+    family: type[CounterMetricFamily] | type[GaugeMetricFamily]
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        family = self.family(self.name, self.documentation, labels=self.labelnames)
         for values, child in self._children.items():
             family.add_metric(values, child.value)
         yield family
 
 
-class Gauge(_Metric):
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in self._children.items():
-            family.add_metric(values, child.value)
-        yield family
+class Counter(_Single):
+    family = CounterMetricFamily
+
+
+class Gauge(_Single):
+    family = GaugeMetricFamily
 
 
 class Histogram(_Metric):
