@@ -348,7 +348,12 @@ SCHEMAS = {
         "priority": {"type": "integer"}, "concurrency_key": {"type": "string", "nullable": True},
         "parent_id": {"type": "string", "format": "uuid", "nullable": True,
                       "description": "the job whose handler submitted this one with ctx.submit"},
-        "attempts_log": {"type": "array", "items": {"type": "object"}}}},
+        "attempts_log": {"type": "array", "items": {"type": "object"}},
+        "children": {"type": "array", "description": "GET of one job only: the first 100 jobs its handler "
+                     "submitted with ctx.submit, by id", "items": {"type": "object", "properties": {
+                         "id": {"type": "string", "format": "uuid"}, "kind": {"type": "string"},
+                         "target": {"type": "string"}, "state": {"type": "string", "enum": list(STATES)}}}},
+        "children_count": {"type": "integer", "description": "GET of one job only: how many there are"}}},
     "JobsPage": {"type": "object", "properties": {
         "jobs": {"type": "array", "items": _ref("AdminJobView")},
         "next_cursor": {"type": "string", "nullable": True}}},

@@ -576,10 +576,11 @@ async def test_the_submit_form_uploads_files(api, new_page, pool, tmp_path):
     assert got == data
 
 
-async def test_admin_detail_of_a_child_links_to_its_parent(api, new_page, http, pool):
+async def test_admin_detail_links_a_child_and_its_parent_both_ways(api, new_page, http, pool):
     """No worker: a parent is claimed and completed by hand with one child
     (ctx.submit's SQL); the child's detail shows its parent as a link that
-    opens the parent's detail."""
+    opens the parent's detail, which lists the child (with its state) as a
+    link back."""
     from jobfeed.worker.queue import Queue
 
     queue = Queue(pool)
@@ -596,5 +597,11 @@ async def test_admin_detail_of_a_child_links_to_its_parent(api, new_page, http, 
     link = page.locator("#detail-facts a", has_text=parent)
     await link.click()
     await expect(page.locator("#detail-heading")).to_have_text("demo: parent")
-    await expect(page.locator("#detail .badge")).to_have_text("completed")
+    await expect(page.locator("#detail-facts dd > .badge")).to_have_text("completed")
     assert page.url.endswith(f"#job={parent}")
+    listed = page.locator("#detail-facts .children li")
+    await expect(listed).to_have_count(1)
+    await expect(listed.locator(".badge")).to_have_text("queued")
+    await listed.locator("a", has_text="demo: child").click()
+    await expect(page.locator("#detail-heading")).to_have_text("demo: child")
+    assert page.url.endswith(f"#job={child}")

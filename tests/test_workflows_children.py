@@ -58,6 +58,12 @@ async def test_children_appear_only_with_the_outcome_and_a_retry_names_the_same(
     assert [(r["id"], r["target"], r["parent_id"]) for r in rows] == [(a, "a", p), (b, "b", p)]
     assert (await public(pool, a))["status"] == "queued"  # ordinary jobs, in the public API
     assert (await queue.admin_get_job(a))["parent_id"] == str(p)
+    # the admin's view of the parent lists them, by id, with their states
+    parent_view = await queue.admin_get_job(p)
+    assert parent_view["children"] == [{"id": str(c), "kind": "k", "target": t, "state": "queued"}
+                                       for c, t in sorted([(a, "a"), (b, "b")])]
+    assert parent_view["children_count"] == 2
+    assert (await queue.admin_get_job(a))["children"] == [] and (await queue.admin_get_job(a))["children_count"] == 0
     assert await pool.fetchval("select payload from jobfeed.jobs where id = $1", a) == '{"n": 1}'
     assert (await public(pool, p))["status"] == "completed"
     # ids are time-ordered like every job's (uuid v7 layout) and not guessable from the parent
@@ -405,3 +411,14 @@ async def test_ctx_submit_refuses_what_submit_refuses_and_a_lost_lease(queue, po
     await queue.cancel(p)
     with pytest.raises(LeaseLost):
         await ctx.submit("k", "b")
+
+
+async def test_the_admin_view_lists_the_first_100_children_and_counts_them_all(queue, pool, k):
+    p, _ = await queue.submit("k", "parent")
+    got = await claim(queue, p)
+    ids = [await queue.child_id(p, got.generation, "k", f"c{i:03}", None) for i in range(105)]
+    assert await queue.complete_spawning(p, got.generation, None,
+                                         [child(c, f"c{i:03}") for i, c in enumerate(ids)])
+    view = await queue.admin_get_job(p)
+    assert view["children_count"] == 105
+    assert [c["id"] for c in view["children"]] == sorted(str(c) for c in ids)[:100]

@@ -111,10 +111,19 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
       from rows r left join pos on pos.id = (r.job).id
 $$;
 
+-- One job for the admin: its view, the attempts log, and the jobs its handler
+-- submitted with ctx.submit (the first 100 by id, and how many there are).
 create or replace function jobfeed.admin_get_job(p_id uuid)
 returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
     -- finished attempts from the log, and the one under way from the job row
-    select jobfeed.admin_view(j) || jsonb_build_object('attempts_log', coalesce((
+    select jobfeed.admin_view(j) || jsonb_build_object(
+        'children', coalesce((
+            select jsonb_agg(jsonb_build_object('id', c.id, 'kind', c.kind, 'target', c.target, 'state', c.state)
+                             order by c.id)
+              from (select c.id, c.kind, c.target, c.state from jobfeed.jobs c
+                     where c.parent_id = j.id order by c.id limit 100) c), '[]'::jsonb),
+        'children_count', (select count(*) from jobfeed.jobs c where c.parent_id = j.id),
+        'attempts_log', coalesce((
         select jsonb_agg(jsonb_build_object(
                    'attempt', a.attempt, 'generation', a.generation, 'worker_id', a.worker_id,
                    'started_at', a.started_at, 'finished_at', a.finished_at, 'outcome', a.outcome,

@@ -44,8 +44,25 @@ export async function loadDetail() {
 }
 
 function stripLog(job) {
-  const { attempts_log: _log, ...view } = job;
+  const { attempts_log: _log, children: _children, children_count: _count, ...view } = job;
   return view;
+}
+
+function jobLink(id, text) {
+  return h("a", {
+    href: `#job=${encodeURIComponent(id)}`,
+    onclick: (e) => { e.preventDefault(); openJob(id); },
+  }, text);
+}
+
+// the jobs this one's handler submitted (ctx.submit), each a link to its detail
+function childrenList(job) {
+  const children = job.children || [];
+  if (!children.length) return "—";
+  const more = (job.children_count || 0) - children.length;
+  return h("ul", { class: "children" },
+    ...children.map((c) => h("li", {}, jobLink(c.id, `${c.kind}: ${c.target}`), " ", badge(c.state))),
+    ...(more > 0 ? [h("li", { class: "muted" }, `and ${more} more`)] : []));
 }
 
 function renderDetail() {
@@ -64,10 +81,8 @@ function renderDetail() {
     ["Lease until", timeEl(job.lease_until)],
     ["Worker", job.worker_id || "—"],
     // a child (ctx.submit) links to the job whose handler submitted it
-    ["Parent", job.parent_id ? h("a", {
-      href: `#job=${encodeURIComponent(job.parent_id)}`,
-      onclick: (e) => { e.preventDefault(); openJob(job.parent_id); },
-    }, job.parent_id) : "—"],
+    ["Parent", job.parent_id ? jobLink(job.parent_id, job.parent_id) : "—"],
+    ["Children", childrenList(job)],
     ["Created", timeEl(job.created_at)],
     ["Started", timeEl(job.started_at)],
     ["Updated", timeEl(job.updated_at)],
