@@ -101,7 +101,7 @@ QUICK = "tests/test_submit_quick.py"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
-    Edit("dedupe-index-not-unique", "sql/migrations/0008_workflows.sql",  # 0008 rebuilt it (waiting)
+    Edit("dedupe-index-not-unique", "sql/migrations/0009_requests2.sql",  # 0009 rebuilt it last (dedupe_scope)
          "create unique index jobs_unfinished_target", "create index jobs_unfinished_target",
          (Q_RACE, Q_PUBLIC), "at most one unfinished job per (kind, target), enforced by the database"),
     Edit("submit-look-sees-finished", "sql/functions/30_submit.sql",
@@ -543,7 +543,9 @@ def copy_repository(dest: Path) -> Path:
     as the package `jobfeed` with PYTHONPATH=dest."""
     root = dest / "jobfeed"
     shutil.copytree(ROOT, root, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "__pycache__", "*.egg-info", ".peers", ".pytest_cache", "node_modules"))
+        ".git", ".venv", "__pycache__", "*.egg-info", ".peers", ".pytest_cache", "node_modules",
+        # caches other runs write while this one copies (a file gone mid-copy failed the whole run)
+        ".hypothesis", ".mypy_cache", ".ruff_cache", ".schemathesis", "build", "results"))
     return root
 
 
