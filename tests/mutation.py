@@ -125,10 +125,10 @@ EDITS: list[Edit] = [
          "                                 where j.target = t.target",
          (HOLDERS, Q_BATCH), "gap: submit_many shares only a job of its own kind"),
     Edit("submit-many-look-up-ignores-kind", "sql/functions/30_submit.sql",
-         "                       coalesce(i.id, (select j.id from jobfeed.jobs j\n"
-         "                                        where j.kind = p_kind and j.target = t.target",
-         "                       coalesce(i.id, (select j.id from jobfeed.jobs j\n"
-         "                                        where j.target = t.target",
+         "                           coalesce(i.id, (select j.id from jobfeed.jobs j\n"
+         "                                            where j.kind = p_kind and j.target = t.target",
+         "                           coalesce(i.id, (select j.id from jobfeed.jobs j\n"
+         "                                            where j.target = t.target",
          (HOLDERS, Q_BATCH), "gap: submit_many's general path shares only a job of its own kind"),
     Edit("submit-many-null-id", "sql/functions/30_submit.sql",
          "        if array_position(v_ids, null) is not null then",
@@ -481,6 +481,10 @@ EDITS: list[Edit] = [
     Edit("replace-does-not-fence", "sql/functions/35_requests.sql",
          "    elsif p_policy = 'rerun' then", "    elsif p_policy in ('rerun', 'replace') then",
          (RERUN,), 'on_duplicate="replace" fences the running attempt out at once'),
+    Edit("batch-handover-lost", "sql/functions/30_submit.sql",
+         "        exit handover when cardinality(v_lost) = 0;", "        exit handover;",
+         (RERUN + "::test_a_batch_duplicate_of_a_job_finishing_meanwhile_still_runs_its_payload",),
+         "a batch duplicate of a job that finished before the hand-over is submitted again"),
     Edit("position-ignores-priority", "sql/functions/20_views.sql",
          "        select q.id, (row_number() over (order by q.priority desc, q.run_after, q.id) - 1)::int as \"position\"",
          "        select q.id, (row_number() over (order by q.run_after, q.id) - 1)::int as \"position\"",

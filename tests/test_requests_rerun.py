@@ -15,6 +15,7 @@ from jobfeed.worker.runner import Runner
 from jobfeed.worker.tasks import Context, LeaseLost, TaskSpec
 
 from queue_sql import register
+from waiting import eventually
 
 
 @pytest.fixture
@@ -242,3 +243,32 @@ async def test_rerun_and_replace_through_the_http_group_commit(dsn, queue):
             assert not await queue.complete(rerun.id, rerun.generation, {})
             (new,) = await queue.claim(["demo"], 1, "w")
             assert new.payload["steps"] in range(30, 40)
+
+
+@pytest.mark.parametrize("kind", ["again", "fresh"])
+async def test_a_batch_duplicate_of_a_job_finishing_meanwhile_still_runs_its_payload(dsn, pool, queue, kinds, kind):
+    # submit_many's look sees the job running; its completion commits while
+    # the batch waits for the job's row to hand over the payload: the job is
+    # final and did not take it, so the item is submitted again as a new job.
+    first, _ = await queue.submit(kind, "t", {"v": 1})
+    (job,) = await queue.claim([kind], 1, "w")
+    holder = await db.connect(dsn)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        assert await holder.fetchval("select cardinality(jobfeed.complete_many(array[$1::uuid], array[$2::int], "
+                                     "array[null::jsonb]))", job.id, job.generation) == 1
+        batch = asyncio.create_task(queue.submit_many(kind, [("t", {"v": 2})]))
+
+        async def blocked():
+            return await pool.fetchval("select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
+                                       "and datname = current_database()")
+        await eventually(blocked, what="the batch waiting for the job's row")
+        await tx.commit()
+        [(item, created)] = await asyncio.wait_for(batch, 10)
+    finally:
+        await holder.close()
+    assert (await queue.get_job(first))["status"] == "completed"
+    assert item != first and created
+    (again,) = await queue.claim([kind], 1, "w")
+    assert again.id == item and again.payload == {"v": 2}

@@ -99,6 +99,7 @@ CALLS = {
     "uuid_v7": "select jobfeed.uuid_v7()",
     "id_seed": "select jobfeed.id_seed()",
     "uuid_v7_in_batch": "select jobfeed.uuid_v7_in_batch('0', 'x', 1)",
+    "uuid_v7_batch": "select jobfeed.uuid_v7_batch(1)",
     "finish_attempts": "select jobfeed.finish_attempts('{}', '{}', 'x', null, null, now())",
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",

@@ -60,6 +60,17 @@ returns uuid language sql immutable parallel safe as $$
     select (p_prefix || left(md5(p_seed || p_n::text), 15))::uuid
 $$;
 
+-- p_n ids for one batch, in that layout: one uuid_v7() prefix and one strong
+-- seed for the lot.
+create or replace function jobfeed.uuid_v7_batch(p_n int)
+returns uuid[] language plpgsql volatile as $$
+declare
+    v_prefix text := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
+    v_seed text := gen_random_uuid()::text;
+begin
+    return array(select jobfeed.uuid_v7_in_batch(v_prefix, v_seed, k) from generate_series(1, p_n) k order by k);
+end $$;
+
 -- "This job changed", the payload notify_changed writes for one job.
 create or replace function jobfeed.notify_changed_one(p_id uuid, p_version bigint)
 returns void language sql as $$

@@ -155,11 +155,11 @@ declare
     v_made uuid[];
     v_held uuid[];
     v_any_held boolean;
-    v_id_prefix text;
-    v_id_seed text;
     v_dedupe text;
     v_policy text;
     v_dup record;
+    v_taken uuid[] := '{}';  -- jobs that took their duplicates' payload
+    v_lost uuid[];
 begin
     select k.max_attempts, coalesce(p_priority, k.priority), k.dedupe, k.on_duplicate
       into v_max, v_priority, v_dedupe, v_policy
@@ -222,12 +222,8 @@ begin
     end if;
 
     if v_ids is null then
-        -- Item n's job, if it is new, gets id v_made[n]: one uuid_v7() prefix and
-        -- one strong seed for the batch (see uuid_v7_in_batch).
-        v_id_prefix := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
-        v_id_seed := gen_random_uuid()::text;
-        v_made := array(select jobfeed.uuid_v7_in_batch(v_id_prefix, v_id_seed, k)
-                          from generate_series(1, cardinality(p_targets)) k order by k);
+        -- Item n's job, if it is new, gets id v_made[n].
+        v_made := jobfeed.uuid_v7_batch(cardinality(p_targets));
     end if;
 
     if not v_any_held and (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then
@@ -251,52 +247,65 @@ begin
     end if;
 
     v_pending := null;  -- first pass: every target
-    while v_ids is null loop
-        with ins as (
-            insert into jobfeed.jobs as j (id, kind, target, payload, max_attempts, run_after, created_at, updated_at,
-                                           priority, concurrency_key)
-            select v_made[t.n], p_kind, t.target,
-                   coalesce(t.payload, '{}'), v_max, coalesce(p_run_after, v_now), v_now, v_now,
-                   v_priority, p_concurrency_key
-              from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
-             where v_pending is null or t.target = any (v_pending)
-             order by t.target, t.n
-            on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing
-            returning j.id, j.target
-        )
-        select v_new_ids || coalesce(array_agg(ins.id), '{}'), v_new_targets || coalesce(array_agg(ins.target), '{}')
-          into v_new_ids, v_new_targets from ins;
-        -- Each target's job: the one we made (hash-joined), else the unfinished
-        -- one that holds it (a probe of the dedupe index, as above).
-        select array_agg(r.id order by r.n), array_agg(r.created order by r.n) into v_ids, v_created
-          from (select t.n,
-                       coalesce(i.id, (select j.id from jobfeed.jobs j
-                                        where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
-                                          and j.state not in ('completed', 'failed', 'canceled'))) as id,
-                       i.id is not null and t.n = min(t.n) over (partition by t.target) as created
-                  from unnest(p_targets) with ordinality t(target, n)
-                  left join unnest(v_new_targets, v_new_ids) as i(target, id) on i.target = t.target) r;
-        if array_position(v_ids, null) is not null then
-            -- A job holding one of our targets finished between insert and look-up: again, for those.
-            v_pending := array(select t.target from unnest(p_targets, v_ids) t(target, id) where t.id is null);
-            v_ids := null;
-        end if;
-    end loop;
+    <<handover>>
+    loop
+        while v_ids is null loop
+            with ins as (
+                insert into jobfeed.jobs as j (id, kind, target, payload, max_attempts, run_after, created_at, updated_at,
+                                               priority, concurrency_key)
+                select v_made[t.n], p_kind, t.target,
+                       coalesce(t.payload, '{}'), v_max, coalesce(p_run_after, v_now), v_now, v_now,
+                       v_priority, p_concurrency_key
+                  from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
+                 where v_pending is null or t.target = any (v_pending)
+                 order by t.target, t.n
+                on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing
+                returning j.id, j.target
+            )
+            select v_new_ids || coalesce(array_agg(ins.id), '{}'), v_new_targets || coalesce(array_agg(ins.target), '{}')
+              into v_new_ids, v_new_targets from ins;
+            -- Each target's job: the one we made (hash-joined), else the unfinished
+            -- one that holds it (a probe of the dedupe index, as above).
+            select array_agg(r.id order by r.n), array_agg(r.created order by r.n) into v_ids, v_created
+              from (select t.n,
+                           coalesce(i.id, (select j.id from jobfeed.jobs j
+                                            where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
+                                              and j.state not in ('completed', 'failed', 'canceled'))) as id,
+                           i.id is not null and t.n = min(t.n) over (partition by t.target) as created
+                      from unnest(p_targets) with ordinality t(target, n)
+                      left join unnest(v_new_targets, v_new_ids) as i(target, id) on i.target = t.target) r;
+            if array_position(v_ids, null) is not null then
+                -- A job holding one of our targets finished between insert and look-up: again, for those.
+                v_pending := array(select t.target from unnest(p_targets, v_ids) t(target, id) where t.id is null);
+                v_ids := null;
+            end if;
+        end loop;
 
-    if v_policy in ('rerun', 'replace') then
+        exit handover when coalesce(v_policy, 'join') not in ('rerun', 'replace');
         -- Each job with duplicates takes its latest item's payload (see
-        -- take_duplicate), in id order as every batch locks rows. One that
-        -- finished meanwhile is left to the caller (submit_many_requests
-        -- finds it final and submits those items again).
+        -- take_duplicate), in id order as every batch locks rows. A job that
+        -- finished between the look above and its hand-over (take_duplicate
+        -- waits for its row) did not take it: those items are submitted again,
+        -- so each payload still runs.
+        v_lost := '{}';
         for v_dup in
             select a.id, (array_agg(coalesce(p_payloads[a.n], '{}'::jsonb) order by a.n desc))[1] as payload
               from unnest(v_ids, v_created) with ordinality a(id, created, n)
+             where a.id <> all (v_taken)
              group by a.id having bool_or(not a.created)
              order by a.id
         loop
-            perform jobfeed.take_duplicate(v_dup.id, v_policy, v_dup.payload, v_now);
+            if jobfeed.take_duplicate(v_dup.id, v_policy, v_dup.payload, v_now) then
+                v_taken := v_taken || v_dup.id;
+            else
+                v_lost := v_lost || v_dup.id;
+            end if;
         end loop;
-    end if;
+        exit handover when cardinality(v_lost) = 0;
+        v_pending := array(select t.target from unnest(p_targets, v_ids) t(target, id) where t.id = any (v_lost));
+        v_ids := null;
+        v_made := coalesce(v_made, jobfeed.uuid_v7_batch(cardinality(p_targets)));  -- all were shared so far
+    end loop;
     if cardinality(v_new_ids) > 0 then
         perform jobfeed.notify_changed(v_new_ids, array_fill(1::bigint, array[cardinality(v_new_ids)]));
         perform jobfeed.notify_due(p_kind, cardinality(v_new_ids));

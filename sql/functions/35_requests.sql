@@ -262,8 +262,6 @@ declare
     v_joined_versions bigint[] := '{}';
     v_requests uuid[];
     v_views jsonb[];
-    v_prefix text;
-    v_seed text;
 begin
     if p_targets is null then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
@@ -345,10 +343,7 @@ begin
         v_pending := v_lost;
     end loop;
 
-    v_prefix := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
-    v_seed := gen_random_uuid()::text;
-    v_requests := array(select jobfeed.uuid_v7_in_batch(v_prefix, v_seed, k) from generate_series(1, v_count) k
-                         order by k);
+    v_requests := jobfeed.uuid_v7_batch(v_count);
     insert into jobfeed.requests (id, job_id, requester, notify_url, created_at)
     select v_requests[k], v_ids[k], p_requesters[k], p_notify_urls[k], v_now
       from generate_series(1, v_count) k order by k;
