@@ -36,20 +36,20 @@ FINAL = (COMPLETED, FAILED)
 WAITING = "waiting"  # the handler returned ctx.wait_for: it runs again later
 
 RUN = tallies.Histogram("jobfeed_job_run_seconds", "Handler run time of one attempt, by kind and outcome.",
-                ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)
+                        ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)
 WAIT = tallies.Histogram("jobfeed_job_wait_seconds", "Time from a job being due to a worker claiming it.",
-                 ["kind"], buckets=DURATION_BUCKETS, registry=PROCESS)
+                         ["kind"], buckets=DURATION_BUCKETS, registry=PROCESS)
 END_TO_END = tallies.Histogram("jobfeed_job_end_to_end_seconds", "Time from submission to the final outcome.",
-                       ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)
+                               ["kind", "outcome"], buckets=DURATION_BUCKETS, registry=PROCESS)
 OUTCOMES = tallies.Counter("jobfeed_job_outcomes_total", "Attempts ended, by kind, outcome and error code.",
-                   ["kind", "outcome", "code"], registry=PROCESS)
+                           ["kind", "outcome", "code"], registry=PROCESS)
 CLAIMS = tallies.Counter("jobfeed_job_claims_total", "Jobs claimed by this process.", ["kind"], registry=PROCESS)
 RETRIES = tallies.Counter("jobfeed_job_retries_total", "Attempts that failed and will be retried.", ["kind"],
-                  registry=PROCESS)
+                          registry=PROCESS)
 RELEASES = tallies.Counter("jobfeed_job_releases_total", "Jobs handed back without using an attempt.", ["kind"],
-                   registry=PROCESS)
+                           registry=PROCESS)
 LEASE_LOSSES = tallies.Counter("jobfeed_lease_losses_total", "Attempts whose lease was lost while they ran.", ["kind"],
-                       registry=PROCESS)
+                               registry=PROCESS)
 RUNNING = tallies.Gauge("jobfeed_running_jobs", "Handlers running in this process.", ["kind"], registry=PROCESS)
 SWEPT = Counter("jobfeed_sweeper_jobs_total", "Jobs the sweeper failed (lease expired, no attempts left) "
                 "or deleted (past retention).", ["action"], registry=PROCESS)
