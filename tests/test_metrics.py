@@ -84,6 +84,11 @@ async def test_up_serves_every_part_and_the_histograms_move(dsn):
                 if value(after, run, kind="demo", outcome="completed") - \
                         value(before, run, kind="demo", outcome="completed") < 2:
                     return None
+                # wait and end-to-end times are observed once the read after each claim
+                # answers, which may be after the job ended
+                if total(after, "jobfeed_job_wait_seconds_count", kind="demo") - \
+                        total(before, "jobfeed_job_wait_seconds_count", kind="demo") < 4:
+                    return None
                 # jobs by state come from the stats snapshot: a few seconds old at most
                 return after if value(after, "jobfeed_jobs", kind="demo", state="completed") == 2 else None
             after = await eventually(moved, what="the completions to be counted")
@@ -162,9 +167,12 @@ async def test_a_standalone_worker_serves_its_metrics_port(dsn, queue, demo_kind
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             async def counted():
                 found = samples((await client.get("/metrics")).text)
+                # the wait is observed once the read after the claim answers, which may
+                # be after the job ended
                 return found if value(found, "jobfeed_job_outcomes_total", kind="demo", outcome="completed",
-                                      code="") >= 1 else None
-            found = await eventually(counted, what="the worker to count its completion")
+                                      code="") >= 1 and value(found, "jobfeed_job_wait_seconds_count",
+                                                              kind="demo") >= 1 else None
+            found = await eventually(counted, what="the worker to count its completion and its wait")
         assert value(found, "jobfeed_job_claims_total", kind="demo") == 1
         assert value(found, "jobfeed_job_wait_seconds_count", kind="demo") == 1
         # the outcome is counted when the handler ends; its write to the database
