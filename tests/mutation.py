@@ -98,6 +98,7 @@ WAKE = "tests/test_flow_wake.py"
 FILES = "tests/test_files.py"
 CHILDREN = "tests/test_workflows_children.py"
 QUICK = "tests/test_submit_quick.py"
+READS = "tests/test_queue_reads.py"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
@@ -539,6 +540,13 @@ EDITS: list[Edit] = [
          "    await access.require_view(svc, request, job_id)\n", "",
          (FILES + "::test_outputs_follow_the_job_views_access_rules",),
          "outputs have the job view's access rules"),
+    Edit("claim-scans-young-table", "sql/functions/40_claim.sql",
+         "language plpgsql set enable_seqscan = off as $$", "language plpgsql as $$",
+         (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a claim finds the picked jobs by key, whatever plan a young table left"),
+    Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
+         "set enable_nestloop = off set enable_seqscan = off as $$\ndeclare",
+         "set enable_nestloop = off as $$\ndeclare",
+         (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),
 ]
 
 

@@ -10,6 +10,7 @@ import re
 
 from queue_sql import T0, register
 from jobfeed.worker import db
+from jobfeed.worker.sql import query
 
 
 async def _plans(conn, sql: str, *args, analyze: bool = False) -> str:
@@ -99,6 +100,48 @@ async def test_a_batch_completion_reads_each_job_once_whatever_plan_was_cached(p
         read = [float(rows_) * int(loops) for rows_, loops in
                 re.findall(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)", plans)]
         assert read and max(read) <= 2000, plans[:6000]
+    finally:
+        await conn.close()
+
+
+def _most_rows_one_node_read(plans: str) -> float:
+    """The most rows any one plan node handled: returned, or read and thrown away."""
+    counts = [float(rows) * int(loops) for rows, loops in
+              re.findall(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)", plans)]
+    counts += [float(n) for n in re.findall(r"Rows Removed by (?:Join )?Filter: (\d+)", plans)]
+    return max(counts)
+
+
+async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans(pool, dsn):
+    # A worker starts on a nearly empty table and PL/pgSQL keeps the plans its
+    # first claims made; before autovacuum next analyzes the table, thousands
+    # of jobs arrive and finish. Each claim, timing read and completion of one
+    # job must still find the job by its key, not read the whole table (which
+    # made every claim cost more than the one before).
+    await register(pool, "k")
+    conn = await db.connect(dsn)
+    calls = {"claim": lambda: conn.fetch(query("claim"), ["k"], 1000, "w1", None),
+             "job_timings": lambda: conn.fetch(query("job_timings"), ids),
+             "complete_many": lambda: conn.fetch(query("complete_many"), ids, [1], [None])}
+    try:
+        for i in range(10):
+            await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", f"early{i}")
+            ids = [r["id"] for r in await calls["claim"]()]
+            assert len(ids) == 1
+            await calls["job_timings"]()
+            await calls["complete_many"]()
+        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
+        await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', 'late')")
+        for name in calls:
+            rows, plans = await _plans(conn, query(name), *(
+                (["k"], 1000, "w1", None) if name == "claim" else (ids,) if name == "job_timings"
+                else (ids, [1], [None])), analyze=True)
+            if name == "claim":
+                ids = [r["id"] for r in rows]
+                assert len(ids) == 1
+            assert _most_rows_one_node_read(plans) <= 100, (name, plans[:6000])
+        assert await pool.fetchval("select state::text from jobfeed.jobs where target = 'late'") == "completed"
     finally:
         await conn.close()
 

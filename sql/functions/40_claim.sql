@@ -7,11 +7,14 @@
 -- worker renews at the pace of the lease it was actually granted.
 -- One kind per statement, in a sub-select with LIMIT and SKIP LOCKED, so no
 -- more rows are locked than are claimed and concurrent claimers never wait.
+-- Without sequential scans: PL/pgSQL keeps the plans of a worker's first
+-- claims, and on a young table (not yet analyzed) those read every row to find
+-- the picked ids, a cost growing with each job until autovacuum analyzes.
 create or replace function jobfeed.claim_kind(
     p_kind text, p_limit int, p_worker text, p_lease interval, p_now timestamptz, p_expired boolean)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
                generation int, lease_until timestamptz, checkpoint jsonb, lease interval)
-language plpgsql as $$
+language plpgsql set enable_seqscan = off as $$
 #variable_conflict use_column
 declare
     v_lease interval;
@@ -212,10 +215,11 @@ $$;
 -- How long each just-claimed job waited once due, and how old it is (seconds,
 -- by the database's clock): for the workers' wait and end-to-end histograms;
 -- and the submitter's traceparent, for the run's span. Read after a claim
--- (off its path unless tracing); a job no longer here is left out.
+-- (off its path unless tracing); a job no longer here is left out. By key
+-- always (see claim_kind).
 create or replace function jobfeed.job_timings(p_ids uuid[])
 returns table (id uuid, kind text, wait double precision, age double precision, traceparent text)
-language sql stable security definer set search_path = jobfeed, pg_temp as $$
+language sql stable security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
     select j.id, j.kind, extract(epoch from j.claimed_at - j.run_after)::float8,
            extract(epoch from now() - j.created_at)::float8, j.traceparent
       from jobfeed.jobs j

@@ -20,10 +20,11 @@
 -- join the planner picks.
 -- No nested loop (here and in complete_many): a plan kept from when the table
 -- was nearly empty joined every running job with every item, 1,000 x 1,000
--- for a batch. `j.id = any (p_ids)` finds the jobs by key (or, on a scan,
--- through a hashed list) and the pairs are matched in a hash join.
+-- for a batch. `j.id = any (p_ids)` finds the jobs by key and the pairs are
+-- matched in a hash join. No sequential scan either: such a plan read the
+-- whole table (young, not yet analyzed) for the one job of each completion.
 create or replace function jobfeed.lock_held(p_ids uuid[], p_generations int[])
-returns uuid[] language sql set enable_nestloop = off as $$
+returns uuid[] language sql set enable_nestloop = off set enable_seqscan = off as $$
     select array(
         select j.id
           from unnest(p_ids, p_generations) as t(id, generation)
@@ -114,7 +115,7 @@ $$;
 create or replace function jobfeed.complete_many(
     p_ids uuid[], p_generations int[], p_results jsonb[], p_now timestamptz default null)
 returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp
-set enable_nestloop = off as $$
+set enable_nestloop = off set enable_seqscan = off as $$
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
