@@ -547,6 +547,16 @@ EDITS: list[Edit] = [
          "set enable_nestloop = off set enable_seqscan = off as $$\ndeclare",
          "set enable_nestloop = off as $$\ndeclare",
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),
+    Edit("slot-freed-wakes-always", "worker/runner.py",
+         "        if self._full or self._deadline is not None or self.max_jobs is not None:\n            self._wake.set()",
+         "        self._wake.set()",
+         (WAKE + "::test_a_worker_with_free_slots_claims_once_per_submit_not_again_after_each_job",),
+         "a worker with free slots does not claim again after every job"),
+    Edit("slot-freed-never-wakes", "worker/runner.py",
+         "        if self._full or self._deadline is not None or self.max_jobs is not None:\n            self._wake.set()",
+         "        if self._deadline is not None or self.max_jobs is not None:\n            self._wake.set()",
+         (WAKE + "::test_a_full_worker_claims_when_a_job_ends",),
+         "a full worker claims again when a job ends, not at the next poll"),
 ]
 
 

@@ -12,8 +12,10 @@ import datetime as dt
 import asyncpg
 import pytest
 
+from jobfeed.worker.queue import Queue
 from jobfeed.worker.runner import Runner
 from jobfeed.worker.tasks import TaskSpec
+from waiting import wait_state
 
 POLL = 300.0   # the runner would claim again only after this: never within a test
 LEASE = 600.0  # nor does a lease end within it
@@ -137,3 +139,58 @@ async def test_freeing_a_slot_notifies_only_for_capped_kinds(queue, dsn):
         await conn.close()
     # one notification waking two claimers (count 2), for the capped kind only
     assert [(p.split(":")[0], p.split(":")[2]) for p in payloads] == [("2", "capped")]
+
+
+class CountingQueue(Queue):
+    """The test's queue, noting how many jobs each claim took."""
+
+    def __init__(self, pool):
+        super().__init__(pool)
+        self.taken: list[int] = []
+
+    async def claim(self, *args, **kw):
+        jobs = await super().claim(*args, **kw)
+        self.taken.append(len(jobs))
+        return jobs
+
+
+async def test_a_worker_with_free_slots_claims_once_per_submit_not_again_after_each_job(pool, dsn):
+    # A job's end (and its outcome's write) frees a slot, which matters only to
+    # a worker that slept for want of slots: one with slots free found nothing
+    # due, and claiming again then would be an empty claim per job.
+    queue = CountingQueue(pool)
+    ended: asyncio.Queue = asyncio.Queue()
+
+    async def quick(job, ctx):
+        ended.put_nowait(job.target)
+        return {}
+
+    spec = TaskSpec("quick", quick, max_attempts=3, lease=LEASE, backoff=(1.0,), jitter=0.0)
+    await queue.register_kind("quick", max_attempts=3, lease=LEASE, backoff=(1.0,), jitter=0.0)
+    r = Runner(queue, dsn, [spec], poll_interval=POLL, grace=1.0, concurrency=4)
+    task = asyncio.create_task(r.run())
+    try:
+        for i in range(6):
+            job_id = (await queue.submit("quick", f"t{i}")).id
+            assert await asyncio.wait_for(ended.get(), POLL / 10) == f"t{i}"
+            await wait_state(pool, job_id, "completed")
+            if i == 0:
+                queue.taken.clear()  # the start's claims are not this test's business
+        # one claim per submit, each taking its job: none after a job's end
+        assert queue.taken == [1] * 5
+    finally:
+        r.stop()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_a_full_worker_claims_when_a_job_ends(queue, workers):
+    # the second job's notification comes while the only slot is taken: the
+    # first job's end wakes the worker, not the poll
+    await workers.register("single")
+    r = Runner(queue, workers.dsn, [workers.spec], poll_interval=POLL, grace=1.0, concurrency=1)
+    workers.made.append((r, asyncio.create_task(r.run())))
+    await queue.submit("single", "a")
+    assert await workers.next_start() == "a"
+    await queue.submit("single", "b")
+    workers.hold.set()  # a ends
+    assert await workers.next_start() == "b"

@@ -180,7 +180,8 @@ class Runner:
         self._wake = asyncio.Event()
         self._beat = asyncio.Event()  # a job started: the heartbeat looks at its lease
         self._deadline: float | None = None
-        self._completions = Completions(queue, self._wake.set)
+        self._full = False  # the claim loop sleeps for want of free slots
+        self._completions = Completions(queue, self._slot_freed)
         self._seats = Seats(dsn, self.kinds, name="jobfeed-worker-seats")
         self._recording = 0  # handlers done, failures and releases being written
         self.signals = RunnerSignals()
@@ -299,7 +300,9 @@ class Runner:
                         timeout = min(timeout, max(due, 0.0) + 0.005)
                 except Exception:
                     pass
-            self._seats.seated(self._may_claim() > 0)
+            free = self._may_claim()
+            self._full = free == 0
+            self._seats.seated(free > 0)
             self.signals.sleeping.signal(timeout)
             await self._sleep(timeout)
 
@@ -330,6 +333,13 @@ class Runner:
             await asyncio.wait_for(self._wake.wait(), timeout)
         except asyncio.TimeoutError:
             pass
+
+    def _slot_freed(self) -> None:
+        """A job ended, or its outcome was written. Only a loop asleep for want
+        of slots has more to claim now (one that slept with slots free found
+        nothing due), and a budget run looks again whether it is done."""
+        if self._full or self._deadline is not None or self.max_jobs is not None:
+            self._wake.set()
 
     def _on_due(self, _channel: str, payload: str) -> None:
         if self._seats.wakes_me(payload):
@@ -421,7 +431,7 @@ class Runner:
             entry.ctx.close()
             self._running.pop(key, None)
             self._recording += 1
-            self._wake.set()
+            self._slot_freed()
             try:
                 what, value = outcome
                 code = value.code if isinstance(value, JobError) else ""
@@ -429,14 +439,14 @@ class Runner:
                     await self._record(job, what, value, entry.ctx.lease, entry.ctx.children)
             finally:
                 self._recording -= 1
-                self._wake.set()
+                self._slot_freed()
         except Exception:
             log.exception("job %s: recording the outcome failed; the lease will expire and it runs again", job.id)
         finally:
             entry.ctx.close()
             self._running.pop(key, None)
             metrics.RUNNING.labels(job.kind).dec()
-            self._wake.set()
+            self._slot_freed()
 
     def _observe_end(self, job: Job, outcome: tuple[str, object], seconds: float) -> str:
         what, error = outcome
