@@ -81,13 +81,9 @@ select changed, picked, last_id from jobfeed.bulk_retry($1::jobfeed.job_state, $
 select changed, picked, last_id from jobfeed.bulk_cancel($1::jobfeed.job_state, $2, $3, $4, $5, $6);
 
 -- name: claim
-with c as materialized (select * from jobfeed.claim_v2($1, $2, $3, $4) with ordinality),
-     s as (select * from jobfeed.signals_of(array(select c.id from c))),
-     w as (select * from jobfeed.children_of(array(select c.id from c)))
-select c.id, c.kind, c.target, c.payload::text, c.attempts, c.max_attempts, c.generation, c.lease_until,
-       c.checkpoint::text, extract(epoch from c.lease)::float8, s.signals::text, w.children::text
-  from c left join s on s.job_id = c.id left join w on w.job_id = c.id
- order by c.ordinality;
+select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text,
+       extract(epoch from lease)::float8, signals::text, children::text
+  from jobfeed.claim_v3($1, $2, $3, $4);
 
 -- name: job_timings
 select id, kind, wait, age, traceparent from jobfeed.job_timings($1);

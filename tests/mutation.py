@@ -99,6 +99,7 @@ FILES = "tests/test_files.py"
 CHILDREN = "tests/test_workflows_children.py"
 QUICK = "tests/test_submit_quick.py"
 READS = "tests/test_queue_reads.py"
+CLAIMS = "tests/test_queue_claims.py"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
@@ -557,6 +558,17 @@ EDITS: list[Edit] = [
          "        if self._deadline is not None or self.max_jobs is not None:\n            self._wake.set()",
          (WAKE + "::test_a_full_worker_claims_when_a_job_ends",),
          "a full worker claims again when a job ends, not at the next poll"),
+    Edit("claim-v3-skips-expired", "sql/functions/40_claim.sql",
+         "         where cardinality(p_kinds) = 1 and p_kinds[1] is not null and p_limit > 0\n           and not exists",
+         "         where cardinality(p_kinds) = 1 and p_kinds[1] is not null and p_limit > 0\n           and true or exists",
+         (CLAIMS + "::test_the_workers_claim_of_one_kind_reclaims_expired_leases_first",),
+         "the worker's claim of one kind reclaims its expired leases first"),
+    Edit("claim-v3-drops-signals", "sql/functions/40_claim.sql",
+         "         where exists (select from jobfeed.job_signals x where", "         where false and exists (select from jobfeed.job_signals x where",
+         ("tests/test_workflows_signals.py",), "a claimed job carries the signals it awaited"),
+    Edit("claim-v3-drops-children", "sql/functions/40_claim.sql",
+         "         where exists (select from jobfeed.job_deps x\n", "         where false and exists (select from jobfeed.job_deps x\n",
+         (CHILDREN,), "a claimed job carries its children's outcomes"),
 ]
 
 

@@ -1,5 +1,7 @@
 """claim_v2: free slots shared fairly among kinds, and the lease granted
-returned with each job; claim (v0.1.0's) keeps its columns."""
+returned with each job; claim (v0.1.0's) keeps its columns. The worker's claim
+(claim_v3, through Queue.claim) answers as claim_v2 does, on the clock of the
+database: one kind straight, but an expired lease of it still first."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ import datetime as dt
 from queue_sql import T0, register
 
 
-async def _backlog(pool, kind: str, n: int) -> None:
+async def _backlog(pool, kind: str, n: int, run_after: dt.datetime | None = T0) -> None:
+    """n queued jobs due at run_after (None: the database's now, for Queue.claim)."""
     await pool.execute("insert into jobfeed.jobs (kind, target, run_after) "
-                       "select $1, 't' || g, $2 from generate_series(1, $3) g", kind, T0, n)
+                       "select $1, 't' || g, coalesce($2, now()) from generate_series(1, $3) g", kind, run_after, n)
 
 
 async def _claim_v2(pool, kinds, limit):
@@ -46,3 +49,28 @@ async def test_claim_returns_the_lease_it_granted_and_claim_v1_keeps_its_columns
     old = await pool.fetch("select * from jobfeed.claim(array['k'], 5, 'w', null, $1)", T0)
     assert len(old) == 1 and list(old[0].keys()) == [
         "id", "kind", "target", "payload", "attempts", "max_attempts", "generation", "lease_until", "checkpoint"]
+
+
+async def test_the_workers_claim_shares_slots_among_kinds(pool, queue):
+    for kind in ("a", "b", "c"):
+        await register(pool, kind)
+        await _backlog(pool, kind, 100 if kind != "c" else 2, run_after=None)
+    got = sorted(j.kind for j in await queue.claim(["a", "b", "c"], 10, "w"))
+    assert got.count("c") == 2 and got.count("a") + got.count("b") == 8
+    assert abs(got.count("a") - got.count("b")) <= 1
+    assert await queue.claim(["a"], 0, "w") == []
+
+
+async def test_the_workers_claim_of_one_kind_reclaims_expired_leases_first(pool, queue):
+    await register(pool, "k", max_attempts=2)
+    await _backlog(pool, "k", 4, run_after=None)
+    lost, spent = await queue.claim(["k"], 2, "w1")
+    # both leases ended a second ago; `spent` has no attempt left
+    await pool.execute("update jobfeed.jobs set lease_until = now() - interval '1 second' where id = any ($1)",
+                       [lost.id, spent.id])
+    await pool.execute("update jobfeed.jobs set max_attempts = 1 where id = $1", spent.id)
+    jobs = {j.id: j for j in await queue.claim(["k"], 2, "w2")}
+    assert len(jobs) == 2 and jobs[lost.id].attempt == 2 and spent.id not in jobs
+    assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", spent.id) == "failed"
+    view = await queue.admin_get_job(lost.id)
+    assert [a["outcome"] for a in view["attempts_log"]] == ["lease_expired", None]  # and the one running

@@ -153,6 +153,52 @@ begin
     end loop;
 end $$;
 
+-- The worker's claim: claim_v2's jobs, each with the signals it awaited
+-- (signals_of) and its children (children_of), in one call. One kind with no
+-- expired lease (the common claim) goes straight to claim_kind, which leaves
+-- claim_v2's set-up out: sharing among kinds, the look for expired leases and
+-- the limited kinds' locks (claim_limited takes its kind's own). Every call
+-- this answer needs is a function layer more, which costs more than the claim
+-- of a job itself when each claim is a transaction of its own: so one
+-- statement with a kept generic plan, and signals_of and children_of only
+-- called when a claimed job has any.
+create or replace function jobfeed.claim_v3(
+    p_kinds text[], p_limit int, p_worker text, p_lease interval default null)
+returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
+               generation int, lease_until timestamptz, checkpoint jsonb, lease interval,
+               signals jsonb, children jsonb)
+language plpgsql security definer set search_path = jobfeed, pg_temp
+set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$
+#variable_conflict use_column
+begin
+    return query
+    with one as materialized (
+        select p_kinds[1] as kind
+         where cardinality(p_kinds) = 1 and p_kinds[1] is not null and p_limit > 0
+           and not exists (select from jobfeed.jobs e
+                            where e.kind = p_kinds[1] and e.state = 'running' and e.lease_until < now())
+    ), c as materialized (
+        select v.*, 0::bigint as n
+          from jobfeed.claim_kind(p_kinds[1], p_limit, p_worker, p_lease, now(), false) v
+         where exists (select from one)
+        union all
+        select v.*
+          from jobfeed.claim_v2(p_kinds, p_limit, p_worker, p_lease) with ordinality v
+         where not exists (select from one)
+    ), s as materialized (
+        select * from jobfeed.signals_of(array(select c.id from c))
+         where exists (select from jobfeed.job_signals x where x.job_id = any (array(select c.id from c)))
+    ), w as materialized (
+        select * from jobfeed.children_of(array(select c.id from c))
+         where exists (select from jobfeed.job_deps x
+                        where x.job_id = any (array(select c.id from c)) and x.wait_pos is not null)
+    )
+    select c.id, c.kind, c.target, c.payload, c.attempts, c.max_attempts, c.generation, c.lease_until,
+           c.checkpoint, c.lease, s.signals, w.children
+      from c left join s on s.job_id = c.id left join w on w.job_id = c.id
+     order by c.n;
+end $$;
+
 -- v0.1.0's claim: claim_v2 without the lease column.
 create or replace function jobfeed.claim(
     p_kinds text[], p_limit int, p_worker text, p_lease interval default null,

@@ -77,6 +77,7 @@ grant execute on function jobfeed.set_kind_request_policy_v2(text, text, text, i
 grant execute on function
     jobfeed.claim(text[], int, text, interval, timestamptz),
     jobfeed.claim_v2(text[], int, text, interval, timestamptz),
+    jobfeed.claim_v3(text[], int, text, interval),
     jobfeed.next_due(text[]),
     jobfeed.next_due_v2(text[], timestamptz),
     jobfeed.extend_many(uuid[], int[], interval, timestamptz),
