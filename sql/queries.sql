@@ -82,11 +82,8 @@ select changed, picked, last_id from jobfeed.bulk_cancel($1::jobfeed.job_state, 
 
 -- name: claim
 select id, kind, target, payload::text, attempts, max_attempts, generation, lease_until, checkpoint::text,
-       extract(epoch from lease)::float8, signals::text, children::text
+       extract(epoch from lease)::float8, signals::text, children::text, wait, age, traceparent
   from jobfeed.claim_v3($1, $2, $3, $4);
-
--- name: job_timings
-select id, kind, wait, age, traceparent from jobfeed.job_timings($1);
 
 -- name: set_traceparent
 select jobfeed.set_traceparent($1, $2);

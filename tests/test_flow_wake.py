@@ -148,10 +148,10 @@ class CountingQueue(Queue):
         super().__init__(pool)
         self.taken: list[int] = []
 
-    async def claim(self, *args, **kw):
-        jobs = await super().claim(*args, **kw)
+    async def claim_timed(self, *args, **kw):
+        jobs, timings = await super().claim_timed(*args, **kw)
         self.taken.append(len(jobs))
-        return jobs
+        return jobs, timings
 
 
 async def test_a_worker_with_free_slots_claims_once_per_submit_not_again_after_each_job(pool, dsn):

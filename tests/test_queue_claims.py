@@ -74,3 +74,14 @@ async def test_the_workers_claim_of_one_kind_reclaims_expired_leases_first(pool,
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", spent.id) == "failed"
     view = await queue.admin_get_job(lost.id)
     assert [a["outcome"] for a in view["attempts_log"]] == ["lease_expired", None]  # and the one running
+
+
+async def test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted_it(pool, queue):
+    await register(pool, "k")
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    job_id = await pool.fetchval(
+        "insert into jobfeed.jobs (kind, target, created_at, run_after, traceparent) "
+        "values ('k', 't', now() - interval '60 seconds', now() - interval '20 seconds', $1) returning id", parent)
+    [job], [(timed_id, kind, wait, age, traceparent)] = await queue.claim_timed(["k"], 5, "w")
+    assert job.id == timed_id == job_id and kind == "k" and traceparent == parent
+    assert 20 <= wait < 25 and 60 <= age < 65  # seconds, by the database's clock

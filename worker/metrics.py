@@ -70,41 +70,26 @@ def attempt_ended(kind: str, outcome: str, code: str, seconds: float) -> None:
 
 
 class Ages:
-    """End-to-end times without trusting the worker's clock: the database says,
-    just after a claim, how long ago each job was submitted (its age) and how
-    long it waited once due. That answer may come after a fast job has ended,
-    so whichever of the two arrives second observes."""
+    """End-to-end times without trusting the worker's clock: each claim says,
+    by the database's clock, how long ago each job was submitted (its age) and
+    how long it waited once due."""
 
     def __init__(self) -> None:
-        self._born: dict[object, float] = {}              # job id -> monotonic time of submission
-        self._ended: dict[object, tuple[str, str | None, float]] = {}  # job id -> kind, final outcome, when
+        self._born: dict[object, float] = {}  # job id -> monotonic time of submission
 
     def claimed(self, rows) -> None:
-        """rows: (id, kind, wait seconds, age seconds) read after a claim."""
+        """rows: (id, kind, wait seconds, age seconds, ...) of the jobs just claimed."""
         now = time.monotonic()
         for job_id, kind, wait, age, *_ in rows:
             if wait is not None:
                 WAIT.labels(kind).observe(max(wait, 0.0))
-            born = now - (age or 0.0)
-            ended = self._ended.pop(job_id, None)
-            if ended is None:
-                self._born[job_id] = born
-            elif ended[1] is not None:
-                END_TO_END.labels(ended[0], ended[1]).observe(max(ended[2] - born, 0.0))
-
-    def unknown(self, ids) -> None:
-        """The read after a claim failed: forget those jobs."""
-        for job_id in ids:
-            self._ended.pop(job_id, None)
+            self._born[job_id] = now - (age or 0.0)
 
     def ended(self, job_id, kind: str, outcome: str) -> None:
         """An attempt ended; only a final outcome (FINAL) is observed."""
-        final = outcome if outcome in FINAL else None
         born = self._born.pop(job_id, None)
-        if born is None:
-            self._ended[job_id] = (kind, final, time.monotonic())
-        elif final is not None:
-            END_TO_END.labels(kind, final).observe(max(time.monotonic() - born, 0.0))
+        if born is not None and outcome in FINAL:
+            END_TO_END.labels(kind, outcome).observe(max(time.monotonic() - born, 0.0))
 
 
 def render(*registries: CollectorRegistry) -> bytes:

@@ -467,16 +467,19 @@ class Queue:
     # -- worker side: every write is fenced by (id, generation); False = lease lost
     async def claim(self, kinds: Sequence[str], limit: int, worker_id: str,
                     lease: float | None = None) -> list[Job]:
+        return (await self.claim_timed(kinds, limit, worker_id, lease))[0]
+
+    async def claim_timed(self, kinds: Sequence[str], limit: int, worker_id: str, lease: float | None = None
+                          ) -> tuple[list[Job], list[tuple[uuid.UUID, str, float, float, str | None]]]:
+        """claim, and (id, kind, wait, age, traceparent) of each job claimed:
+        seconds it waited once due and since it was submitted (metrics), by the
+        database's clock, and its submitter's trace context."""
         rows = await self._fetch("claim", list(kinds), limit, worker_id, _seconds(lease))
         loads = json.loads
-        return [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
+        jobs = [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
                     r[9], None if r[10] is None else loads(r[10]), None if r[11] is None else loads(r[11]))
                 for r in rows]
-
-    async def job_timings(self, ids: Sequence[uuid.UUID]) -> list[asyncpg.Record]:
-        """(id, kind, wait, age, traceparent) of claimed jobs: seconds waited once
-        due and seconds since submitted (metrics), the submitter's trace context."""
-        return await self._fetch("job_timings", list(ids))
+        return jobs, [(r[0], r[1], r[12], r[13], r[14]) for r in rows]
 
     async def set_traceparent(self, job_id: uuid.UUID, traceparent: str) -> None:
         await self._fetch("set_traceparent", job_id, traceparent)

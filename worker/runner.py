@@ -186,7 +186,6 @@ class Runner:
         self._recording = 0  # handlers done, failures and releases being written
         self.signals = RunnerSignals()
         self._ages = metrics.Ages()
-        self._side: set[asyncio.Task] = set()  # reads for metrics, never waited for
 
     # -------------------------------------------------------------- control
     def stop(self) -> None:
@@ -243,8 +242,6 @@ class Runner:
                 await self.queue.worker_stopped(self.worker_id)
             except Exception as exc:
                 log.warning("worker %s: could not sign off (%s)", self.worker_id, exc)
-            for task in list(self._side):
-                task.cancel()
             if budget_timer:
                 budget_timer.cancel()
             if scheduler:
@@ -258,11 +255,13 @@ class Runner:
             self._wake.clear()  # before claiming: a NOTIFY arriving meanwhile wakes the wait below
             limit = self._may_claim()
             claimed: list[Job] = []
+            timings: list = []
             try:
                 if limit > 0:
                     with tracing.span("jobfeed claim", attributes={"jobfeed.limit": limit,
                                                                    "jobfeed.worker": self.worker_id}):
-                        claimed = await self.queue.claim(self._kinds_in_turn(), limit, self.worker_id)
+                        claimed, timings = await self.queue.claim_timed(self._kinds_in_turn(), limit,
+                                                                        self.worker_id)
                         tracing.annotate({"jobfeed.claimed": len(claimed)})
                 error_delay = 0.1
             except Exception as exc:  # database down or restarting: keep trying
@@ -270,14 +269,10 @@ class Runner:
                 await self._sleep(error_delay)
                 error_delay = min(error_delay * 2, 5.0)
                 continue
-            parents: dict[uuid.UUID, str] = {}
-            traced = tracing.active()
-            if claimed and traced:  # the runs' spans need their submitters' contexts first
-                parents = await self._observe_claims([j.id for j in claimed])
+            self._ages.claimed(timings)
+            parents = {t[0]: t[4] for t in timings if t[4]} if claimed and tracing.active() else {}
             for job in claimed:
                 self._start(job, parents.get(job.id))
-            if claimed and not traced:
-                self._side_task(self._observe_claims([j.id for j in claimed]))
             if self._deadline is not None or self.max_jobs is not None:
                 # A budget run ends when nothing is due (or it may claim no more) and
                 # nothing runs, nor waits to be written: a claim refused only because
@@ -305,22 +300,6 @@ class Runner:
             self._seats.seated(free > 0)
             self.signals.sleeping.signal(timeout)
             await self._sleep(timeout)
-
-    def _side_task(self, coro) -> None:
-        task = asyncio.create_task(coro)
-        self._side.add(task)
-        task.add_done_callback(self._side.discard)
-
-    async def _observe_claims(self, ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
-        """Wait and age of the claimed jobs (metrics); -> their traceparents."""
-        try:
-            rows = await self.queue.job_timings(ids)
-        except Exception as exc:
-            self._ages.unknown(ids)
-            log.debug("reading claim timings failed (%s)", exc)
-            return {}
-        self._ages.claimed(rows)
-        return {r["id"]: r["traceparent"] for r in rows if r["traceparent"]}
 
     def _kinds_in_turn(self) -> list[str]:
         """The kinds, each claim starting from the next: claim shares free slots

@@ -154,7 +154,10 @@ begin
 end $$;
 
 -- The worker's claim: claim_v2's jobs, each with the signals it awaited
--- (signals_of) and its children (children_of), in one call. One kind with no
+-- (signals_of), its children (children_of) and what job_timings reads (how
+-- long it waited once due and how old it is, by the database's clock, for the
+-- workers' histograms; the submitter's traceparent, for the run's span), in
+-- one call. One kind with no
 -- expired lease (the common claim) goes straight to claim_kind, which leaves
 -- claim_v2's set-up out: sharing among kinds, the look for expired leases and
 -- the limited kinds' locks (claim_limited takes its kind's own). Every call
@@ -166,7 +169,7 @@ create or replace function jobfeed.claim_v3(
     p_kinds text[], p_limit int, p_worker text, p_lease interval default null)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
                generation int, lease_until timestamptz, checkpoint jsonb, lease interval,
-               signals jsonb, children jsonb)
+               signals jsonb, children jsonb, wait double precision, age double precision, traceparent text)
 language plpgsql security definer set search_path = jobfeed, pg_temp
 set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$
 #variable_conflict use_column
@@ -193,9 +196,16 @@ begin
          where exists (select from jobfeed.job_deps x
                         where x.job_id = any (array(select c.id from c)) and x.wait_pos is not null)
     )
+    -- t: each row as it was before the claim (the statement's snapshot; the
+    -- claim changes none of these columns), probed by key (the LIMIT keeps the
+    -- planner from joining the whole table instead)
     select c.id, c.kind, c.target, c.payload, c.attempts, c.max_attempts, c.generation, c.lease_until,
-           c.checkpoint, c.lease, s.signals, w.children
+           c.checkpoint, c.lease, s.signals, w.children,
+           extract(epoch from now() - t.run_after)::float8, extract(epoch from now() - t.created_at)::float8,
+           t.traceparent
       from c left join s on s.job_id = c.id left join w on w.job_id = c.id
+      left join lateral (select j.run_after, j.created_at, j.traceparent from jobfeed.jobs j
+                          where j.id = c.id limit 1) t on true
      order by c.n;
 end $$;
 
