@@ -283,6 +283,8 @@ class Runner:
             if claimed and len(claimed) == limit:
                 continue  # there may be more waiting
             timeout = self.poll_interval
+            if claimed:
+                await asyncio.sleep(0)  # the handlers start before the look at what is due next
             if self._may_claim() > 0:
                 try:
                     # The last look's time came before this claim: jobs due by
