@@ -15,7 +15,15 @@ log = logging.getLogger("jobfeed.sweeper")
 
 
 class Sweeper:
-    def __init__(self, queue: Queue, *, retention: float, interval: float = 60.0, batch: int = 1000):
+    # A backlog of history is background work. Between two batches the sweeper
+    # rests REST times as long as the last one took, so deleting takes at most
+    # a third of one database core from the claims and completions; batches of
+    # BATCH keep each transaction's commit (and the claims' waits behind its
+    # WAL) short. bench/README.md has what that costs the drain and latency.
+    BATCH = 500
+    REST = 2.0
+
+    def __init__(self, queue: Queue, *, retention: float, interval: float = 60.0, batch: int = BATCH):
         self.queue = queue
         self.retention = retention
         self.interval = interval
@@ -36,10 +44,7 @@ class Sweeper:
             deleted += n
             if n < self.batch:
                 break
-            # A backlog of history is background work: between two batches,
-            # rest as long as the last one took, so deleting it takes at most
-            # half of one database core from the claims and completions.
-            await self._rest(time.perf_counter() - started)
+            await self._rest(self.REST * (time.perf_counter() - started))
         await self.queue.sample_depth()  # the dashboard's depth chart
         metrics.SWEPT.labels("expired").inc(expired)
         metrics.SWEPT.labels("deleted").inc(deleted)
