@@ -117,9 +117,9 @@ async def test_a_submit_wakes_as_many_workers_as_it_made_jobs(pool, dsn, queue):
             super().__init__(pool)
             self.n = n
 
-        async def claim(self, *args, **kw):
+        async def claim_timed(self, *args, **kw):
             claimers.add(self.n)
-            return await super().claim(*args, **kw)
+            return await super().claim_timed(*args, **kw)
 
     async def ok(job, ctx):
         return None
