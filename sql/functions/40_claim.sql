@@ -157,14 +157,13 @@ end $$;
 -- (signals_of), its children (children_of) and what job_timings reads (how
 -- long it waited once due and how old it is, by the database's clock, for the
 -- workers' histograms; the submitter's traceparent, for the run's span), in
--- one call. One kind with no
--- expired lease (the common claim) goes straight to claim_kind, which leaves
--- claim_v2's set-up out: sharing among kinds, the look for expired leases and
--- the limited kinds' locks (claim_limited takes its kind's own). Every call
--- this answer needs is a function layer more, which costs more than the claim
--- of a job itself when each claim is a transaction of its own: so one
--- statement with a kept generic plan, and signals_of and children_of only
--- called when a claimed job has any.
+-- one call. One kind with no expired lease (the common claim) goes straight
+-- to claim_kind, which leaves claim_v2's set-up out: sharing among kinds, the
+-- look for expired leases and the limited kinds' locks (claim_limited takes
+-- its kind's own). Each function layer costs more than the claim of a job
+-- itself when every claim is a transaction of its own: so one statement with
+-- a kept generic plan, and signals_of and children_of called only when a
+-- claimed job has any.
 create or replace function jobfeed.claim_v3(
     p_kinds text[], p_limit int, p_worker text, p_lease interval default null)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
@@ -270,9 +269,9 @@ $$;
 
 -- How long each just-claimed job waited once due, and how old it is (seconds,
 -- by the database's clock): for the workers' wait and end-to-end histograms;
--- and the submitter's traceparent, for the run's span. Read after a claim
--- (off its path unless tracing); a job no longer here is left out. By key
--- always (see claim_kind).
+-- and the submitter's traceparent, for the run's span. The release before's
+-- workers read it after each claim (claim_v3 answers the same with the claim);
+-- a job no longer here is left out. By key always (see claim_kind).
 create or replace function jobfeed.job_timings(p_ids uuid[])
 returns table (id uuid, kind text, wait double precision, age double precision, traceparent text)
 language sql stable security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
