@@ -125,13 +125,18 @@ async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cac
     # first claims made; before autovacuum next analyzes the table, thousands
     # of jobs arrive and finish. Each claim, timing read and completion of one
     # job must still find the job by its key, not read the whole table (which
-    # made every claim cost more than the one before).
+    # made every claim cost more than the one before): the worker's calls, and
+    # those of the release before's workers during a rolling deploy.
     await register(pool, "k")
     conn = await db.connect(dsn)
     ids: list = []
-    calls = {"claim": (query("claim"), lambda: (["k"], 1000, "w1", None)),
-             "job_timings": ("select * from jobfeed.job_timings($1)", lambda: (ids,)),  # the release before's
-             "complete_many": (query("complete_many"), lambda: (ids, [1], [None]))}
+    # the worker's claim, and the release before's (claim_v2, then job_timings)
+    release_before = "select * from jobfeed.claim_v2($1, $2, $3, $4)"
+    calls = {"claim": (query("claim"), lambda: (["k"], 1, "w1", None)),
+             "complete_many": (query("complete_many"), lambda: (ids, [1], [None])),
+             "claim_v2": (release_before, lambda: (["k"], 1, "w1", None)),
+             "job_timings": ("select * from jobfeed.job_timings($1)", lambda: (ids,)),
+             "complete_many again": (query("complete_many"), lambda: (ids, [1], [None]))}
 
     async def cycle(plans_of: bool) -> None:
         nonlocal ids
@@ -141,19 +146,24 @@ async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cac
                 assert _most_rows_one_node_read(plans) <= 100, (name, _heavy_lines(plans))
             else:
                 rows = await conn.fetch(sql, *args())
-            if name == "claim":
+            if name.startswith("claim"):
                 ids = [r["id"] for r in rows]
                 assert len(ids) == 1
 
+    async def two_jobs_later(first: str) -> None:
+        for target in (first, first + "-too"):
+            await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", target)
+
     try:
         for i in range(10):
-            await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", f"early{i}")
+            await two_jobs_later(f"early{i}")
             await cycle(plans_of=False)
         await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
                            "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
-        await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', 'late')")
+        await two_jobs_later("late")
         await cycle(plans_of=True)
-        assert await pool.fetchval("select state::text from jobfeed.jobs where target = 'late'") == "completed"
+        states = await pool.fetch("select state::text from jobfeed.jobs where target like 'late%'")
+        assert [r[0] for r in states] == ["completed", "completed"]
     finally:
         await conn.close()
 

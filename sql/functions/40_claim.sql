@@ -170,7 +170,7 @@ returns table (id uuid, kind text, target text, payload jsonb, attempts int, max
                generation int, lease_until timestamptz, checkpoint jsonb, lease interval,
                signals jsonb, children jsonb, wait double precision, age double precision, traceparent text)
 language plpgsql security definer set search_path = jobfeed, pg_temp
-set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$
+set plan_cache_mode = force_generic_plan as $$
 #variable_conflict use_column
 begin
     return query
