@@ -77,13 +77,13 @@ class Ages:
     def __init__(self) -> None:
         self._born: dict[object, float] = {}  # job id -> monotonic time of submission
 
-    def claimed(self, rows) -> None:
-        """rows: (id, kind, wait seconds, age seconds, ...) of the jobs just claimed."""
+    def claimed(self, times) -> None:
+        """times: the ClaimTimes (worker/queue.py) of the jobs just claimed."""
         now = time.monotonic()
-        for job_id, kind, wait, age, *_ in rows:
-            if wait is not None:
-                WAIT.labels(kind).observe(max(wait, 0.0))
-            self._born[job_id] = now - (age or 0.0)
+        for t in times:
+            if t.wait is not None:
+                WAIT.labels(t.kind).observe(max(t.wait, 0.0))
+            self._born[t.id] = now - (t.age or 0.0)
 
     def ended(self, job_id, kind: str, outcome: str) -> None:
         """An attempt ended; only a final outcome (FINAL) is observed."""

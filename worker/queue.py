@@ -12,6 +12,7 @@ import logging
 import random
 import time
 import uuid
+from typing import NamedTuple
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import asyncpg
@@ -103,6 +104,17 @@ class Job:
     # what its latest ctx.wait_for waited for, in that order: {id, kind, target,
     # status, result, error} each (None: it never waited)
     children: list | None = None
+
+
+class ClaimTimes(NamedTuple):
+    """What the database says of a job it just handed out, for the worker's
+    metrics and spans: seconds it waited once due and since it was submitted,
+    by the database's clock, and its submitter's trace context."""
+    id: uuid.UUID
+    kind: str
+    wait: float
+    age: float
+    traceparent: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -470,16 +482,14 @@ class Queue:
         return (await self.claim_timed(kinds, limit, worker_id, lease))[0]
 
     async def claim_timed(self, kinds: Sequence[str], limit: int, worker_id: str, lease: float | None = None
-                          ) -> tuple[list[Job], list[tuple[uuid.UUID, str, float, float, str | None]]]:
-        """claim, and (id, kind, wait, age, traceparent) of each job claimed:
-        seconds it waited once due and since it was submitted (metrics), by the
-        database's clock, and its submitter's trace context."""
+                          ) -> tuple[list[Job], list[ClaimTimes]]:
+        """claim, and the ClaimTimes of each job claimed."""
         rows = await self._fetch("claim", list(kinds), limit, worker_id, _seconds(lease))
         loads = json.loads
         jobs = [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
                     r[9], None if r[10] is None else loads(r[10]), None if r[11] is None else loads(r[11]))
                 for r in rows]
-        return jobs, [(r[0], r[1], r[12], r[13], r[14]) for r in rows]
+        return jobs, [ClaimTimes(r[0], r[1], r[12], r[13], r[14]) for r in rows]
 
     async def set_traceparent(self, job_id: uuid.UUID, traceparent: str) -> None:
         await self._fetch("set_traceparent", job_id, traceparent)

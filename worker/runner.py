@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from . import logs, metrics, redact, schedules, tracing
 from .db import Listener
-from .queue import Job, Queue, retrying
+from .queue import ClaimTimes, Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
 from .completions import Completions
 from .seats import Seats
@@ -255,7 +255,7 @@ class Runner:
             self._wake.clear()  # before claiming: a NOTIFY arriving meanwhile wakes the wait below
             limit = self._may_claim()
             claimed: list[Job] = []
-            timings: list = []
+            timings: list[ClaimTimes] = []
             try:
                 if limit > 0:
                     with tracing.span("jobfeed claim", attributes={"jobfeed.limit": limit,
@@ -270,7 +270,7 @@ class Runner:
                 error_delay = min(error_delay * 2, 5.0)
                 continue
             self._ages.claimed(timings)
-            parents = {t[0]: t[4] for t in timings if t[4]} if claimed and tracing.active() else {}
+            parents = {t.id: t.traceparent for t in timings if t.traceparent} if claimed and tracing.active() else {}
             for job in claimed:
                 self._start(job, parents.get(job.id))
             if self._deadline is not None or self.max_jobs is not None:
