@@ -187,13 +187,15 @@ begin
         select v.*
           from jobfeed.claim_v2(p_kinds, p_limit, p_worker, p_lease) with ordinality v
          where not exists (select from one)
-    ), s as materialized (
-        select * from jobfeed.signals_of(array(select c.id from c))
-         where exists (select from jobfeed.job_signals x where x.job_id = any (array(select c.id from c)))
+    ), ids as materialized (
+        select array(select c.id from c) as a
+    ), s as materialized (  -- materialized: the exists stays a one-time filter, the call is skipped
+        select * from jobfeed.signals_of((select ids.a from ids))
+         where exists (select from jobfeed.job_signals x where x.job_id = any ((select ids.a from ids)::uuid[]))
     ), w as materialized (
-        select * from jobfeed.children_of(array(select c.id from c))
+        select * from jobfeed.children_of((select ids.a from ids))
          where exists (select from jobfeed.job_deps x
-                        where x.job_id = any (array(select c.id from c)) and x.wait_pos is not null)
+                        where x.job_id = any ((select ids.a from ids)::uuid[]) and x.wait_pos is not null)
     )
     -- t: each row as it was before the claim (the statement's snapshot; the
     -- claim changes none of these columns), probed by key (the LIMIT keeps the
