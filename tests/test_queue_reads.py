@@ -35,6 +35,28 @@ async def _plans(conn, sql: str, *args, analyze: bool = False) -> str:
     return rows, "\n".join(notes)
 
 
+_NODE_ROWS = re.compile(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)")
+_THROWN_AWAY = re.compile(r"Rows Removed by (?:Join )?Filter: (\d+)")
+
+
+def _rows_of(line: str) -> list[float]:
+    """The rows a plan line's node handled: returned (times its loops), or read and thrown away."""
+    return ([float(rows) * int(loops) for rows, loops in _NODE_ROWS.findall(line)]
+            + [float(n) for n in _THROWN_AWAY.findall(line)])
+
+
+def _most_rows_one_node_read(plans: str) -> float:
+    """The most rows any one plan node handled."""
+    return max(n for line in plans.splitlines() for n in _rows_of(line))
+
+
+def _heavy_lines(plans: str) -> str:
+    """The plan lines (with the line before each) that handled more than 100 rows."""
+    lines = plans.splitlines()
+    return "\n".join(f"{lines[i - 1]}\n{line}" for i, line in enumerate(lines)
+                     if any(n > 100 for n in _rows_of(line)))
+
+
 async def test_admin_list_filters_use_the_kind_state_index(pool, dsn):
     await register(pool, "big")
     await register(pool, "small")
@@ -72,7 +94,7 @@ async def test_a_batch_of_new_targets_reads_only_its_own_targets_however_many_jo
             rows, plans = await _plans(conn, call, targets, analyze=True)
             assert len(rows) == 1000 and all(r["created"] for r in rows)
             read = [float(rows_) * int(loops) for rows_, loops in
-                    re.findall(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)", plans)]
+                    _NODE_ROWS.findall(plans)]
             assert read and max(read) <= 2000, (batch, plans[:4000])
         assert await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'big'") == 28000
     finally:
@@ -98,26 +120,10 @@ async def test_a_batch_completion_reads_each_job_once_whatever_plan_was_cached(p
         rows, plans = await _plans(conn, complete, ids, [1] * 1000, [None] * 1000, analyze=True)
         assert rows[0][0] == 1000
         read = [float(rows_) * int(loops) for rows_, loops in
-                re.findall(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)", plans)]
+                _NODE_ROWS.findall(plans)]
         assert read and max(read) <= 2000, plans[:6000]
     finally:
         await conn.close()
-
-
-def _most_rows_one_node_read(plans: str) -> float:
-    """The most rows any one plan node handled: returned, or read and thrown away."""
-    counts = [float(rows) * int(loops) for rows, loops in
-              re.findall(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)", plans)]
-    counts += [float(n) for n in re.findall(r"Rows Removed by (?:Join )?Filter: (\d+)", plans)]
-    return max(counts)
-
-
-def _heavy_lines(plans: str) -> str:
-    """The plan lines (with the line before each) that handled more than 100 rows."""
-    lines = plans.splitlines()
-    return "\n".join(f"{lines[i - 1]}\n{line}" for i, line in enumerate(lines)
-                     if any(float(n) > 100 for n in re.findall(r"rows=([\d.]+) loops|Filter: (\d+)", line)
-                            for n in n if n))
 
 
 async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans(pool, dsn):
