@@ -73,22 +73,23 @@ async def _wait_for(pool, pid: int, column: str, value: str, what: str) -> None:
 
 
 async def test_a_holder_finishing_between_insert_and_look_up_gets_a_live_job(pool, dsn, kinds):
-    """Force the interleaving: the batch's look misses the holder (not yet
-    committed); its insert then meets it (conflict) and inserts nothing; the
-    holder finishes before the batch looks up who holds the target. A trigger
-    parks the batch right after that empty insert, on an advisory lock the test
-    holds, so the holder is completed exactly there."""
+    """Force the interleaving: the batch's plain insert waits for the holder of
+    t (not yet committed) and trips the unique index when it commits; the
+    batch's look finds t held and u free, so its insert with ON CONFLICT makes
+    u only; the holder of t finishes before the batch looks up who holds t. A
+    trigger parks the batch right after that insert, on an advisory lock the
+    test holds, so the holder is completed exactly there."""
     await pool.execute("""
-        create function public.park_after_empty_insert() returns trigger language plpgsql as $$
+        create function public.park_after_insert() returns trigger language plpgsql as $$
         begin
-            if current_setting('test.park', true) = 'on' and not exists (select from inserted) then
+            if current_setting('test.park', true) = 'on' then
                 perform pg_advisory_lock(4242);
                 perform pg_advisory_unlock(4242);
             end if;
             return null;
         end $$;
-        create trigger park after insert on jobfeed.jobs referencing new table as inserted
-            for each statement execute function public.park_after_empty_insert();
+        create trigger park after insert on jobfeed.jobs
+            for each statement execute function public.park_after_insert();
     """)
     gate = await db.connect(dsn)
     holder = await db.connect(dsn)
@@ -100,16 +101,16 @@ async def test_a_holder_finishing_between_insert_and_look_up_gets_a_live_job(poo
         old = await holder.fetchval("select id from jobfeed.submit('a', 't')")
         await batcher.execute("set test.park = 'on'")
         pid = batcher.get_server_pid()
-        task = asyncio.create_task(submit_many(batcher, "a", ["t"]))
+        task = asyncio.create_task(submit_many(batcher, "a", ["t", "u"]))
         await _wait_for(pool, pid, "wait_event", "transactionid", "waited for the uncommitted holder")
         await tx.commit()
         await _wait_for(pool, pid, "wait_event", "advisory", "reached the park")
         r = (await pool.fetch("select * from jobfeed.claim(array['a'], 1, 'w')"))[0]
         assert await pool.fetchval("select jobfeed.complete($1, $2, null)", old, r["generation"]) is True
         await gate.execute("select pg_advisory_unlock(4242)")
-        [(got, created)] = await asyncio.wait_for(task, 10)
+        [(got, created), (_, made_u)] = await asyncio.wait_for(task, 10)
     finally:
         for conn in (batcher, holder, gate):
             await conn.close()
-    assert got is not None and got != old and created is True
+    assert got is not None and got != old and created is True and made_u is True
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", got) == "queued"

@@ -154,7 +154,6 @@ declare
     v_created boolean[];
     v_made uuid[];
     v_held uuid[];
-    v_any_held boolean;
     v_dedupe text;
     v_policy text;
     v_dup record;
@@ -197,40 +196,15 @@ begin
 
     v_new_ids := '{}';
     v_new_targets := '{}';
+    -- Item n's job, if it is new, gets id v_made[n].
+    v_made := jobfeed.uuid_v7_batch(cardinality(p_targets));
 
-    -- Look first, as submit does. Is any target held? An index probe per item,
-    -- as a scalar sub-select: `target = any (p_targets)` was planned (its
-    -- generic plan, or a table without statistics) as a scan of every job of
-    -- the kind, so each batch cost more than the one before.
-    v_any_held := exists (select from unnest(p_targets) t(target)
-                           where (select j.id from jobfeed.jobs j
-                                   where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
-                                     and j.state not in ('completed', 'failed', 'canceled')) is not null);
-    if v_any_held then
-        -- Who holds each: an index probe per item, as a scalar sub-select (a join
-        -- may be planned, with stale statistics, as a scan of every unfinished
-        -- job per item). All held (a re-sent batch, a burst of duplicates): share.
-        v_held := array(select (select j.id from jobfeed.jobs j
-                                 where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
-                                   and j.state not in ('completed', 'failed', 'canceled'))
-                          from unnest(p_targets) with ordinality t(target, n)
-                         order by t.n);
-        if array_position(v_held, null) is null then
-            v_ids := v_held;
-            v_created := array_fill(false, array[cardinality(p_targets)]);
-        end if;
-    end if;
-
-    if v_ids is null then
-        -- Item n's job, if it is new, gets id v_made[n].
-        v_made := jobfeed.uuid_v7_batch(cardinality(p_targets));
-    end if;
-
-    if not v_any_held and (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then
-        -- None held, none repeated (new work): a plain INSERT, sparing ON
-        -- CONFLICT's speculative insertion (a quarter of the insert's cost). A
-        -- concurrent submitter taking one of the targets meanwhile trips the
-        -- unique index; the general path below then takes over.
+    if (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then
+        -- No target repeated: try new work first, a plain INSERT, sparing ON
+        -- CONFLICT's speculative insertion (a quarter of the insert's cost) and
+        -- a look per item beforehand. Any target held, or taken meanwhile by
+        -- a concurrent submitter, trips the unique index; the paths below
+        -- then take over.
         begin
             insert into jobfeed.jobs (id, kind, target, payload, max_attempts, run_after, created_at, updated_at,
                                       priority, concurrency_key)
@@ -244,6 +218,22 @@ begin
         exception when unique_violation then
             null;
         end;
+    end if;
+
+    if v_ids is null then
+        -- Who holds each target: an index probe per item, as a scalar
+        -- sub-select (`target = any (p_targets)`, or a join, was planned with
+        -- stale statistics or as a generic plan as a scan of every job of the
+        -- kind). All held (a re-sent batch, a burst of duplicates): share.
+        v_held := array(select (select j.id from jobfeed.jobs j
+                                 where j.kind = p_kind and j.target = t.target and j.dedupe_scope = ''
+                                   and j.state not in ('completed', 'failed', 'canceled'))
+                          from unnest(p_targets) with ordinality t(target, n)
+                         order by t.n);
+        if array_position(v_held, null) is null then
+            v_ids := v_held;
+            v_created := array_fill(false, array[cardinality(p_targets)]);
+        end if;
     end if;
 
     v_pending := null;  -- first pass: every target
@@ -304,7 +294,6 @@ begin
         exit handover when cardinality(v_lost) = 0;
         v_pending := array(select t.target from unnest(p_targets, v_ids) t(target, id) where t.id = any (v_lost));
         v_ids := null;
-        v_made := coalesce(v_made, jobfeed.uuid_v7_batch(cardinality(p_targets)));  -- all were shared so far
     end loop;
     if cardinality(v_new_ids) > 0 then
         perform jobfeed.notify_changed(v_new_ids, array_fill(1::bigint, array[cardinality(v_new_ids)]));
