@@ -97,6 +97,8 @@ PERIODIC = "tests/test_periodic.py"
 WAKE = "tests/test_flow_wake.py"
 FILES = "tests/test_files.py"
 CHILDREN = "tests/test_workflows_children.py"
+DEPS = "tests/test_workflows_deps.py"
+MIGRATIONS = "tests/test_migrations.py::test_the_upgrade_marks_the_jobs_already_waited_for"
 QUICK = "tests/test_submit_quick.py"
 READS = "tests/test_queue_reads.py"
 CLAIMS = "tests/test_queue_claims.py"
@@ -362,8 +364,25 @@ EDITS: list[Edit] = [
          "v_open := v_share.done < v_share.total", "v_open := v_share.total > 0",
          (CHILDREN,), "a parent waiting for jobs becomes due once all of them are final"),
     Edit("wait-for-no-share-lock", "sql/functions/46_children.sql",
-         "    perform from jobfeed.jobs j where j.id = any (v_wait) order by j.id for share;\n", "",
+         "    perform jobfeed.hold_dependencies(v_wait);\n", "",
          (CHILDREN,), "the last child finishing while its parent's wait_for commits never strands the parent"),
+    Edit("settle-trigger-for-every-job", "sql/migrations/0013_dependents.sql",
+         "    when (new.has_dependents and new.state in", "    when (new.state in",
+         (DEPS,), "completing a job nothing waits for never calls the settling trigger (the drain's hot path)"),
+    Edit("submit-waiting-no-hold", "sql/functions/45_workflows.sql",
+         "    v_found := jobfeed.hold_dependencies(v_after);",
+         "    v_found := array(select j.id from jobfeed.jobs j where j.id = any (v_after) order by j.id);",
+         (DEPS,), "a dependency finishing while its dependent is submitted never strands the dependent"),
+    Edit("hold-dependencies-shares-only", "sql/functions/45_workflows.sql",
+         "            update jobfeed.jobs j set has_dependents = true where j.id = v_job.id and not j.has_dependents;",
+         "            perform from jobfeed.jobs j where j.id = v_job.id for share;",
+         (DEPS,), "submitters naming the same new dependencies at once never deadlock (marked in id order)"),
+    Edit("dependencies-never-marked", "sql/migrations/0013_dependents.sql",
+         "    update jobfeed.jobs j set has_dependents = true where j.id = new.dep_id and not j.has_dependents;\n",
+         "", (MIGRATIONS,), "any writer of job_deps leaves the job it names marked, so its end settles the waiter"),
+    Edit("upgrade-marks-nothing", "sql/migrations/0013_dependents.sql",
+         " where j.id in (select d.dep_id from jobfeed.job_deps d) and not j.has_dependents;",
+         " where false;", (MIGRATIONS,), "jobs waited for before the upgrade still settle their waiters"),
     Edit("timeout-not-transient", "worker/runner.py",
          'raise Transient("timeout", ', 'raise Permanent("timeout", ',
          (CHILDREN,), "a run past its timeout is a transient failure (code timeout), retried"),

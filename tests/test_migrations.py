@@ -322,6 +322,40 @@ async def test_upgrade_from_v0_1_0_equals_a_fresh_install(empty_db, pg_admin_url
         pytest.fail("the upgraded schema differs from a fresh install:\n" + diff[:6000], pytrace=False)
 
 
+async def test_the_upgrade_marks_the_jobs_already_waited_for(empty_db):
+    """A job_deps row written before 0013 (which only settles the dependents
+    of jobs marked has_dependents) still has its waiter settled: the upgrade
+    marks the jobs they name, and so does job_deps' trigger for any later
+    writer that does not mark them itself."""
+    conn = await db.connect(empty_db)
+    try:
+        await conn.execute((sql.SQL_DIR / "bootstrap.sql").read_text())
+        for number, name, text in sql.migrations():
+            if number < 13:
+                async with conn.transaction():
+                    await conn.execute(text)
+                    await conn.execute("insert into jobfeed.schema_migrations (version, name) values ($1, $2)",
+                                       number, name)
+        dep, other, late = [await conn.fetchval("insert into jobfeed.jobs (kind, target) values ('k', $1) "
+                                                "returning id", t) for t in ("dep", "other", "late")]
+        waiter = await conn.fetchval("insert into jobfeed.jobs (kind, target, state) values ('k', 'w', 'waiting') "
+                                     "returning id")
+        await conn.execute("insert into jobfeed.job_deps (job_id, dep_id) values ($1, $2)", waiter, dep)
+        assert await migrate.migrate(conn) == ["0013_dependents.sql", "functions"]
+        marked = "select id from jobfeed.jobs where has_dependents order by id"
+        assert [r["id"] for r in await conn.fetch(marked)] == [dep]
+        await conn.execute("insert into jobfeed.job_deps (job_id, dep_id) values ($1, $2)", waiter, late)
+        assert [r["id"] for r in await conn.fetch(marked)] == sorted([dep, late])
+        await conn.execute("delete from jobfeed.job_deps where dep_id = $1", late)
+        await conn.execute("select jobfeed.register_kind('k')")
+        for _ in (dep, other, late):
+            job = await conn.fetchrow("select id, generation from jobfeed.claim_v3(array['k'], 1, 'w')")
+            assert await conn.fetchval("select jobfeed.complete($1, $2, null)", job["id"], job["generation"])
+        assert await conn.fetchval("select state::text from jobfeed.jobs where id = $1", waiter) == "queued"
+    finally:
+        await conn.close()
+
+
 async def test_concurrent_migrations_from_v0_1_0(empty_db):
     await install_v0_1_0(empty_db)
     conns = await asyncio.gather(*(db.connect(empty_db) for _ in range(6)))

@@ -111,6 +111,8 @@ CALLS = {
     "lock_held": "select jobfeed.lock_held('{}', '{}')",
     "settle_waiting": "select jobfeed.settle_waiting(gen_random_uuid(), now())",
     "settle_dependents": "select jobfeed.settle_dependents()",
+    "hold_dependencies": "select jobfeed.hold_dependencies('{}')",
+    "mark_dependency": "select jobfeed.mark_dependency()",  # a trigger's: callable by nobody
     "spawn_children": "select jobfeed.spawn_children(gen_random_uuid(), '[]', now())",
     "fail_signal_timeouts": "select jobfeed.fail_signal_timeouts(now())",
     "notify_due": "select jobfeed.notify_due('k', 1)",

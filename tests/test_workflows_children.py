@@ -197,11 +197,16 @@ async def blocked_or_done(pool, pid: int, task: asyncio.Task) -> None:
     raise AssertionError("neither done nor waiting on a lock")
 
 
+@pytest.mark.parametrize("marked", [False, True], ids=["new", "waited-for-already"])
 @pytest.mark.parametrize("first", ["child", "parent"])
-async def test_race_the_last_child_finishing_while_the_parent_waits(dsn, pool, queue, k, first):
+async def test_race_the_last_child_finishing_while_the_parent_waits(dsn, pool, queue, k, first, marked):
     """Both interleavings forced: one side's transaction is open while the
-    other runs. Either way the parent must end up due, never stranded."""
+    other runs. Either way the parent must end up due, never stranded. Also
+    for a child another job waits for already (marked has_dependents: only
+    the parent's own hold keeps it from ending unseen)."""
     c_job, _ = await queue.submit("k", "c")
+    if marked:
+        await queue.submit("k", "other", after=[c_job])
     p, _ = await queue.submit("k", "parent")
     jobs = {j.id: j for j in await queue.claim(["k"], 2, "w")}
     c1, c2 = await db.connect(dsn), await db.connect(dsn)

@@ -129,12 +129,16 @@ async def blocked_or_done(pool, pid: int, task: asyncio.Task) -> None:
 SUBMIT_AFTER = "select id from jobfeed.submit_waiting('k', $1, '{}', $2::uuid[], '{}')"
 
 
+@pytest.mark.parametrize("marked", [False, True], ids=["new", "waited-for-already"])
 @pytest.mark.parametrize("first", ["completion", "submission"])
-async def test_race_each_side_commits_while_the_other_is_under_way(dsn, pool, queue, k, first):
+async def test_race_each_side_commits_while_the_other_is_under_way(dsn, pool, queue, k, first, marked):
     """The two interleavings made to happen: one side's transaction is open
     while the other runs. Without the submitter's lock on its dependencies,
-    either leaves the job waiting on a completed one for ever."""
+    either leaves the job waiting on a completed one for ever. Also for a
+    dependency another job waits for already (marked has_dependents)."""
     a, _ = await queue.submit("k", "a")
+    if marked:
+        await queue.submit("k", "other", after=[a])
     (claimed,) = await queue.claim(["k"], 1, "w")
     c1, c2 = await db.connect(dsn), await db.connect(dsn)
     try:
@@ -177,6 +181,46 @@ async def test_race_two_dependencies_finishing_at_once(dsn, pool, k):
     finally:
         await c1.close()
         await c2.close()
+
+
+async def test_only_a_job_something_waits_for_calls_the_settling_trigger(pool, queue, k):
+    """Completing a job nobody waits for must not call settle_dependents (the
+    drain's hot path); completing one that is waited for must, and settle."""
+    plain, _ = await queue.submit("k", "plain")
+    dep, _ = await queue.submit("k", "dep")
+    waiter, _ = await queue.submit("k", "waiter", after=[dep])
+    marks = dict(await pool.fetch("select id, has_dependents from jobfeed.jobs"))
+    assert marks == {plain: False, dep: True, waiter: False}
+    async with pool.acquire() as conn:
+        calls = "select coalesce(pg_stat_get_xact_function_calls('jobfeed.settle_dependents'::regproc), 0)"
+        async with conn.transaction():
+            await conn.execute("set local track_functions = 'pl'")
+            await run(Queue(conn), plain)
+            assert await conn.fetchval(calls) == 0
+            await run(Queue(conn), dep)
+            assert await conn.fetchval(calls) == 1
+    assert await state(pool, waiter) == "queued"
+
+
+async def test_race_many_submitters_naming_the_same_new_dependencies(dsn, pool, queue, k):
+    """Twelve submitters at once, each naming the same three jobs nobody waited
+    for yet, in its own order: each marks and holds them in id order, so none
+    deadlocks, and every one of them is settled when the three complete."""
+    deps = [(await queue.submit("k", f"dep{i}"))[0] for i in range(3)]
+    conns = [await db.connect(dsn) for _ in range(12)]
+    try:
+        orders = [deps[i % 3:] + deps[:i % 3] for i in range(12)]
+        waiters = await asyncio.gather(*(c.fetchval(SUBMIT_AFTER, f"w{i}", orders[i][::1 - 2 * (i % 2)])
+                                         for i, c in enumerate(conns)))
+    finally:
+        for c in conns:
+            await c.close()
+    assert {await state(pool, w) for w in waiters} == {"waiting"}
+    for _ in deps:
+        (claimed,) = await queue.claim(["k"], 1, "w")
+        assert claimed.id in deps
+        assert await queue.complete(claimed.id, claimed.generation, None)
+    assert {await state(pool, w) for w in waiters} == {"queued"}
 
 
 async def test_http_after(dsn, queue, pool, k):

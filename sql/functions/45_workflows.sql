@@ -6,7 +6,8 @@
 -- reads the dependencies' states, in a later statement (a fresh snapshot under
 -- READ COMMITTED). Two dependencies finishing at once thus settle it one after
 -- the other, and the second sees the first; a submitter holds its
--- dependencies FOR SHARE, so none finishes unseen between its look and commit.
+-- dependencies (hold_dependencies), so none finishes unseen between its look
+-- and commit.
 
 -- Settle one waiting job: failed (dependency_failed, naming the first failed
 -- or canceled dependency), queued and due (all completed, every awaited signal
@@ -70,8 +71,36 @@ begin
     end if;
 end $$;
 
+-- Hold the jobs p_ids (those that exist, answered in id order) until commit,
+-- so that none reaches a final state unseen between the caller's look at it
+-- and its job_deps rows becoming visible: FOR SHARE, or for a job not yet
+-- marked has_dependents the UPDATE that marks it (the trigger on job_deps
+-- would mark it too, but there upgrading two submitters' share locks on the
+-- same job would deadlock). One row at a time, in id order, as every writer
+-- locks jobs.
+create or replace function jobfeed.hold_dependencies(p_ids uuid[])
+returns uuid[] language plpgsql as $$
+declare
+    v_job record;
+    v_held uuid[] := '{}';
+begin
+    for v_job in select j.id, j.has_dependents from jobfeed.jobs j where j.id = any (p_ids) order by j.id loop
+        if not v_job.has_dependents then
+            update jobfeed.jobs j set has_dependents = true where j.id = v_job.id and not j.has_dependents;
+        end if;
+        if v_job.has_dependents or not found then  -- marked already, or meanwhile by another
+            perform from jobfeed.jobs j where j.id = v_job.id for share;
+        end if;
+        if found then  -- not deleted meanwhile
+            v_held := v_held || v_job.id;
+        end if;
+    end loop;
+    return v_held;
+end $$;
+
 -- Trigger: a job reached a final state; settle the jobs waiting for it, in id
--- order (a dependent failing here settles its own dependents in turn).
+-- order (a dependent failing here settles its own dependents in turn). Only
+-- jobs marked has_dependents fire it (0013_dependents.sql).
 create or replace function jobfeed.settle_dependents()
 returns trigger language plpgsql as $$
 declare
@@ -119,8 +148,8 @@ begin
     if p_signal_timeout is not null and (cardinality(v_signals) = 0 or p_signal_timeout <= interval '0') then
         perform jobfeed.raise_error('JF422', 'invalid_request', 'signal_timeout needs await_signals and a positive duration');
     end if;
-    -- Hold the dependencies (in id order) so none changes state before we commit.
-    v_found := array(select j.id from jobfeed.jobs j where j.id = any (v_after) order by j.id for share);
+    -- Hold the dependencies so none changes state before we commit.
+    v_found := jobfeed.hold_dependencies(v_after);
     if cardinality(v_found) < cardinality(v_after) then
         perform jobfeed.raise_error('JF422', 'unknown_dependency', format('no such job: %s',
             (select string_agg(a::text, ', ') from unnest(v_after) a where a <> all (v_found))));

@@ -118,8 +118,8 @@ end $$;
 -- names no job (or the job itself) fails it with unknown_dependency. Fenced:
 -- false when the lease is lost, and nothing is written.
 --
--- Races: as submit_waiting, it holds the jobs it waits for (FOR SHARE, id
--- order) before settling, so one finishing now either is seen final here or
+-- Races: as submit_waiting, it holds the jobs it waits for (hold_dependencies)
+-- before settling, so one finishing now either is seen final here or
 -- finds the job_deps rows once we commit and settles the job itself.
 create or replace function jobfeed.wait_for(
     p_id uuid, p_generation int, p_children jsonb, p_wait uuid[], p_now timestamptz default null)
@@ -150,7 +150,7 @@ begin
     v_alias := jobfeed.spawn_children(p_id, p_children, v_now);
     v_wait := array(select coalesce((v_alias ->> w::text)::uuid, w)
                       from unnest(coalesce(p_wait, '{}')) with ordinality u(w, n) order by n);
-    perform from jobfeed.jobs j where j.id = any (v_wait) order by j.id for share;
+    perform jobfeed.hold_dependencies(v_wait);
     delete from jobfeed.job_deps d where d.job_id = p_id and d.wait_pos is not null;
     insert into jobfeed.job_deps (job_id, dep_id, wait_pos)
     select p_id, w, min(n) from unnest(v_wait) with ordinality u(w, n) group by w
