@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobfeed.worker import db, migrate, tasks
+from jobfeed.worker.startup import settle_gc
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.settings import Settings
 
@@ -105,6 +106,8 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
             svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
                             health_interval=settings.listener_health, ping=settings.sse_ping)
             await svc.feed.start()
+            if host_pool is None:  # serving alone: the process is ours to tune
+                settle_gc()
             try:
                 yield
             finally:

@@ -162,6 +162,12 @@ async def run(queue, dsn):
         await asyncio.wait_for(task, 10)
 
 
+def path_with_tests() -> str:
+    """PYTHONPATH for a subprocess that imports a module of tests/, keeping what
+    the tests run with (tests/mutation.py points it at a mutated copy)."""
+    return os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+
+
 def worker_env(dsn: str, **extra: str) -> dict[str, str]:
     """Environment for a jobfeed subprocess on the test database, with short intervals."""
     env = dict(os.environ)

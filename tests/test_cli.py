@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import JOBFEED, worker_env
+from conftest import JOBFEED, path_with_tests, worker_env
+from jobfeed.worker.startup import GC_YOUNG
 from servers import ADMIN_TOKEN, Process
 
 
@@ -56,7 +57,7 @@ async def test_bad_input_is_refused_and_changes_nothing(dsn, pool, args, message
 
 async def test_a_validator_raising_type_error_is_a_clear_refusal(dsn, pool):
     out = jobfeed(dsn, "submit", "typed", "t", "--payload", '{"n": "many"}',
-                  JOBFEED_TASKS="jobfeed.demo,cli_tasks", PYTHONPATH=str(Path(__file__).parent))
+                  JOBFEED_TASKS="jobfeed.demo,cli_tasks", PYTHONPATH=path_with_tests())
     assert out.returncode == 2
     assert "invalid_payload" in out.stderr and "Traceback" not in out.stderr
     assert await job_count(pool) == 0
@@ -145,6 +146,23 @@ async def test_api_serves_on_the_given_port(dsn):
             assert (await client.get("/readyz")).status_code == 200
     finally:
         await proc.stop(timeout=15)
+
+
+async def test_the_api_process_settles_its_collector_once_serving(dsn):
+    """`jobfeed api` freezes what it has built and collects the youngest
+    generation every GC_YOUNG allocations (gc_tasks' kind refuses every payload,
+    saying how the collector is set)."""
+    env = worker_env(dsn, JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN, JOBFEED_TASKS="jobfeed.demo,gc_tasks",
+                     PYTHONPATH=path_with_tests())
+    proc = await Process(JOBFEED + ["api", "--port", "0"], env).start(ready=r"Uvicorn running on (http://\S+)")
+    try:
+        async with httpx.AsyncClient(base_url=proc.match.group(1), timeout=10) as client:
+            answer = await client.post("/api/jobs", json={"kind": "gcreport", "target": "t"})
+    finally:
+        await proc.stop(timeout=15)
+    found = re.search(r"gc young=(\d+) frozen=(\d+)", answer.text)
+    assert answer.status_code == 422 and found, answer.text
+    assert int(found.group(1)) == GC_YOUNG and int(found.group(2)) > 0
 
 
 def test_up_on_a_taken_port_says_so(dsn):

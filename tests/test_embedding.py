@@ -5,6 +5,7 @@ entering jobfeed's, every URL under the mount's prefix, and the example host app
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import re
 import socket
@@ -20,6 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.responses import PlainTextResponse
 
 import jobfeed.api
+from jobfeed.worker.startup import GC_YOUNG
 from conftest import JOBFEED, worker_env
 from waiting import eventually
 from servers import ADMIN_TOKEN, ROOT, Process, ThreadServer, api_env, make_settings, read_events
@@ -242,3 +244,19 @@ async def test_the_example_host_app_in_a_browser(example, browser):
     # the dashboard asks whether it is signed in once before: 401 is its answer
     assert [b for b in bad if not b.startswith("401 ") or "/jobs/api/admin/stats" not in b] == [], bad
     assert not outside, f"requests outside the mount: {outside}"
+
+
+async def test_an_app_on_a_host_pool_leaves_the_hosts_collector_alone(dsn, pool):
+    """Only an app serving alone (its own pool) tunes the process's garbage
+    collector; the host's settings are the host's."""
+    before = gc.get_threshold()
+    gc.set_threshold(700, *before[1:])
+    try:
+        hosted = jobfeed.api.create_app(make_settings(dsn), pool=pool)
+        async with jobfeed.api.lifespan(hosted):
+            assert gc.get_threshold()[0] == 700
+        alone = jobfeed.api.create_app(make_settings(dsn))
+        async with jobfeed.api.lifespan(alone):
+            assert gc.get_threshold()[0] == GC_YOUNG
+    finally:
+        gc.set_threshold(*before)

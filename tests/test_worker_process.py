@@ -3,13 +3,15 @@ killed with SIGKILL mid-job, a graceful stop, and budget mode."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import JOBFEED, worker_env
+from conftest import JOBFEED, path_with_tests, worker_env
+from jobfeed.worker.startup import GC_YOUNG
 from waiting import eventually, wait_state
 
 
@@ -176,6 +178,17 @@ async def test_budget_mode_exits_when_nothing_is_due(dsn):
     proc = start_worker(dsn, "--budget", "30s", "--reserve", "1s")
     out = run_to_exit(proc, 10)
     assert proc.returncode == 0, out
+
+
+async def test_a_worker_process_settles_its_collector_once_started(dsn):
+    """The worker freezes what it has built and collects the youngest
+    generation every GC_YOUNG allocations (gc_tasks reports as it exits)."""
+    proc = start_worker(dsn, "--budget", "30s", "--reserve", "1s", JOBFEED_TASKS="jobfeed.demo,gc_tasks",
+                        PYTHONPATH=path_with_tests())
+    out = run_to_exit(proc, 30)
+    found = re.search(r"gc young=(\d+) frozen=(\d+)", out)
+    assert found, out
+    assert int(found.group(1)) == GC_YOUNG and int(found.group(2)) > 0
 
 
 async def test_budget_end_releases_what_is_still_running(dsn, queue, pool):

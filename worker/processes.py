@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
-from .startup import admin_token, make_runner, make_sweeper, on_signals, prepare, run
+from .startup import admin_token, make_runner, make_sweeper, on_signals, prepare, run, settle_gc
 
 
 @contextlib.asynccontextmanager
@@ -56,6 +56,7 @@ async def run_until_stopped(settings: Settings, part) -> None:
     """part.run(), with /metrics on JOBFEED_METRICS_PORT; a signal stops both."""
     async with metrics_port(settings) as stop_metrics:
         on_signals(part.stop, stop_metrics)
+        settle_gc()
         await part.run()
 
 
