@@ -247,23 +247,26 @@ async def test_rerun_and_replace_through_the_http_group_commit(dsn, queue):
 
 @pytest.mark.parametrize("kind", ["again", "fresh"])
 async def test_a_batch_duplicate_of_a_job_finishing_meanwhile_still_runs_its_payload(dsn, pool, queue, kinds, kind):
-    # submit_many's look sees the job running; its completion commits while
-    # the batch waits for the job's row to hand over the payload: the job is
-    # final and did not take it, so the item is submitted again as a new job.
+    # submit_many's INSERT trips the dedupe index (the job is running) and its
+    # look finds the job; the job's row is held (locked, not yet changed), so
+    # the batch waits for it to hand over the payload, and the job completes
+    # meanwhile: it is final and did not take it, so the item is submitted
+    # again as a new job.
     first, _ = await queue.submit(kind, "t", {"v": 1})
     (job,) = await queue.claim([kind], 1, "w")
     holder = await db.connect(dsn)
     try:
         tx = holder.transaction()
         await tx.start()
-        assert await holder.fetchval("select cardinality(jobfeed.complete_many(array[$1::uuid], array[$2::int], "
-                                     "array[null::jsonb]))", job.id, job.generation) == 1
+        await holder.execute("select from jobfeed.jobs where id = $1 for update", job.id)
         batch = asyncio.create_task(queue.submit_many(kind, [("t", {"v": 2})]))
 
         async def blocked():
             return await pool.fetchval("select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
                                        "and datname = current_database()")
         await eventually(blocked, what="the batch waiting for the job's row")
+        assert await holder.fetchval("select cardinality(jobfeed.complete_many(array[$1::uuid], array[$2::int], "
+                                     "array[null::jsonb]))", job.id, job.generation) == 1
         await tx.commit()
         [(item, created)] = await asyncio.wait_for(batch, 10)
     finally:

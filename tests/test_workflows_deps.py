@@ -14,6 +14,7 @@ from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
 from queue_sql import public
 from servers import ADMIN_TOKEN, asgi_client, make_settings
+from waiting import eventually
 
 
 async def state(pool, job_id) -> str:
@@ -221,6 +222,48 @@ async def test_race_many_submitters_naming_the_same_new_dependencies(dsn, pool, 
         assert claimed.id in deps
         assert await queue.complete(claimed.id, claimed.generation, None)
     assert {await state(pool, w) for w in waiters} == {"queued"}
+
+
+async def test_race_two_submitters_inside_their_submissions_name_the_same_new_job(dsn, pool, queue, k):
+    """Forced: two submitters are inside their submissions at once, naming a
+    job nobody waited for yet. A trigger parks each right before it writes its
+    job_deps row, on an advisory lock the test holds. Had both only share-locked
+    the job, marking it from job_deps' trigger would deadlock them; the first
+    marks it under its own lock, so the second waits for the first instead."""
+    dep, _ = await queue.submit("k", "dep")
+    await pool.execute("""
+        create function public.park_before_deps() returns trigger language plpgsql as $$
+        begin
+            if current_setting('test.park', true) = 'on' then
+                perform pg_advisory_lock(4243);
+                perform pg_advisory_unlock(4243);
+            end if;
+            return new;
+        end $$;
+        create trigger park before insert on jobfeed.job_deps
+            for each row execute function public.park_before_deps();
+    """)
+    gate = await db.connect(dsn)
+    submitters = [await db.connect(dsn) for _ in range(2)]
+    try:
+        await gate.execute("select pg_advisory_lock(4243)")
+        for conn in submitters:
+            await conn.execute("set test.park = 'on'")
+        runs = [asyncio.create_task(c.fetchval(SUBMIT_AFTER, f"w{i}", [dep])) for i, c in enumerate(submitters)]
+        pids = [c.get_server_pid() for c in submitters]
+
+        async def both_waiting():
+            return await pool.fetchval("select count(*) = 2 from pg_stat_activity "
+                                       "where pid = any($1) and wait_event_type = 'Lock'", pids)
+        await eventually(both_waiting, what="both submitters waiting (at the park or for the first's mark)")
+        await gate.execute("select pg_advisory_unlock(4243)")
+        waiters = await asyncio.wait_for(asyncio.gather(*runs), 15)
+    finally:
+        for conn in (*submitters, gate):
+            await conn.close()
+    assert [await state(pool, w) for w in waiters] == ["waiting", "waiting"]
+    await run(queue, dep)
+    assert [await state(pool, w) for w in waiters] == ["queued", "queued"]
 
 
 async def test_http_after(dsn, queue, pool, k):
