@@ -53,6 +53,24 @@ async def fail_transient(pool, r, code="boom", now=T0, retry_after=None):
                                r["id"], r["generation"], code, retry_after, now)
 
 
+async def park_at(pool, trigger: str, lock: int) -> None:
+    """A trigger (`trigger`: the rest of its CREATE TRIGGER, name to level) that,
+    in a session with test.park = 'on', waits on advisory lock `lock` (which the
+    test holds) before the statement goes on: the test parks a session exactly
+    there, does what must happen meanwhile, then unlocks."""
+    await pool.execute(f"""
+        create or replace function public.park_{lock}() returns trigger language plpgsql as $$
+        begin
+            if current_setting('test.park', true) = 'on' then
+                perform pg_advisory_lock({lock});
+                perform pg_advisory_unlock({lock});
+            end if;
+            return new;
+        end $$;
+        create trigger {trigger} execute function public.park_{lock}();
+    """)
+
+
 class Listen:
     """A dedicated connection collecting notifications (a pooled one would UNLISTEN)."""
 

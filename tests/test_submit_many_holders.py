@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from queue_sql import register
+from queue_sql import park_at, register
 from jobfeed.worker import db
 
 
@@ -79,18 +79,7 @@ async def test_a_holder_finishing_between_insert_and_look_up_gets_a_live_job(poo
     u only; the holder of t finishes before the batch looks up who holds t. A
     trigger parks the batch right after that insert, on an advisory lock the
     test holds, so the holder is completed exactly there."""
-    await pool.execute("""
-        create function public.park_after_insert() returns trigger language plpgsql as $$
-        begin
-            if current_setting('test.park', true) = 'on' then
-                perform pg_advisory_lock(4242);
-                perform pg_advisory_unlock(4242);
-            end if;
-            return null;
-        end $$;
-        create trigger park after insert on jobfeed.jobs
-            for each statement execute function public.park_after_insert();
-    """)
+    await park_at(pool, "park after insert on jobfeed.jobs for each statement", 4242)
     gate = await db.connect(dsn)
     holder = await db.connect(dsn)
     batcher = await db.connect(dsn)

@@ -12,7 +12,7 @@ import pytest
 from jobfeed.api.app import create_app
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
-from queue_sql import public
+from queue_sql import park_at, public
 from servers import ADMIN_TOKEN, asgi_client, make_settings
 from waiting import eventually
 
@@ -231,18 +231,7 @@ async def test_race_two_submitters_inside_their_submissions_name_the_same_new_jo
     the job, marking it from job_deps' trigger would deadlock them; the first
     marks it under its own lock, so the second waits for the first instead."""
     dep, _ = await queue.submit("k", "dep")
-    await pool.execute("""
-        create function public.park_before_deps() returns trigger language plpgsql as $$
-        begin
-            if current_setting('test.park', true) = 'on' then
-                perform pg_advisory_lock(4243);
-                perform pg_advisory_unlock(4243);
-            end if;
-            return new;
-        end $$;
-        create trigger park before insert on jobfeed.job_deps
-            for each row execute function public.park_before_deps();
-    """)
+    await park_at(pool, "park before insert on jobfeed.job_deps for each row", 4243)
     gate = await db.connect(dsn)
     submitters = [await db.connect(dsn) for _ in range(2)]
     try:
