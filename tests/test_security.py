@@ -97,6 +97,7 @@ CALLS = {
     "progress_rank": "select jobfeed.progress_rank('{}')",
     "submission_problem": "select jobfeed.submission_problem('t', '{}', 1)",
     "clock": "select jobfeed.clock(now())",
+    "may_set_clock": "select jobfeed.may_set_clock()",
     "uuid_v7": "select jobfeed.uuid_v7()",
     "id_seed": "select jobfeed.id_seed()",
     "uuid_v7_in_batch": "select jobfeed.uuid_v7_in_batch('0', 'x', 1)",
@@ -267,6 +268,13 @@ async def test_service_roles_cannot_move_the_clock(login, pool):
     # the owner may plant time: the same call as the owner does reclaim
     [again] = await pool.fetch("select * from jobfeed.claim(array['k'], 1, 'w2', null, now() + interval '1 day')")
     assert again["id"] == first["id"] and again["generation"] == first["generation"] + 1
+
+
+async def test_the_clock_is_inlined_where_a_function_asks_it(pool):
+    """Most calls pass no time: the planner folds clock(null) into now() instead
+    of calling a function per statement (the owner check stays in may_set_clock)."""
+    plan = "\n".join(r[0] for r in await pool.fetch("explain (verbose, costs off) select jobfeed.clock($1)", None))
+    assert "clock" not in plan and "now()" in plan
 
 
 async def test_public_has_no_execute_on_any_function(pool):

@@ -12,16 +12,22 @@ returns text language sql immutable parallel safe as $$
     end
 $$;
 
--- The time a function works at: now(), or p_now when the session's login role
--- owns the schema (tests and the operator at psql plant time this way). A
--- service role passing p_now is ignored, so it cannot, say, claim jobs whose
--- lease has not expired by pretending the clock has moved on.
+-- Whether the session's login role owns the schema (tests and the operator at
+-- psql), and so may plant the time (clock, below).
+create or replace function jobfeed.may_set_clock()
+returns boolean language sql stable as $$
+    select pg_has_role(session_user, (select n.nspowner from pg_namespace n where n.nspname = 'jobfeed'), 'usage')
+$$;
+
+-- The time a function works at: now(), or p_now when the session may set the
+-- clock. A service role passing p_now is ignored, so it cannot, say, claim jobs
+-- whose lease has not expired by pretending the clock has moved on. Without a
+-- sub-select of its own, so the planner inlines it: most callers pass null.
 create or replace function jobfeed.clock(p_now timestamptz)
 returns timestamptz language sql stable as $$
     select case
         when p_now is null then now()
-        when pg_has_role(session_user, (select n.nspowner from pg_namespace n where n.nspname = 'jobfeed'), 'usage')
-            then p_now
+        when jobfeed.may_set_clock() then p_now
         else now()
     end
 $$;
