@@ -85,3 +85,27 @@ async def test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted
     [job], [(timed_id, kind, wait, age, traceparent)] = await queue.claim_timed(["k"], 5, "w")
     assert job.id == timed_id == job_id and kind == "k" and traceparent == parent
     assert 20 <= wait < 25 and 60 <= age < 65  # seconds, by the database's clock
+
+
+async def test_the_workers_claim_commits_unflushed_unless_a_job_may_run_only_once(pool):
+    """A claim is a lease a database crash may lose (its jobs run again): its
+    transaction does not wait for the WAL flush, unless a job it claims may run
+    only once. The setting is the transaction's own: the session keeps its own."""
+    await register(pool, "again", max_attempts=3)
+    await register(pool, "once", max_attempts=1)
+    for kind, n in (("again", 2), ("once", 2)):
+        await _backlog(pool, kind, n, run_after=None)
+    await pool.execute("update jobfeed.jobs j set max_attempts = k.max_attempts from jobfeed.kinds k where k.kind = j.kind")
+    claim = "select id from jobfeed.claim_v3($1, $2, 'w')"
+    async with pool.acquire() as conn:
+        await conn.execute("set synchronous_commit = on")  # the test server's default is off
+        try:
+            for kinds, limit, flushed in ((["again"], 1, "off"), (["once"], 1, "on"), (["again", "once"], 2, "on"),
+                                          (["nothing"], 1, "on")):
+                async with conn.transaction():
+                    claimed = await conn.fetch(claim, kinds, limit)
+                    assert len(claimed) == (0 if kinds == ["nothing"] else limit)
+                    assert await conn.fetchval("show synchronous_commit") == flushed, kinds
+                assert await conn.fetchval("show synchronous_commit") == "on"
+        finally:
+            await conn.execute("reset synchronous_commit")

@@ -164,6 +164,12 @@ end $$;
 -- itself when every claim is a transaction of its own: so one statement with
 -- a kept generic plan, and signals_of and children_of called only when a
 -- claimed job has any.
+-- Its transaction commits without waiting for the WAL flush (a local
+-- synchronous_commit = off; a caller's own transaction around it commits so
+-- too): a claim is a lease, which a database crash may lose like a worker's
+-- crash does; its jobs are then queued again, that attempt uncounted, and run
+-- again. Not when a claimed job may run only once (max_attempts 1): that
+-- claim waits for the flush, so a crash cannot have it run twice.
 create or replace function jobfeed.claim_v3(
     p_kinds text[], p_limit int, p_worker text, p_lease interval default null)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
@@ -196,6 +202,9 @@ begin
         select * from jobfeed.children_of((select ids.a from ids))
          where exists (select from jobfeed.job_deps x
                         where x.job_id = any ((select ids.a from ids)::uuid[]) and x.wait_pos is not null)
+    ), unflushed as materialized (
+        select set_config('synchronous_commit', 'off', true)
+         where exists (select from c) and not exists (select from c where c.max_attempts <= 1)
     )
     -- t: each row as it was before the claim (the statement's snapshot; the
     -- claim changes none of these columns), probed by key (the LIMIT keeps the
@@ -207,6 +216,7 @@ begin
       from c left join s on s.job_id = c.id left join w on w.job_id = c.id
       left join lateral (select j.run_after, j.created_at, j.traceparent from jobfeed.jobs j
                           where j.id = c.id limit 1) t on true
+      cross join (select count(*) from unflushed) f  -- one row, always: the setting is made
      order by c.n;
 end $$;
 
