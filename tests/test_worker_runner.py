@@ -5,7 +5,7 @@ map to outcomes."""
 from __future__ import annotations
 
 import asyncio
-
+import json
 
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
 from waiting import eventually, wait_state
@@ -39,6 +39,22 @@ async def test_lost_lease_cancels_the_handler_and_drops_its_outcome(queue, pool,
     view = await queue.admin_get_job(job_id)
     assert view["state"] == "canceled" and view["result"] is None
     assert [a["outcome"] for a in view["attempts_log"]] == ["canceled"]
+
+
+async def test_results_are_stored_as_the_handler_returned_them(queue, pool, run):
+    """None (most handlers) is stored as JSON null, not as an empty object."""
+    results = {"none": None, "dict": {"n": 1}, "list": [1, "a"], "text": "done"}
+
+    async def answer(job, ctx: Context):
+        return results[job.target]
+
+    await run(spec("answer", answer))
+    ids = {target: (await queue.submit("answer", target)).id for target in results}
+    for target, job_id in ids.items():
+        await wait_state(pool, job_id, "completed")
+        assert await pool.fetchval("select result::text from jobfeed.jobs where id = $1", job_id) \
+            == ("null" if results[target] is None else json.dumps(results[target]))
+        assert (await queue.get_job(job_id))["result"] == results[target]
 
 
 async def test_checkpoint_reaches_the_next_attempt(queue, pool, run):

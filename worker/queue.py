@@ -82,6 +82,11 @@ def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[st
     return [t for t, _ in items], [json.dumps(p if p is not None else {}) for _, p in items]
 
 
+def _result_json(value: Any) -> str:
+    """A handler's result as JSON text; most return None, spared json.dumps."""
+    return "null" if value is None else json.dumps(value)
+
+
 def _seconds(value: float | None) -> dt.timedelta | None:
     return None if value is None else dt.timedelta(seconds=value)
 
@@ -552,7 +557,7 @@ class Queue:
         """Complete (id, generation, result) triples in one statement; returns the
         ids completed (the others had lost their lease)."""
         done = await self._fetchval("complete_many", [j[0] for j in jobs], [j[1] for j in jobs],
-                                    [json.dumps(j[2]) for j in jobs])
+                                    [_result_json(j[2]) for j in jobs])
         return set(done)
 
     async def child_id(self, parent_id: uuid.UUID, generation: int, kind: str, target: str, payload: dict | None,

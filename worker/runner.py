@@ -352,10 +352,11 @@ class Runner:
         metrics.RUNNING.labels(job.kind).inc()
         # One task per job runs the handler, then queues or writes its outcome.
         # Everything logged while it runs (the handler's own lines too) names the job.
-        context = logs.job_context(job_id=str(job.id), kind=job.kind, attempt=job.attempt,
+        job_id = str(job.id)
+        context = logs.job_context(job_id=job_id, kind=job.kind, attempt=job.attempt,
                                    generation=job.generation, worker=self.worker_id)
         entry.task = asyncio.create_task(self._run_job(key, entry, spec, traceparent),
-                                         name=f"job-{job.id}-{job.generation}",
+                                         name=f"job-{job_id}-{job.generation}",
                                          context=context)
         self._tasks.add(entry.task)
         entry.task.add_done_callback(self._tasks.discard)
