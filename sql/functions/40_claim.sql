@@ -166,10 +166,10 @@ end $$;
 -- claimed job has any.
 -- Its transaction commits without waiting for the WAL flush (a local
 -- synchronous_commit = off; a caller's own transaction around it commits so
--- too): a claim is a lease, which a database crash may lose like a worker's
--- crash does; its jobs are then queued again, that attempt uncounted, and run
--- again. Not when a claimed job may run only once (max_attempts 1): that
--- claim waits for the flush, so a crash cannot have it run twice.
+-- too): a claim is a lease, which a database crash right after it may lose;
+-- its jobs are then as they were before it (that attempt uncounted) and are
+-- claimed again. Not when a claimed job may run only once (max_attempts 1):
+-- that claim waits for the flush, so a crash cannot have it run twice.
 create or replace function jobfeed.claim_v3(
     p_kinds text[], p_limit int, p_worker text, p_lease interval default null)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
