@@ -100,12 +100,13 @@ async def test_the_workers_claim_commits_unflushed_unless_a_job_may_run_only_onc
     async with pool.acquire() as conn:
         await conn.execute("set synchronous_commit = on")  # the test server's default is off
         try:
-            for kinds, limit, flushed in ((["again"], 1, "off"), (["once"], 1, "on"), (["again", "once"], 2, "on"),
+            # synchronous_commit inside the claim's transaction: off = its commit does not wait
+            for kinds, limit, setting in ((["again"], 1, "off"), (["once"], 1, "on"), (["again", "once"], 2, "on"),
                                           (["nothing"], 1, "on")):
                 async with conn.transaction():
                     claimed = await conn.fetch(claim, kinds, limit)
                     assert len(claimed) == (0 if kinds == ["nothing"] else limit)
-                    assert await conn.fetchval("show synchronous_commit") == flushed, kinds
+                    assert await conn.fetchval("show synchronous_commit") == setting, kinds
                 assert await conn.fetchval("show synchronous_commit") == "on"
         finally:
             await conn.execute("reset synchronous_commit")
