@@ -551,7 +551,7 @@ class Queue:
         return await self._fetchval("checkpoint", job_id, generation, json.dumps(state))
 
     async def complete(self, job_id: uuid.UUID, generation: int, result: Any) -> bool:
-        return await self._fetchval("complete", job_id, generation, json.dumps(result))
+        return await self._fetchval("complete", job_id, generation, _result_json(result))
 
     async def complete_many(self, jobs: Sequence[tuple[uuid.UUID, int, Any]]) -> set[uuid.UUID]:
         """Complete (id, generation, result) triples in one statement; returns the
@@ -573,7 +573,7 @@ class Queue:
                                 children: Sequence[dict]) -> bool:
         """Complete the job and write its children (dicts of id, kind, target,
         payload, priority, concurrency_key) in one fenced transaction."""
-        return await self._fetchval("complete_spawning", job_id, generation, json.dumps(result),
+        return await self._fetchval("complete_spawning", job_id, generation, _result_json(result),
                                     json.dumps(list(children), default=str))
 
     async def wait_for(self, job_id: uuid.UUID, generation: int, children: Sequence[dict],
