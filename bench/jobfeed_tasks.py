@@ -1,11 +1,12 @@
 """The bench's kind for jobfeed workers (JOBFEED_TASKS=bench.jobfeed_tasks):
 `noop` does nothing (for the fault bench, with BENCH_RECORD_DSN set, it works
 BENCH_WORK_MS and records its run: bench/peers/record.py). With BENCH_STARTS set it notes when each handler started
-(job.payload["i"] -> time.time()) and writes them there when the process exits."""
+(job.payload["i"] -> time.time()) and adds them to that file when the process exits."""
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import time
@@ -32,8 +33,14 @@ task("noop_keyed", description="does nothing, one at a time per key (benchmarks)
 
 
 def _dump() -> None:
-    with open(_PATH, "w") as f:
-        json.dump(_STARTS, f)
+    """Merged into what other worker processes (--processes) wrote there."""
+    with open(_PATH, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        text = f.read()
+        f.seek(0)
+        f.truncate()
+        json.dump({**(json.loads(text) if text else {}), **_STARTS}, f)
 
 
 if _PATH:

@@ -5,6 +5,7 @@ come from the database."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -69,23 +70,29 @@ async def enqueue(server: pg.Server, system: System, n: int, batch: int) -> dict
 # ---------------------------------------------------------------- drain
 
 async def drain(server: pg.Server, system: System, n: int, settings: dict[str, str] | None = None,
-                timeout: float | None = None) -> dict:
-    """An idle worker; n no-op jobs committed in one statement; the time from that
-    commit to the last completion, both on the database's clock."""
+                timeout: float | None = None, processes: int = 1) -> dict:
+    """Idle workers (`processes` of them); n no-op jobs committed in one statement;
+    the time from that commit to the last completion, both on the database's clock."""
     url = await _fresh(server, system, "drain")
     timeout = timeout or max(120.0, n / 150)
-    async with WorkerProcess(system, url, settings=settings) as worker:
-        await asyncio.sleep(0.5)  # let it settle into waiting
+    if system.spawns_processes and processes > 1:
+        settings, commands = {**(settings or {}), "processes": str(processes)}, 1
+    else:
+        commands = processes
+    async with contextlib.AsyncExitStack() as stack:
+        workers = [await stack.enter_async_context(WorkerProcess(system, url, settings=settings))
+                   for _ in range(commands)]
+        await asyncio.sleep(0.5)  # let them settle into waiting
         loaded = await run_driver(system, url, "load", "--n", str(n))
         count, seen = await wait_count(url, system.completed_sql, n, timeout)
         last = await pg.fetchval(url, system.last_done_sql)
-        stopped = await worker.stop()
+        stopped = [await worker.stop() for worker in workers]
     elapsed = (last - loaded["committed_at"]) if last else None
     res = {
         "n": n, "completed_in_db": count, "ok": count == n,
         "seconds": elapsed, "rate": n / elapsed if elapsed and count == n else None,
-        "seconds_polled": seen - loaded["committed_at"],
-        "settings": worker.ready.get("settings", {}), "worker_exit": stopped,
+        "seconds_polled": seen - loaded["committed_at"], "processes": processes,
+        "settings": workers[0].ready.get("settings", {}), "worker_exit": stopped[0] if commands == 1 else stopped,
     }
     await server.drop_database(url)
     return res

@@ -102,20 +102,26 @@ def text(r: dict) -> str:
     out.append("")
 
     systems = [s for s in ("jobfeed", "pgqueuer", "procrastinate", "raw")
-               if any(s in q.get(k, {}) for k in ("enqueue", "drain", "latency"))]
+               if any(s in q.get(k, {}) for k in ("enqueue", "drain", "drain2", "latency"))]
     if systems:
         rows = []
         for s in systems:
-            e, d, lt = q.get("enqueue", {}).get(s, {}), q.get("drain", {}).get(s, {}), q.get("latency", {}).get(s, {})
+            e, lt = q.get("enqueue", {}).get(s, {}), q.get("latency", {}).get(s, {})
+            drains = [q.get(k, {}).get(s, {}) for k in ("drain", "drain2")]
             rows.append([s, _n(_get(e, "single", "rate")), _n(_get(e, "batch", "rate")),
-                         _n(d.get("rate")) + ("" if d.get("ok", True) else " (COUNT WRONG)"),
+                         *(_n(d.get("rate")) + ("" if d.get("ok", True) else " (COUNT WRONG)") for d in drains),
                          _n(lt.get("p50_ms"), 1), _n(lt.get("p95_ms"), 1), _n(lt.get("p99_ms"), 1)])
         sizes = r.get("sizes", {})
         out.append(_table(["queue (no-op jobs)", "enqueue single /s", "enqueue batch /s",
-                           "drain /s", "latency p50 ms", "p95 ms", "p99 ms"], rows))
+                           "drain /s", "drain, 2 processes /s", "latency p50 ms", "p95 ms", "p99 ms"], rows))
         out.append(f"  enqueue {sizes.get('enqueue_n')} jobs (batch {sizes.get('enqueue_batch')}); drain "
                    f"{sizes.get('drain_n')} jobs; latency {sizes.get('latency_rate')} jobs/s for "
                    f"{sizes.get('latency_seconds')} s")
+        if "drain2" in q:
+            ratios = [f"jobfeed / {peer} {_n(_ratio(_get(q, 'drain2', 'jobfeed', 'rate'), _get(q, 'drain2', peer, 'rate')), 2)}x"
+                      for peer in ("pgqueuer", "raw") if peer in q["drain2"]]
+            out.append("  drain, 2 processes: two worker processes each (jobfeed: `jobfeed worker --processes 2`; "
+                       "the others: two worker commands)" + (": " + ", ".join(ratios) if ratios else ""))
         for s in systems:
             cfg = _get(q, "drain", s, "settings") or _get(q, "latency", s, "settings")
             if cfg:

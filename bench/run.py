@@ -21,7 +21,7 @@ from . import history, pg, queue_scenarios, report, web_scenarios
 from .systems import ALL, System
 
 log = logging.getLogger("bench")
-SCENARIOS = ("enqueue", "drain", "latency", "http", "sse", "depth", "keys", "history")
+SCENARIOS = ("enqueue", "drain", "drain2", "latency", "http", "sse", "depth", "keys", "history")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
@@ -126,8 +126,8 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
                         got[name].append(await measure(label, run_one()))
             return got
 
-        async def trials(scenario: str, run_one) -> None:
-            got = await rounds(scenario, {s.name: (lambda s=s: run_one(s), s.repeat) for s in usable})
+        async def trials(scenario: str, run_one, systems: list[System] | None = None) -> None:
+            got = await rounds(scenario, {s.name: (lambda s=s: run_one(s), s.repeat) for s in systems or usable})
             q[scenario] = {name: median_trial(scenario, values) for name, values in got.items()}
 
         async def repeated(scenario: str, run_one) -> None:
@@ -141,6 +141,10 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
             elif scenario == "drain":
                 await trials(scenario, lambda s: queue_scenarios.drain(
                     server, s, sizes.drain_n, settings_for(s)))
+            elif scenario == "drain2":  # two worker processes each: what a second core buys
+                await trials(scenario, lambda s: queue_scenarios.drain(
+                    server, s, sizes.drain_n, settings_for(s), processes=2),
+                    [s for s in usable if s.repeat])  # not the peer whose one drain takes minutes
             elif scenario == "latency":
                 await trials(scenario, lambda s: queue_scenarios.latency(
                     server, s, sizes.latency_rate, sizes.latency_seconds, settings_for(s)))
@@ -173,7 +177,7 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
 
 # What orders a scenario's trials: the median trial is reported whole (its figures
 # stay from one measurement), the others are kept in "trials".
-MEDIAN_OF = {"drain": ("rate",), "latency": ("p50_ms",)}
+MEDIAN_OF = {"drain": ("rate",), "drain2": ("rate",), "latency": ("p50_ms",)}
 PARTS = {"enqueue": ("single", "batch"), "depth": ("base", "deep", "future"),
          "keys": ("uncapped", "capped")}  # each by its rate
 

@@ -38,6 +38,9 @@ class System:
     last_done_sql: str = ""          # -> epoch of the last completion, on the server's clock
     version_module: str = ""         # what to ask for the installed version
     repeat: bool = True              # measured in every trial (False: the first only)
+    # Its worker command starts several processes itself (the `processes` setting), as
+    # its users would run it; for the others the bench starts that many worker commands.
+    spawns_processes: bool = False
 
     @property
     def is_peer(self) -> bool:
@@ -88,7 +91,7 @@ JOBFEED = System(
     completed_sql="select count(*) from jobfeed.jobs where state = 'completed'",
     queued_sql="select count(*) from jobfeed.jobs where state = 'queued'",
     last_done_sql="select extract(epoch from max(finished_at))::float8 from jobfeed.jobs where state = 'completed'",
-    version_module="jobfeed")
+    version_module="jobfeed", spawns_processes=True)
 RAW = System(
     "raw", "raw_driver.py",
     completed_sql="select count(*) from raw_jobs where state = 'completed'",

@@ -508,6 +508,13 @@ EDITS: list[Edit] = [
     Edit("budget-no-max-jobs", "worker/runner.py",
          "            free = min(free, self.max_jobs - self.claimed_count)\n", "            pass\n",
          (PROCESS,), "budget mode handles at most --max-jobs"),
+    Edit("processes-outlive-parent", "worker/supervisor.py",
+         "ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)", "pass",
+         ("tests/test_worker_processes.py",), "a worker process never runs on after its parent died"),
+    Edit("processes-failure-leaves-others", "worker/supervisor.py",
+         "                result = _exit_code(code)\n                stop()",
+         "                result = _exit_code(code)",
+         ("tests/test_worker_processes.py",), "a failing worker process stops its siblings"),
     # ------------------------------------------------------------ requests
     Edit("requester-dedupe-ignores-identity", "sql/functions/10_helpers.sql",
          "case when p_dedupe = 'requester' then nullif(p_requester, '') else '' end",

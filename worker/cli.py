@@ -57,7 +57,10 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--host", help="listen address (JOBFEED_HOST, default 127.0.0.1)")
         sp.add_argument("--port", type=int, help="listen port (JOBFEED_PORT, default 8000)")
 
-    runner_flags(sub.add_parser("worker", help="run jobs"))
+    worker = sub.add_parser("worker", help="run jobs")
+    runner_flags(worker)
+    worker.add_argument("--processes", type=_count, default=1,
+                        help="worker processes, each with --concurrency slots (one per core uses them all)")
     sw = sub.add_parser("sweeper", help="fail expired leases, delete old finished jobs")
     sweeper_flags(sw)
     sw.add_argument("--once", action="store_true", help="sweep once and exit")

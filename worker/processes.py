@@ -15,6 +15,7 @@ from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
 from .startup import admin_token, make_runner, make_sweeper, on_signals, prepare, run, settle_gc
+from .supervisor import supervise
 
 
 @contextlib.asynccontextmanager
@@ -61,6 +62,8 @@ async def run_until_stopped(settings: Settings, part) -> None:
 
 
 async def cmd_worker(settings: Settings, args) -> int:
+    if args.processes > 1:
+        return await supervise(settings, args, await prepare(settings))
     async with prepared_pool(settings, max(4, min(args.concurrency + 2, 20)), "jobfeed-worker") as (dsn, pool):
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=True)

@@ -21,7 +21,7 @@ from jobfeed.worker.queue import Queue  # noqa: E402
 
 KIND = "noop"
 # Settings of the worker process (overridable with --set key=value).
-WORKER_DEFAULTS = {"concurrency": "1000", "poll": "5s", "kinds": KIND}
+WORKER_DEFAULTS = {"concurrency": "1000", "poll": "5s", "kinds": KIND, "processes": "1"}
 
 # The same rows submit() makes, written by one statement (loading a backlog, not
 # what is measured), then one wake-up for idle workers.
@@ -58,7 +58,7 @@ async def worker(dsn: str, starts: str | None, settings: dict[str, str]) -> dict
     if starts:
         env["BENCH_STARTS"] = starts
     args = [sys.executable, "-m", "jobfeed.worker.cli", "worker", "--kinds", cfg["kinds"],
-            "--concurrency", cfg["concurrency"], "--poll", cfg["poll"]]
+            "--concurrency", cfg["concurrency"], "--poll", cfg["poll"], "--processes", cfg["processes"]]
     proc = await asyncio.create_subprocess_exec(*args, cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     ready = asyncio.Event()
