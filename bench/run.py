@@ -167,7 +167,7 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
                 await attempt(scenario, history.history(
                     server, history_n=sizes.history_n, expired=sizes.history_expired, submit_n=sizes.history_submit,
                     drain_n=sizes.history_drain, latency_rate=sizes.latency_rate,
-                    latency_seconds=sizes.latency_seconds, settings=jobfeed_settings))
+                    latency_seconds=sizes.latency_seconds, settings=jobfeed_settings, trials=sizes.trials))
     result["seconds"] = time.monotonic() - started
     result["environment"]["loadavg_after"] = os.getloadavg()[0]
     result["targets"] = report.targets(result)
