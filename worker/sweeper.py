@@ -17,11 +17,11 @@ log = logging.getLogger("jobfeed.sweeper")
 class Sweeper:
     # A backlog of history is background work. Between two batches the sweeper
     # rests REST times as long as the last one took, so deleting takes at most
-    # a third of one database core from the claims and completions; batches of
-    # BATCH keep each transaction's commit (and the claims' waits behind its
-    # WAL) short. bench/README.md has what that costs the drain and latency.
-    BATCH = 500
-    REST = 2.0
+    # a quarter of one database core from the claims and completions; batches of
+    # BATCH keep each burst of deletes (and the commits waiting behind its WAL)
+    # short. bench/README.md has what that costs the drain and latency.
+    BATCH = 200
+    REST = 3.0
 
     def __init__(self, queue: Queue, *, retention: float, interval: float = 60.0, batch: int = BATCH):
         self.queue = queue
