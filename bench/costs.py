@@ -2,15 +2,19 @@
 of its own: for each step (submit one at a time, submit_many, claim + complete
 in batches) the database backend's CPU (its process's CPU time), the WAL bytes
 (pg_current_wal_lsn before and after), the NOTIFYs a listener receives, the
-round trips (calls made) and this Python process's CPU.
+round trips (calls made) and this Python process's CPU. Then a drain by a real
+`jobfeed worker` process (concurrency 1,000, as the bench's): its CPU per job,
+its database connections' CPU per job, and the whole server's.
 
-python -m bench.costs [--n 2000] [--batch 100]"""
+python -m bench.costs [--n 2000] [--batch 100] [--drain-n 40000]"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
+import sys
 import time
 
 import psutil
@@ -19,9 +23,60 @@ from jobfeed.worker import db, migrate
 from jobfeed.worker.queue import Queue
 
 from . import pg
+from .systems import ROOT
+
+# The drain's jobs, committed in one statement (not measured apart: the server's
+# total includes it; the worker's connections' figure does not).
+LOAD = """insert into jobfeed.jobs (kind, target, payload, max_attempts)
+select 'noop', 'd' || g, jsonb_build_object('i', g), 5 from generate_series(1, $1::int) g"""
 
 
-async def measure(n: int, batch: int) -> dict:
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass  # a backend that ended (autovacuum): its time is lost, not wrong
+    return total
+
+
+async def measure_drain(server: pg.Server, n: int) -> dict:
+    """A real worker process drains n jobs: CPU per job of the worker, of the
+    database backends serving it, and of every PostgreSQL process."""
+    url = await server.new_database("costs_drain")
+    conn = await db.connect(url, name="bench-costs")
+    await migrate.migrate(conn)
+    await Queue(conn).register_kind("noop", max_attempts=5, lease=300, backoff=(60,))
+    env = dict(os.environ, DATABASE_URL=url, JOBFEED_TASKS="bench.jobfeed_tasks", JOBFEED_LOG_LEVEL="WARNING")
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "jobfeed.worker.cli", "worker", "--kinds", "noop", "--concurrency", "1000",
+        cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL)
+    try:
+        while not await conn.fetchval("select count(*) from jobfeed.workers"):
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # settled into waiting
+        serving = [psutil.Process(pid) for pid in await conn.fetchval(
+            "select array_agg(pid) from pg_stat_activity where application_name like 'jobfeed-worker%'")]
+        everything = [p for p in psutil.process_iter(["name"]) if p.info["name"] and "postgres" in p.info["name"]]
+        proc = psutil.Process(worker.pid)
+        before = _cpu([proc]), _cpu(serving), _cpu(everything), time.perf_counter()
+        await conn.execute(LOAD, n)
+        await conn.execute("select pg_notify('jobfeed_due', 'noop')")
+        while await conn.fetchval("select count(*) from jobfeed.jobs where state = 'completed'") < n:
+            await asyncio.sleep(0.05)
+        after = _cpu([proc]), _cpu(serving), _cpu(everything), time.perf_counter()
+    finally:
+        worker.terminate()
+        await worker.wait()
+        await conn.close()
+    per_job = [(b - a) * 1e6 / n for a, b in zip(before, after)]
+    return {"n": n, "worker_cpu_us": per_job[0], "worker_connections_db_cpu_us": per_job[1],
+            "server_cpu_us": per_job[2], "wall_us": per_job[3]}
+
+
+async def measure(n: int, batch: int, drain_n: int) -> dict:
     with pg.Server() as server:
         url = await server.new_database("costs")
         conn = await db.connect(url, name="bench-costs")
@@ -74,6 +129,7 @@ async def measure(n: int, batch: int) -> dict:
         await listener.close()
         await conn.close()
         out["n"], out["batch"] = n, batch
+        out["drain"] = await measure_drain(server, drain_n)
         return out
 
 
@@ -81,8 +137,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--drain-n", type=int, default=40_000)
     args = p.parse_args()
-    print(json.dumps(asyncio.run(measure(args.n, args.batch)), indent=1))
+    print(json.dumps(asyncio.run(measure(args.n, args.batch, args.drain_n)), indent=1))
 
 
 if __name__ == "__main__":

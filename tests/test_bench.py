@@ -55,6 +55,11 @@ def test_every_scenario_runs_and_counts_right(tmp_path):
     q = result["scenarios"]
     assert result["ok"] and result["quick"]
     check_queue_scenarios(q, ["jobfeed", "raw"])
+    # two worker processes each: jobfeed's own flag, two driver commands for raw
+    for name in ("jobfeed", "raw"):
+        assert q["drain2"][name]["completed_in_db"] == QUICK.drain_n and q["drain2"][name]["processes"] == 2
+    assert q["drain2"]["jobfeed"]["settings"]["processes"] == "2"
+    assert len(q["drain2"]["raw"]["worker_exit"]) == 2
 
     http = q["http"]
     assert http["jobfeed_new"]["requests"] > 0 and set(http["jobfeed_new"]["statuses"]) == {"201"}
@@ -132,6 +137,23 @@ def test_the_median_trial_counts_whole_and_any_wrong_count_fails():
     assert (chosen["single"]["rate"], chosen["batch"]["rate"], chosen["ok"]) == (2.0, 8.0, True)
     failed = median_trial("enqueue", enqueues + [{"ok": False, "error": "boom"}])
     assert failed["ok"] is False and failed["single"]["rate"] == 2.0
+
+
+def test_the_costs_drain_step_measures_a_real_worker():
+    """bench.costs' drain: a real worker process drains the jobs; its CPU, its
+    connections' and the whole server's are read apart."""
+    import asyncio
+
+    from bench import costs, pg
+
+    async def drain() -> dict:
+        with pg.Server() as server:
+            return await costs.measure_drain(server, 500)
+
+    got = asyncio.run(drain())
+    assert got["n"] == 500
+    assert got["worker_cpu_us"] > 0 and got["worker_connections_db_cpu_us"] > 0
+    assert got["server_cpu_us"] >= got["worker_connections_db_cpu_us"] and got["wall_us"] > 0
 
 
 def test_the_files_bench_runs(tmp_path):
