@@ -88,10 +88,10 @@ async def test_children_stop_when_their_parent_is_killed(dsn, pool):
         await eventually(lambda: _none_signed_in(pool), timeout=20, what="children signed off")
         await eventually(lambda: _all_gone(pids), timeout=20, what="children exited")
     finally:
-        finish(proc, 0)
-        for pid in pids:  # orphans, when this fails
+        for pid in pids:  # orphans, when this fails (first: they hold the output pipe open)
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
+        finish(proc, 0)
 
 
 async def _none_signed_in(pool) -> bool:
