@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Callable
 
 from .settings import Settings
 from .startup import on_signals
@@ -27,15 +28,20 @@ log = logging.getLogger("jobfeed.worker")
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it when the parent dies."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _die_with(parent: int) -> Callable[[], None]:
+    """What runs in the child before exec: SIGTERM it when the parent dies (a
+    parent already gone by then is seen by the pid check: no signal would come)."""
+    def run() -> None:
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGTERM)
+    return run
 
 
-def child_command(args, log_level: str) -> list[str]:
+def child_command(args) -> list[str]:
     """The `jobfeed worker` command line of one child: the parent's flags, one process."""
-    cmd = [sys.executable, "-m", "jobfeed.worker.cli", "--log-level", log_level, "worker",
+    cmd = [sys.executable, "-m", "jobfeed.worker.cli", "--log-level", args.log_level, "worker",
            "--concurrency", str(args.concurrency), "--grace", f"{args.grace}s", "--poll", f"{args.poll}s",
            "--reserve", f"{args.reserve}s"]
     if args.kinds:
@@ -54,13 +60,13 @@ def _exit_code(returncode: int) -> int:
 async def supervise(settings: Settings, args, dsn: str) -> int:
     """Run args.processes children until they end or a signal stops them; the
     first failing child's exit code, else 0."""
-    command = child_command(args, args.log_level)
+    command = child_command(args)
     children: list[asyncio.subprocess.Process] = []
     for i in range(args.processes):
         env = dict(os.environ, DATABASE_URL=dsn)
         if settings.metrics_port is not None:
             env["JOBFEED_METRICS_PORT"] = str(settings.metrics_port + i)
-        children.append(await asyncio.create_subprocess_exec(*command, env=env, preexec_fn=_die_with_parent))
+        children.append(await asyncio.create_subprocess_exec(*command, env=env, preexec_fn=_die_with(os.getpid())))
     log.info("worker: %d processes (%s)", len(children), ", ".join(str(c.pid) for c in children))
     stopping = False
 
