@@ -22,6 +22,7 @@ from jobfeed.worker.queue import Queue
 from . import pg
 from .queue_scenarios import latency_on
 from .systems import JOBFEED, ROOT, WorkerProcess, run_driver
+from .trials import median_of
 
 RETENTION_DAYS = 7
 # Expired rows finished 8+ days ago; the rest within the last ~2 days.
@@ -126,19 +127,6 @@ class Sweeper:
             await self.proc.wait()
 
 
-def _median_of(runs: list[dict], *path: str) -> dict:
-    """The trial whose figure at path is the median, whole; every trial's figure under "trials"."""
-    def figure(run: dict):
-        for key in path:
-            run = run.get(key) if isinstance(run, dict) else None
-        return run
-    ranked = sorted((r for r in runs if figure(r) is not None), key=figure)
-    chosen = dict(ranked[(len(ranked) - 1) // 2] if ranked else runs[0])
-    chosen["trials"] = [figure(r) for r in runs]
-    chosen["ok"] = all(r.get("ok", True) for r in runs)
-    return chosen
-
-
 async def history(server: pg.Server, *, history_n: int, expired: int, submit_n: int, drain_n: int,
                   latency_rate: float, latency_seconds: float, settings: dict[str, str] | None = None,
                   trials: int = 3) -> dict:
@@ -166,7 +154,7 @@ async def history(server: pg.Server, *, history_n: int, expired: int, submit_n: 
             if case == "empty":
                 await server.drop_database(case_url)
     for case in ("empty", "history"):
-        out[case] = {part: _median_of(runs[case][part], "rate") for part in ("submit", "claim", "drain")}
+        out[case] = {part: median_of(runs[case][part], ("rate",)) for part in ("submit", "claim", "drain")}
     out["history"]["plant_seconds"] = plant_seconds
 
     # The same database: latency without the sweeper, then with it deleting the
@@ -180,10 +168,10 @@ async def history(server: pg.Server, *, history_n: int, expired: int, submit_n: 
             await asyncio.sleep(1.0)  # it has started deleting
             swept["drain"].append(await _drain(url, drain_n, settings))
             swept["latency"].append(await _latency(url, latency_rate, latency_seconds, settings))
-    out["history"]["latency"] = _median_of(quiet, "p99_ms")
+    out["history"]["latency"] = median_of(quiet, ("p99_ms",))
     deleted = before - await pg.fetchval(url, HISTORY_LEFT_SQL)
-    out["sweeping"] = {"drain": _median_of(swept["drain"], "rate"), "latency": _median_of(swept["latency"], "p99_ms"),
-                       "deleted_by_end": deleted}
+    out["sweeping"] = {"drain": median_of(swept["drain"], ("rate",)),
+                       "latency": median_of(swept["latency"], ("p99_ms",)), "deleted_by_end": deleted}
     out["sweeping"]["ok"] = (out["sweeping"]["drain"]["ok"] and out["sweeping"]["latency"]["ok"]
                              and 0 < deleted <= expired)
     await server.drop_database(url)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import history, pg, queue_scenarios, report, web_scenarios
 from .systems import ALL, System
+from .trials import median_of
 
 log = logging.getLogger("bench")
 SCENARIOS = ("enqueue", "drain", "drain2", "latency", "http", "sse", "depth", "keys", "history")
@@ -185,23 +186,10 @@ PARTS = {"enqueue": ("single", "batch"), "depth": ("base", "deep", "future"),
 def median_trial(scenario: str, values: list[dict]) -> dict:
     parts = PARTS.get(scenario)
     if parts:  # separate measurements within one trial, each with its median
-        out = {part: _median([v.get(part, v) for v in values], ("rate",)) for part in parts}
+        out = {part: median_of([v.get(part, v) for v in values], ("rate",)) for part in parts}
         out["ok"] = all(v.get("ok", True) for v in values) and all(m.get("ok", True) for m in out.values())
         return out
-    return _median(values, MEDIAN_OF[scenario])
-
-
-def _median(values: list[dict], key: tuple[str, ...]) -> dict:
-    def metric(v):
-        for k in key:
-            v = v.get(k) if isinstance(v, dict) else None
-        return v
-    ranked = sorted((v for v in values if metric(v) is not None), key=metric)
-    chosen = dict(ranked[(len(ranked) - 1) // 2] if ranked else values[0])
-    chosen["ok"] = all(v.get("ok", True) for v in values)  # a wrong count in any trial fails the run
-    if len(values) > 1:
-        chosen["trials"] = [metric(v) for v in values]
-    return chosen
+    return median_of(values, MEDIAN_OF[scenario])
 
 
 def _brief(value) -> str:
