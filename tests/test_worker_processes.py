@@ -57,6 +57,7 @@ async def _demo(demo_kind):
 
 async def test_two_processes_share_the_jobs_and_stop_together(dsn, queue, pool):
     proc = start(dsn, "--kinds", "demo", "--concurrency", "2", "--poll", "200ms")
+    out = ""
     try:
         pids = await children(pool)
         assert proc.pid not in pids and len(set(pids)) == 2
@@ -106,16 +107,16 @@ async def test_a_child_that_dies_stops_the_others_and_the_parent_fails(dsn, pool
     proc = start(dsn, "--kinds", "demo")
     try:
         pids = await children(pool)
-        signal_child = pids[0]
-        os.kill(signal_child, signal.SIGKILL)
+        killed = pids[0]
+        os.kill(killed, signal.SIGKILL)
         out = finish(proc)
     finally:
         finish(proc, 0)
     assert proc.returncode == 1, out
-    assert f"worker process {signal_child} exited with -9; stopping the others" in out
+    assert f"worker process {killed} exited with -9; stopping the others" in out
     assert gone(pids[1]), out
     # the survivor signed off; the killed child's row stays until it is seen lost
-    assert [r["id"].split(":")[1] for r in await pool.fetch("select id from jobfeed.workers")] == [str(signal_child)]
+    assert [r["id"].split(":")[1] for r in await pool.fetch("select id from jobfeed.workers")] == [str(killed)]
 
 
 async def test_a_usage_error_in_the_children_is_the_parents_exit_code(dsn):
