@@ -31,20 +31,25 @@ LOAD = """insert into jobfeed.jobs (kind, target, payload, max_attempts)
 select 'noop', 'd' || g, jsonb_build_object('i', g), 5 from generate_series(1, $1::int) g"""
 
 
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass  # a backend that ended (autovacuum): its time is lost, not wrong
-    return total
+def _cpu(proc: psutil.Process) -> float:
+    try:
+        times = proc.cpu_times()
+        return times.user + times.system
+    except psutil.NoSuchProcess:
+        return 0.0  # a backend that ended meanwhile (autovacuum): its time is lost, not wrong
+
+
+def _server_cpu(server: pg.Server) -> dict[int, float]:
+    """CPU seconds so far of this server's processes (the postmaster's children), by pid."""
+    assert server.data is not None
+    postmaster = psutil.Process(int((server.data / "postmaster.pid").read_text().split()[0]))
+    return {p.pid: _cpu(p) for p in postmaster.children()}
 
 
 async def measure_drain(server: pg.Server, n: int) -> dict:
     """A real worker process drains n jobs: CPU per job of the worker, of the
-    database backends serving it, and of every PostgreSQL process."""
+    database backends serving it, and of the whole server. Backends that start
+    during the drain (a pool growing) count from zero."""
     url = await server.new_database("costs_drain")
     conn = await db.connect(url, name="bench-costs")
     await migrate.migrate(conn)
@@ -53,27 +58,34 @@ async def measure_drain(server: pg.Server, n: int) -> dict:
     worker = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "jobfeed.worker.cli", "worker", "--kinds", "noop", "--concurrency", "1000",
         cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL)
+
+    async def waiting_for(sql: str, until) -> None:
+        while not until(await conn.fetchval(sql)):
+            if worker.returncode is not None:
+                raise RuntimeError(f"the worker exited ({worker.returncode})")
+            await asyncio.sleep(0.05)
+
     try:
-        while not await conn.fetchval("select count(*) from jobfeed.workers"):
-            await asyncio.sleep(0.1)
+        await waiting_for("select count(*) from jobfeed.workers", lambda seen: seen > 0)
         await asyncio.sleep(0.5)  # settled into waiting
-        serving = [psutil.Process(pid) for pid in await conn.fetchval(
-            "select array_agg(pid) from pg_stat_activity where application_name like 'jobfeed-worker%'")]
-        everything = [p for p in psutil.process_iter(["name"]) if p.info["name"] and "postgres" in p.info["name"]]
         proc = psutil.Process(worker.pid)
-        before = _cpu([proc]), _cpu(serving), _cpu(everything), time.perf_counter()
+        cpu0, db0, t0 = _cpu(proc), _server_cpu(server), time.perf_counter()
         await conn.execute(LOAD, n)
         await conn.execute("select pg_notify('jobfeed_due', 'noop')")
-        while await conn.fetchval("select count(*) from jobfeed.jobs where state = 'completed'") < n:
-            await asyncio.sleep(0.05)
-        after = _cpu([proc]), _cpu(serving), _cpu(everything), time.perf_counter()
+        await waiting_for("select count(*) from jobfeed.jobs where state = 'completed'", lambda done: done >= n)
+        cpu1, db1, t1 = _cpu(proc), _server_cpu(server), time.perf_counter()
+        serving = await conn.fetchval(
+            "select array_agg(pid) from pg_stat_activity where application_name like 'jobfeed-worker%'")
     finally:
-        worker.terminate()
+        if worker.returncode is None:
+            worker.terminate()
         await worker.wait()
         await conn.close()
-    per_job = [(b - a) * 1e6 / n for a, b in zip(before, after)]
-    return {"n": n, "worker_cpu_us": per_job[0], "worker_connections_db_cpu_us": per_job[1],
-            "server_cpu_us": per_job[2], "wall_us": per_job[3]}
+    used = {pid: seconds - db0.get(pid, 0.0) for pid, seconds in db1.items()}
+    per_job = lambda seconds: seconds * 1e6 / n  # noqa: E731
+    return {"n": n, "worker_cpu_us": per_job(cpu1 - cpu0),
+            "worker_connections_db_cpu_us": per_job(sum(used.get(pid, 0.0) for pid in serving)),
+            "server_cpu_us": per_job(sum(used.values())), "wall_us": per_job(t1 - t0)}
 
 
 async def measure(n: int, batch: int, drain_n: int) -> dict:
