@@ -112,7 +112,9 @@ COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
+    args.argv = argv  # `worker --processes N` starts its children with the same command line
     logs.configure(args.log_level)
     try:
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))

@@ -40,17 +40,9 @@ def _die_with(parent: int) -> Callable[[], None]:
 
 
 def child_command(args) -> list[str]:
-    """The `jobfeed worker` command line of one child: the parent's flags, one process."""
-    cmd = [sys.executable, "-m", "jobfeed.worker.cli", "--log-level", args.log_level, "worker",
-           "--concurrency", str(args.concurrency), "--grace", f"{args.grace}s", "--poll", f"{args.poll}s",
-           "--reserve", f"{args.reserve}s"]
-    if args.kinds:
-        cmd += ["--kinds", args.kinds]
-    if args.budget is not None:
-        cmd += ["--budget", f"{args.budget}s"]
-    if args.max_jobs is not None:
-        cmd += ["--max-jobs", str(args.max_jobs)]
-    return cmd
+    """The command line of one child: the parent's own, one process (argparse
+    keeps the last --processes), so every flag reaches the children as given."""
+    return [sys.executable, "-m", "jobfeed.worker.cli", *args.argv, "--processes", "1"]
 
 
 def _exit_code(returncode: int) -> int:
