@@ -96,3 +96,27 @@ class Listen:
         await asyncio.sleep(settle)
         got, self.got = self.got, []
         return got
+
+
+async def explained(conn, sql: str, *args, analyze: bool = False, buffers: bool = False):
+    """The call's rows, and the plans of every statement it runs, nested ones
+    included (with the rows each node read, when `analyze`; the pages, when
+    `buffers` too), shown by auto_explain."""
+    notes: list[str] = []
+
+    def heard(_conn, message):
+        if "jobfeed.jobs" in message.message:  # not asyncpg's own type look-ups
+            notes.append(message.message)
+
+    await conn.execute("load 'auto_explain'")
+    await conn.execute("set auto_explain.log_min_duration = 0; set auto_explain.log_nested_statements = on; "
+                       "set auto_explain.log_level = 'notice'; set client_min_messages = 'notice'")
+    await conn.execute(f"set auto_explain.log_analyze = {'on' if analyze else 'off'}; "
+                       f"set auto_explain.log_buffers = {'on' if buffers else 'off'}")
+    conn.add_log_listener(heard)
+    try:
+        rows = await conn.fetch(sql, *args)
+    finally:
+        conn.remove_log_listener(heard)
+        await conn.execute("set auto_explain.log_min_duration = -1")
+    return rows, "\n".join(notes)

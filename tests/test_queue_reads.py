@@ -8,31 +8,9 @@ import datetime as dt
 import json
 import re
 
-from queue_sql import T0, register
+from queue_sql import T0, explained, register
 from jobfeed.worker import db
 from jobfeed.worker.sql import query
-
-
-async def _plans(conn, sql: str, *args, analyze: bool = False) -> str:
-    """The plans of every statement the call runs, nested ones included (with
-    the rows each node read, when `analyze`)."""
-    notes: list[str] = []
-
-    def heard(_conn, message):
-        if "jobfeed.jobs" in message.message:  # not asyncpg's own type look-ups
-            notes.append(message.message)
-
-    await conn.execute("load 'auto_explain'")
-    await conn.execute("set auto_explain.log_min_duration = 0; set auto_explain.log_nested_statements = on; "
-                       "set auto_explain.log_level = 'notice'; set client_min_messages = 'notice'")
-    await conn.execute(f"set auto_explain.log_analyze = {'on' if analyze else 'off'}")
-    conn.add_log_listener(heard)
-    try:
-        rows = await conn.fetch(sql, *args)
-    finally:
-        conn.remove_log_listener(heard)
-        await conn.execute("set auto_explain.log_min_duration = -1")
-    return rows, "\n".join(notes)
 
 
 _NODE_ROWS = re.compile(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)")
@@ -69,7 +47,7 @@ async def test_admin_list_filters_use_the_kind_state_index(pool, dsn):
         await conn.fetch("select * from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, 3)", None, None)
         for state, kind, expect in (("queued", None, 5), (None, "small", 5), ("queued", "small", 5),
                                     ("completed", "big", 3)):
-            rows, plans = await _plans(conn, "select * from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, 3)",
+            rows, plans = await explained(conn, "select * from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, 3)",
                                        state, kind)
             assert len(rows) == min(expect, 3)
             assert "jobs_kind_state_id" in plans, plans
@@ -91,7 +69,7 @@ async def test_a_batch_of_new_targets_reads_only_its_own_targets_however_many_jo
         call = "select * from jobfeed.submit_many_v2('big', $1::text[], null::jsonb[], null, 65536, null, null, null)"
         for batch in range(8):  # past the five custom plans PL/pgSQL makes before it may keep a generic one
             targets = [f"new{batch}-{i}" for i in range(1000)]
-            rows, plans = await _plans(conn, call, targets, analyze=True)
+            rows, plans = await explained(conn, call, targets, analyze=True)
             assert len(rows) == 1000 and all(r["created"] for r in rows)
             read = [float(rows_) * int(loops) for rows_, loops in
                     _NODE_ROWS.findall(plans)]
@@ -117,7 +95,7 @@ async def test_a_batch_completion_reads_each_job_once_whatever_plan_was_cached(p
             [one] = [r["id"] for r in await conn.fetch(running, f"one{i}-", 1)]
             assert await conn.fetchval(complete, [one], [1], [None]) == 1
         ids = [r["id"] for r in await conn.fetch(running, "many-", 1000)]
-        rows, plans = await _plans(conn, complete, ids, [1] * 1000, [None] * 1000, analyze=True)
+        rows, plans = await explained(conn, complete, ids, [1] * 1000, [None] * 1000, analyze=True)
         assert rows[0][0] == 1000
         read = [float(rows_) * int(loops) for rows_, loops in
                 _NODE_ROWS.findall(plans)]
@@ -126,7 +104,7 @@ async def test_a_batch_completion_reads_each_job_once_whatever_plan_was_cached(p
         await conn.close()
 
 
-async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans(pool, dsn):
+async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cachedplans(pool, dsn):
     # A worker starts on a nearly empty table and PL/pgSQL keeps the plans its
     # first claims made; before autovacuum next analyzes the table, thousands
     # of jobs arrive and finish. Each claim, timing read and completion of one
@@ -148,7 +126,7 @@ async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cac
         nonlocal ids
         for name, (sql, args) in calls.items():
             if plans_of:
-                rows, plans = await _plans(conn, sql, *args(), analyze=True)
+                rows, plans = await explained(conn, sql, *args(), analyze=True)
                 assert _most_rows_one_node_read(plans) <= 100, (name, _heavy_lines(plans))
             else:
                 rows = await conn.fetch(sql, *args())
