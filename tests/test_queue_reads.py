@@ -179,3 +179,51 @@ async def test_stats_are_counted_at_most_once_per_max_age(pool):
     assert (await stats(T0 + dt.timedelta(seconds=4)))["counts"] == {"k": {"queued": 3}}  # the snapshot
     later = await stats(T0 + dt.timedelta(seconds=6))
     assert later["counts"] == {"k": {"queued": 4}} and later["as_of"].startswith("2030-01-01T00:00:06")
+
+
+async def _stats_at(pool, now):
+    return json.loads(await pool.fetchval("select jobfeed.stats_v2(15, '5 seconds', $1)::text", now))
+
+
+async def test_final_counts_are_recounted_once_older_than_thirty_times_their_cost(pool):
+    """The counts of final states read the whole history kept: kept in the
+    snapshot while younger than 30 times what their count took (planted here:
+    as if it took a second), while the unfinished ones are recounted each time."""
+    await register(pool, "k")
+    finished = ("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                "select 'k', $1 || g, 'completed', now() from generate_series(1, $2::int) g")
+    await pool.execute(finished, "a", 3)
+    await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', 'q1')")
+    first = await _stats_at(pool, T0)
+    assert first["counts"] == {"k": {"queued": 1, "completed": 3}}
+    assert first["finished_as_of"] == first["as_of"]
+
+    # a count that took no time: the next recount is the whole table again
+    await pool.execute(finished, "b", 1)
+    again = await _stats_at(pool, T0 + dt.timedelta(seconds=6))
+    assert again["counts"] == {"k": {"queued": 1, "completed": 4}}
+
+    await pool.execute("update jobfeed.stats_snapshot set finished_seconds = 1")
+    await pool.execute(finished, "c", 2)
+    await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', 'q2')")
+    kept = await _stats_at(pool, T0 + dt.timedelta(seconds=30))
+    assert kept["counts"] == {"k": {"queued": 2, "completed": 4}}  # queued recounted, completed kept
+    assert kept["as_of"].startswith("2030-01-01T00:00:30") and kept["finished_as_of"].startswith("2030-01-01T00:00:06")
+    recounted = await _stats_at(pool, T0 + dt.timedelta(seconds=37))
+    assert recounted["counts"] == {"k": {"queued": 2, "completed": 6}}
+    assert recounted["finished_as_of"] == recounted["as_of"]
+
+
+async def test_unfinished_counts_read_only_unfinished_jobs_over_a_long_history(pool, dsn):
+    await register(pool, "k")
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                       "select 'k', 'h' || g, 'completed', now() from generate_series(1, 20000) g")
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 'q' || g from generate_series(1, 5) g")
+    await pool.execute("analyze jobfeed.jobs")
+    conn = await db.connect(dsn)
+    try:
+        rows, plans = await explained(conn, "select jobfeed.state_counts(false)::text", analyze=True)
+        assert json.loads(rows[0][0]) == {"k": {"queued": 5}}
+        assert _most_rows_one_node_read(plans) <= 5, _heavy_lines(plans)
+    finally:
+        await conn.close()

@@ -198,23 +198,40 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
       from jobfeed.kinds k order by k.kind
 $$;
 
--- Counts by kind and state, the age of the oldest due job, and jobs finished per
--- minute over the last p_minutes (for the dashboard's chart).
-create or replace function jobfeed.stats(p_minutes int default 15, p_now timestamptz default null)
-returns jsonb language plpgsql stable security definer set search_path = jobfeed, pg_temp as $$
-declare
-    v_now timestamptz := jobfeed.clock(p_now);
-begin
-    return jsonb_build_object(
-        'now', v_now,
-        'counts', coalesce((
-            select jsonb_object_agg(c.kind, c.states) from (
-                select s.kind, jsonb_object_agg(s.state, s.n) as states
-                  from (select j.kind, j.state, count(*) as n from jobfeed.jobs j group by 1, 2) s
-                 group by s.kind) c), '{}'::jsonb),
+-- Jobs by kind and state, {kind: {state: n}}: of the unfinished states (p_final
+-- false), read through the partial index that holds them alone, so however
+-- long the history kept; or of the final ones, which reads every finished job
+-- the sweeper has not deleted yet (a week of them may be millions). Without
+-- statistics on state (0012) the planner takes nearly every row for
+-- unfinished and would scan the table: an index it must take instead (for the
+-- final states, jobs_kind_state_id, read without the table).
+create or replace function jobfeed.state_counts(p_final boolean)
+returns jsonb language sql stable set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
+    select coalesce(jsonb_object_agg(c.kind, c.states), '{}'::jsonb) from (
+        select s.kind, jsonb_object_agg(s.state, s.n) as states
+          from (select j.kind, j.state, count(*) as n from jobfeed.jobs j
+                 where not p_final and j.state not in ('completed', 'failed', 'canceled')
+                 group by 1, 2
+                 union all
+                select j.kind, j.state, count(*) as n from jobfeed.jobs j
+                 where p_final and j.state in ('completed', 'failed', 'canceled')
+                 group by 1, 2) s
+         group by s.kind) c
+$$;
+
+-- The stats' answer from both halves of the counts (state_counts), with the age
+-- of the oldest due job and jobs finished per minute over the last p_minutes
+-- (for the dashboard's chart).
+create or replace function jobfeed.stats_of(p_unfinished jsonb, p_final jsonb, p_minutes int, p_now timestamptz)
+returns jsonb language sql stable set search_path = jobfeed, pg_temp as $$
+    select jsonb_build_object(
+        'now', p_now,
+        'counts', (select coalesce(jsonb_object_agg(k.kind, coalesce(p_unfinished -> k.kind, '{}'::jsonb)
+                                                            || coalesce(p_final -> k.kind, '{}'::jsonb)), '{}'::jsonb)
+                     from (select jsonb_object_keys(p_unfinished) union select jsonb_object_keys(p_final)) k(kind)),
         'oldest_due_seconds', (
-            select extract(epoch from v_now - min(j.run_after)) from jobfeed.jobs j
-             where j.state = 'queued' and j.run_after <= v_now),
+            select extract(epoch from p_now - min(j.run_after)) from jobfeed.jobs j
+             where j.state = 'queued' and j.run_after <= p_now),
         'throughput', coalesce((
             select jsonb_agg(jsonb_build_object('minute', m.minute, 'completed', m.completed,
                                                 'failed', m.failed) order by m.minute)
@@ -224,15 +241,26 @@ begin
                        count(*) filter (where j.state = 'failed') as failed
                   from jobfeed.jobs j
                  where j.state in ('completed', 'failed', 'canceled')
-                   and j.finished_at > v_now - make_interval(mins => p_minutes)
-                 group by 1) m), '[]'::jsonb));
-end $$;
+                   and j.finished_at > p_now - make_interval(mins => p_minutes)
+                 group by 1) m), '[]'::jsonb))
+$$;
+
+-- Counts by kind and state, the age of the oldest due job, and jobs finished per
+-- minute over the last p_minutes, all counted now.
+create or replace function jobfeed.stats(p_minutes int default 15, p_now timestamptz default null)
+returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select jobfeed.stats_of(jobfeed.state_counts(false), jobfeed.state_counts(true), p_minutes, jobfeed.clock(p_now))
+$$;
 
 -- stats() as of at most p_max_age ago (its 'as_of' says when): the snapshot
 -- when it is fresh enough, else counted anew by one caller at a time (the
 -- others meanwhile answer the snapshot they find). However many API
 -- processes, dashboards and scrapers, the table is counted at most once per
--- p_max_age.
+-- p_max_age. The final states' counts, whose cost grows with the history
+-- kept, are recounted only once older than 30 times what their last count
+-- took (and than p_max_age): a count of a long history then costs at most a
+-- thirtieth of one backend while anyone watches, and 'finished_as_of' says
+-- when they were counted. A short history is recounted every time.
 create or replace function jobfeed.stats_v2(
     p_minutes int default 15, p_max_age interval default '5 seconds', p_now timestamptz default null)
 returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
@@ -240,6 +268,7 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_snap jobfeed.stats_snapshot;
     v_body jsonb;
+    v_started timestamptz;
 begin
     select * into v_snap from jobfeed.stats_snapshot s where s.id = 1;
     if found and v_snap.minutes = p_minutes and v_snap.as_of > v_now - p_max_age and v_snap.as_of <= v_now then
@@ -248,9 +277,20 @@ begin
     if found and v_snap.minutes = p_minutes and not pg_try_advisory_xact_lock(hashtext('jobfeed.stats_v2')) then
         return v_snap.body;  -- someone is counting right now
     end if;
-    v_body := jobfeed.stats(p_minutes, v_now) || jsonb_build_object('as_of', v_now);
+    if v_snap.finished is null or v_snap.finished_as_of > v_now
+       or v_snap.finished_as_of <= v_now - greatest(p_max_age, make_interval(secs => 30 * v_snap.finished_seconds)) then
+        v_started := clock_timestamp();
+        v_snap.finished := jobfeed.state_counts(true);
+        v_snap.finished_seconds := extract(epoch from clock_timestamp() - v_started);
+        v_snap.finished_as_of := v_now;
+    end if;
+    v_body := jobfeed.stats_of(jobfeed.state_counts(false), v_snap.finished, p_minutes, v_now)
+              || jsonb_build_object('as_of', v_now, 'finished_as_of', v_snap.finished_as_of);
     perform jobfeed.sample_depth_from(v_body -> 'counts', v_now);  -- the depth chart, sweeper or not
-    insert into jobfeed.stats_snapshot as s (id, minutes, as_of, body) values (1, p_minutes, v_now, v_body)
-    on conflict (id) do update set minutes = excluded.minutes, as_of = excluded.as_of, body = excluded.body;
+    insert into jobfeed.stats_snapshot as s (id, minutes, as_of, body, finished, finished_as_of, finished_seconds)
+    values (1, p_minutes, v_now, v_body, v_snap.finished, v_snap.finished_as_of, v_snap.finished_seconds)
+    on conflict (id) do update set minutes = excluded.minutes, as_of = excluded.as_of, body = excluded.body,
+                                   finished = excluded.finished, finished_as_of = excluded.finished_as_of,
+                                   finished_seconds = excluded.finished_seconds;
     return v_body;
 end $$;
