@@ -148,6 +148,9 @@ select jobfeed.sweep_expired();
 -- name: delete_finished
 select jobfeed.delete_finished($1, $2);
 
+-- name: delete_old_slots
+select jobfeed.delete_old_slots($1);
+
 -- name: open_admin_session
 select jobfeed.open_admin_session(make_interval(secs => $1));
 

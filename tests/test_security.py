@@ -90,6 +90,7 @@ CALLS = {
     "sample_depth": "select jobfeed.sample_depth()",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
+    "delete_old_slots": "select jobfeed.delete_old_slots('7 days')",
     # internal helpers: nobody outside the queue's functions
     "public_status": "select jobfeed.public_status('queued', 0)",
     "raise_error": "select jobfeed.raise_error('JF422', 'x', 'x')",
@@ -151,7 +152,7 @@ ALLOWED = {
                        "set_traceparent", "set_kind_request_policy", "set_kind_request_policy_v2", "submit_waiting",
                        "submit_waiting_v2", "signal", "signals_of", "output_begin", "output_finish", "file_put",
                        "files_of", "file_read", "child_id", "complete_spawning", "wait_for", "children_of"},
-    "jobfeed_sweeper": {"sweep_expired", "delete_finished", "sample_depth"},
+    "jobfeed_sweeper": {"sweep_expired", "delete_finished", "delete_old_slots", "sample_depth"},
 }
 
 TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions", "admin_sessions",

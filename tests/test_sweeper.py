@@ -80,3 +80,19 @@ async def test_sweeper_command_once(dsn, pool, demo_kind):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"expired": 0, "deleted": 3}
+
+
+async def test_old_periodic_slots_go_but_each_kinds_newest_stays(queue, pool):
+    """The slots past retention go; a kind's newest stays however old (a schedule
+    slower than the retention must not find its last slot free again)."""
+    await pool.execute("insert into jobfeed.schedule_slots (kind, slot) "
+                       "select 'hourly', now() - (g + 0.5) * interval '1 hour' from generate_series(0, 239) g")
+    await pool.execute("insert into jobfeed.schedule_slots (kind, slot) "
+                       "values ('monthly', now() - interval '9 days'), ('monthly', now() - interval '40 days')")
+    sweeper = Sweeper(queue, retention=7 * 86400)
+    assert await sweeper.sweep_once() == {"expired": 0, "deleted": 0}  # jobs: none
+    left = await pool.fetch("select kind, count(*) as n, min(slot) as oldest from jobfeed.schedule_slots group by 1")
+    by_kind = {r["kind"]: r for r in left}
+    assert by_kind["hourly"]["n"] == 168  # the slots of the last 7 days (g 0..167)
+    assert by_kind["monthly"]["n"] == 1
+    assert await pool.fetchval("select now() - $1 > interval '8 days'", by_kind["monthly"]["oldest"])

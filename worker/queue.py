@@ -600,3 +600,7 @@ class Queue:
 
     async def delete_finished(self, retention: float, limit: int = 1000) -> int:
         return await self._fetchval("delete_finished", _seconds(retention), limit)
+
+    async def delete_old_slots(self, retention: float) -> int:
+        """Periodic slots past retention, each kind's newest kept (one bounded batch)."""
+        return await self._fetchval("delete_old_slots", _seconds(retention))

@@ -1,6 +1,7 @@
 """The sweeper: on an interval, fails running jobs whose lease expired with no
 attempts left, and deletes finished jobs past the retention period in bounded
-batches. Never touches an unfinished job; several sweepers may run at once."""
+batches, and periodic slots past it (each kind's newest kept). Never touches
+an unfinished job; several sweepers may run at once."""
 
 from __future__ import annotations
 
@@ -45,11 +46,13 @@ class Sweeper:
             if n < self.batch:
                 break
             await self._rest(self.REST * (time.perf_counter() - started))
+        slots = await self.queue.delete_old_slots(self.retention)
         await self.queue.sample_depth()  # the dashboard's depth chart
         metrics.SWEPT.labels("expired").inc(expired)
         metrics.SWEPT.labels("deleted").inc(deleted)
-        if expired or deleted:
-            log.info("sweeper: %d expired leases failed, %d finished jobs deleted", expired, deleted)
+        if expired or deleted or slots:
+            log.info("sweeper: %d expired leases failed, %d finished jobs deleted, %d periodic slots deleted",
+                     expired, deleted, slots)
         return {"expired": expired, "deleted": deleted}
 
     async def _rest(self, seconds: float) -> None:

@@ -38,3 +38,25 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
     )
     select count(*)::int from del
 $$;
+
+-- Delete up to p_limit periodic slots (schedule_slots) older than p_retention,
+-- keeping each kind's newest: a scheduler only ever enqueues the newest slot
+-- due, which must stay taken, or a schedule slower than the retention (a
+-- monthly job, a week kept) would run its last slot again. Returns how many
+-- went. Without it a schedule every second left 86,400 rows a day.
+create or replace function jobfeed.delete_old_slots(
+    p_retention interval, p_limit int default 10000, p_now timestamptz default null)
+returns int language sql security definer set search_path = jobfeed, pg_temp as $$
+    with doomed as (
+        select t.kind, t.slot from jobfeed.schedule_slots t
+         where t.slot < jobfeed.clock(p_now) - p_retention
+           and exists (select from jobfeed.schedule_slots n where n.kind = t.kind and n.slot > t.slot)
+         order by t.slot
+         limit p_limit
+    ), del as (
+        delete from jobfeed.schedule_slots t using doomed d
+         where t.kind = d.kind and t.slot = d.slot
+        returning 1
+    )
+    select count(*)::int from del
+$$;
