@@ -13,6 +13,7 @@ CI=true, where they fail."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -455,6 +456,15 @@ async def test_dashboard_panels_match_the_database(worker, new_page, http, pool)
         "1 live, 1 lost; 1 running of 4 slots.")
     running_in_db = await pool.fetchval("select count(*) from jobfeed.jobs where state = 'running'")
     await expect(page.locator('#counts td[data-state="running"]')).to_have_text(str(running_in_db))
+    await expect(page.locator("#finished-note")).to_be_hidden()  # a short history: counted each time
+    # As if counting the finished jobs had taken 100 s: the next read keeps them, and says since when.
+    kept = await pool.fetchval("update jobfeed.stats_snapshot set as_of = as_of - interval '1 minute', "
+                               "finished_as_of = finished_as_of - interval '1 minute', finished_seconds = 100 "
+                               "returning finished_as_of")
+    note = page.locator("#finished-note")
+    await expect(note).to_be_visible(timeout=15000)
+    shown = await note.locator("time").get_attribute("datetime")
+    assert dt.datetime.fromisoformat(shown) == kept, (shown, kept)
 
     charts = json.loads(await pool.fetchval("select jobfeed.charts()::text"))
     [failure] = charts["failures"]

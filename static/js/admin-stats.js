@@ -67,6 +67,10 @@ function renderCounts(stats) {
   $("counts").tBodies[0].replaceChildren(...rows);
   $("oldest-due").textContent = stats.oldest_due_seconds == null ? "none" : formatSeconds(stats.oldest_due_seconds);
   $("stats-time").replaceChildren(timeEl(stats.now));
+  // Over a long history the finished jobs are counted less often than the rest.
+  const kept = Boolean(stats.finished_as_of) && Date.parse(stats.finished_as_of) !== Date.parse(stats.now);
+  $("finished-note").hidden = !kept;
+  $("finished-time").replaceChildren(kept ? timeEl(stats.finished_as_of) : "—");
 }
 
 // Bars per minute for the last CHART_MINUTES minutes, drawn to the box's width.
