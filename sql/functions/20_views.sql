@@ -258,8 +258,8 @@ $$;
 -- processes, dashboards and scrapers, the table is counted at most once per
 -- p_max_age. The final states' counts, whose cost grows with the history
 -- kept, are recounted only once older than 30 times what their last count
--- took (and than p_max_age): a count of a long history then costs at most a
--- thirtieth of one backend while anyone watches, and 'finished_as_of' says
+-- took (and than p_max_age): a count of a long history then runs at most a
+-- thirtieth of the time while anyone watches, and 'finished_as_of' says
 -- when they were counted. A short history is recounted every time.
 create or replace function jobfeed.stats_v2(
     p_minutes int default 15, p_max_age interval default '5 seconds', p_now timestamptz default null)
