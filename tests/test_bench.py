@@ -20,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.history import CLAIM_MORE  # noqa: E402
 from bench.run import QUICK  # noqa: E402
 from bench.systems import ALL  # noqa: E402
 
@@ -96,7 +97,7 @@ def test_every_scenario_runs_and_counts_right(tmp_path):
     hist = q["history"]
     assert hist["ok"] and hist["history_n"] == QUICK.history_n
     for case in ("empty", "history"):
-        assert hist[case]["submit"]["rate"] > 0 and hist[case]["claim"]["n"] == QUICK.history_submit
+        assert hist[case]["submit"]["rate"] > 0 and hist[case]["claim"]["n"] == (1 + CLAIM_MORE) * QUICK.history_submit
         assert hist[case]["drain"]["left"] == 0 and hist[case]["drain"]["rate"] > 0
     assert 0 < hist["sweeping"]["deleted_by_end"] <= QUICK.history_expired
     assert hist["sweeping"]["drain"]["ok"] and hist["sweeping"]["latency"]["ok"]
