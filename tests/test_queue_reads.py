@@ -35,13 +35,19 @@ def _heavy_lines(plans: str) -> str:
                      if any(n > 100 for n in _rows_of(line)))
 
 
+async def _history_and_queue(pool, finished_kind: str, queued_kind: str) -> None:
+    """20,000 completed jobs of one kind and 5 queued of another (or the same), analyzed."""
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                       "select $1, 'h' || g, 'completed', now() from generate_series(1, 20000) g", finished_kind)
+    await pool.execute("insert into jobfeed.jobs (kind, target) select $1, 'q' || g from generate_series(1, 5) g",
+                       queued_kind)
+    await pool.execute("analyze jobfeed.jobs")
+
+
 async def test_admin_list_filters_use_the_kind_state_index(pool, dsn):
     await register(pool, "big")
     await register(pool, "small")
-    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
-                       "select 'big', 't' || g, 'completed', now() from generate_series(1, 20000) g")
-    await pool.execute("insert into jobfeed.jobs (kind, target) select 'small', 't' || g from generate_series(1, 5) g")
-    await pool.execute("analyze jobfeed.jobs")
+    await _history_and_queue(pool, "big", "small")
     conn = await db.connect(dsn)
     try:
         await conn.fetch("select * from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, 3)", None, None)
@@ -216,10 +222,7 @@ async def test_final_counts_are_recounted_once_older_than_thirty_times_their_cos
 
 async def test_unfinished_counts_read_only_unfinished_jobs_over_a_long_history(pool, dsn):
     await register(pool, "k")
-    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
-                       "select 'k', 'h' || g, 'completed', now() from generate_series(1, 20000) g")
-    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 'q' || g from generate_series(1, 5) g")
-    await pool.execute("analyze jobfeed.jobs")
+    await _history_and_queue(pool, "k", "k")
     conn = await db.connect(dsn)
     try:
         rows, plans = await explained(conn, "select jobfeed.state_counts(false)::text", analyze=True)
