@@ -199,9 +199,9 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
 $$;
 
 -- Jobs by kind and state, {kind: {state: n}}: of the unfinished states (p_final
--- false), read through the partial index that holds them alone, so however
--- long the history kept; or of the final ones, which reads every finished job
--- the sweeper has not deleted yet (a week of them may be millions). Without
+-- false), read through the partial index that holds them alone, whatever the
+-- history kept; or of the final ones, which reads every finished job the
+-- sweeper has not deleted yet (a week of them may be millions). Without
 -- statistics on state (0012) the planner takes nearly every row for
 -- unfinished and would scan the table: an index it must take instead (for the
 -- final states, jobs_kind_state_id, read without the table).

@@ -43,7 +43,7 @@ $$;
 -- keeping each kind's newest: a scheduler only ever enqueues the newest slot
 -- due, which must stay taken, or a schedule slower than the retention (a
 -- monthly job, a week kept) would run its last slot again. Returns how many
--- went. Without it a schedule every second left 86,400 rows a day.
+-- went. (A schedule every second makes 86,400 slots a day.)
 create or replace function jobfeed.delete_old_slots(
     p_retention interval, p_limit int default 10000, p_now timestamptz default null)
 returns int language sql security definer set search_path = jobfeed, pg_temp as $$
