@@ -246,7 +246,8 @@ returns jsonb language sql stable set search_path = jobfeed, pg_temp as $$
 $$;
 
 -- Counts by kind and state, the age of the oldest due job, and jobs finished per
--- minute over the last p_minutes, all counted now.
+-- minute over the last p_minutes, all counted now: v0.1.0's API calls it on
+-- every request; today's callers read stats_v2.
 create or replace function jobfeed.stats(p_minutes int default 15, p_now timestamptz default null)
 returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
     select jobfeed.stats_of(jobfeed.state_counts(false), jobfeed.state_counts(true), p_minutes, jobfeed.clock(p_now))
