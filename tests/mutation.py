@@ -83,6 +83,7 @@ API_JOBS = "tests/test_api_jobs.py"
 LIMITS = "tests/test_api_limits.py"
 RUNNER = "tests/test_worker_runner.py"
 DEDUPE = "tests/test_requests_dedupe.py"
+REQUEST_BATCH = "tests/test_requests_batch.py"
 RERUN = "tests/test_requests_rerun.py"
 POSITION = "tests/test_requests_position.py"
 WEBHOOKS = "tests/test_webhooks.py"
@@ -564,6 +565,25 @@ EDITS: list[Edit] = [
          "        exit handover when cardinality(v_lost) = 0;", "        exit handover;",
          (RERUN + "::test_a_batch_duplicate_of_a_job_finishing_meanwhile_still_runs_its_payload",),
          "a batch duplicate of a job that finished before the hand-over is submitted again"),
+    Edit("request-batch-locks-in-list-order", "sql/functions/35_requests.sql",
+         "        perform from jobfeed.jobs j\n"
+         "         where j.id in (select v_ids[k] from unnest(v_pending) k where not v_created[k])\n"
+         "         order by j.id\n           for update;",
+         "        perform from unnest(v_pending) with ordinality p(k, o) join jobfeed.jobs j on j.id = v_ids[p.k]\n"
+         "         where not v_created[p.k] order by p.o for update of j;",
+         (REQUEST_BATCH + "::test_batches_lock_the_jobs_they_join_in_one_order",),
+         "batches of requests lock the jobs they join in id order: never a deadlock"),
+    Edit("request-batch-joins-a-canceled-job", "sql/functions/35_requests.sql",
+         "        v_pending := array(select k from unnest(v_pending) k where not v_ids[k] = any (v_counted));",
+         "        v_pending := '{}';",
+         (REQUEST_BATCH + "::test_a_job_abandoned_before_the_batch_counts_its_request_is_not_joined",),
+         "a batch whose job is abandoned before it counts its request submits again"),
+    Edit("request-batch-plans-may-scan", "sql/functions/35_requests.sql",
+         "set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_bitmapscan = off\n"
+         "set enable_hashjoin = off set enable_mergejoin = off as $$",
+         "set plan_cache_mode = force_generic_plan as $$",
+         (REQUEST_BATCH + "::test_plans_made_on_an_empty_table_stay_index_probes_as_it_grows",),
+         "a generic plan made on an empty table still probes indexes once the table has grown"),
     Edit("position-ignores-priority", "sql/functions/20_views.sql",
          "        select q.id, (row_number() over (order by q.priority desc, q.run_after, q.id) - 1)::int as \"position\"",
          "        select q.id, (row_number() over (order by q.run_after, q.id) - 1)::int as \"position\"",

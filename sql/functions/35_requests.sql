@@ -240,13 +240,21 @@ end $$;
 -- commit: every HTTP submission is a request, and may carry scheduling fields;
 -- the batch shares one run_after, priority and concurrency key). p_requesters
 -- and p_notify_urls are per item (null: none).
+-- Its plans are generic: seeing each call's arrays, the planner kept making a
+-- plan for that call, and planning the batch's statements anew each time cost
+-- more than running them. A generic plan is made once per session, maybe on a
+-- near-empty table, and kept: scans and hash joins are off so that it can only
+-- be what suits a batch of any size over a table of any size, index probes
+-- (every look-up here is an equality on an indexed column).
 create or replace function jobfeed.submit_many_requests(
     p_kind text, p_targets text[], p_payloads jsonb[], p_max_payload int default 65536,
     p_requesters text[] default null, p_notify_urls text[] default null, p_max_active int default null,
     p_forces boolean[] default null, p_now timestamptz default null,
     p_run_after timestamptz default null, p_priority int default null, p_concurrency_key text default null)
 returns table (n int, id uuid, created boolean, view jsonb, request_id uuid, reused boolean)
-language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+language plpgsql security definer set search_path = jobfeed, pg_temp
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_bitmapscan = off
+set enable_hashjoin = off set enable_mergejoin = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
@@ -257,11 +265,15 @@ declare
     v_pending int[];
     v_round record;
     v_job record;
-    v_lost int[];
+    v_counted uuid[];
+    v_counted_views jsonb[];
+    v_round_joined uuid[];
+    v_round_versions bigint[];
+    v_view_ids uuid[] := '{}';  -- the counted jobs and their views (after the count)
     v_joined uuid[] := '{}';
     v_joined_versions bigint[] := '{}';
     v_requests uuid[];
-    v_views jsonb[];
+    v_views jsonb[] := '{}';
 begin
     if p_targets is null then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
@@ -317,30 +329,38 @@ begin
             v_ids[v_round.k] := v_round.id;
             v_created[v_round.k] := v_round.created;
         end loop;
-        -- Count the requests under each job's row lock, in id order (two
-        -- batches sharing jobs never wait on each other in a circle).
-        v_lost := '{}';
-        for v_job in
-            select t.id, count(*)::int as c, array_agg(t.k) as items, bool_or(v_created[t.k]) as made,
+        -- The jobs this round shares with earlier submissions, locked in id
+        -- order (two batches sharing jobs never wait on each other in a
+        -- circle); the ones it made are its own already. Then one UPDATE
+        -- counts every job's requests and answers its view.
+        perform from jobfeed.jobs j
+         where j.id in (select v_ids[k] from unnest(v_pending) k where not v_created[k])
+         order by j.id
+           for update;
+        with counted as (
+            select t.id, count(*)::int as c, bool_or(v_created[t.k]) as made,
                    bool_or(p_notify_urls[t.k] is not null) as notify
               from unnest(v_ids) with ordinality t(id, k)
              where t.k = any (v_pending)
-             group by t.id order by t.id
-        loop
-            update jobfeed.jobs j set requesters = j.requesters + v_job.c, notify = j.notify or v_job.notify
-             where j.id = v_job.id and j.state not in ('completed', 'failed', 'canceled');
-            if not found then  -- abandoned and canceled since submit_many saw it: again
-                v_lost := v_lost || v_job.items;
-                continue;
-            end if;
-            perform jobfeed.check_duplicate(p_kind, v_job.id, p_payloads[k])
-               from unnest(v_job.items) k where not v_created[k];
-            if not v_job.made then
-                v_joined := v_joined || v_job.id;
-                v_joined_versions := v_joined_versions || (select j.version from jobfeed.jobs j where j.id = v_job.id);
-            end if;
-        end loop;
-        v_pending := v_lost;
+             group by t.id),
+        updated as (
+            update jobfeed.jobs j set requesters = j.requesters + c.c, notify = j.notify or c.notify
+              from counted c
+             where j.id = c.id and j.state not in ('completed', 'failed', 'canceled')
+            returning j.id, j.version, c.made, jobfeed.public_view(j) as view)
+        select coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.view), '{}'),
+               coalesce(array_agg(u.id) filter (where not u.made), '{}'),
+               coalesce(array_agg(u.version) filter (where not u.made), '{}')
+          into v_counted, v_counted_views, v_round_joined, v_round_versions
+          from updated u;
+        perform jobfeed.check_duplicate(p_kind, v_ids[k], p_payloads[k])
+           from unnest(v_pending) k where not v_created[k] and v_ids[k] = any (v_counted);
+        v_view_ids := v_view_ids || v_counted;
+        v_views := v_views || v_counted_views;
+        v_joined := v_joined || v_round_joined;
+        v_joined_versions := v_joined_versions || v_round_versions;
+        -- abandoned and canceled since submit_many saw them: again
+        v_pending := array(select k from unnest(v_pending) k where not v_ids[k] = any (v_counted));
     end loop;
 
     v_requests := jobfeed.uuid_v7_batch(v_count);
@@ -353,10 +373,15 @@ begin
     if cardinality(v_joined) > 0 then
         perform jobfeed.notify_requesters(v_joined, v_joined_versions);
     end if;
+    -- a job counted in one round is never another round's (a round's items
+    -- with one target share its job), so each id joins one view
     return query
         select k::int, v_ids[k], v_created[k],
-               (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_ids[k]), v_requests[k], v_reused[k]
-          from generate_series(1, v_count) k order by k;
+               coalesce(c.view, (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_ids[k])),
+               v_requests[k], v_reused[k]
+          from generate_series(1, v_count) k
+          left join unnest(v_view_ids, v_views) c(id, view) on c.id = v_ids[k]
+         order by k;
 end $$;
 
 -- A request leaves: answers its job's public view. Idempotent. When the last
