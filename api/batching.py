@@ -9,6 +9,13 @@ request from its row. Each submission is also a request (who waits for the
 job): its row is written by the same statement. A request that finds nothing in flight is written at the
 next turn of the event loop, so a lone request waits no longer than before.
 
+One flush at a time: commits that NOTIFY take turns in PostgreSQL anyway (one
+lock for all of them, held through the WAL flush), so flushes side by side
+only made each batch smaller, and a batch's fixed cost is most of a small
+one's. A flush that takes longer than STALL (waiting for a row lock, say) is
+no reason for everyone else to wait: another starts beside it, up to
+max_flushes.
+
 Nothing about a submission changes: the answer is sent only after its commit,
 dedupe works across and within batches (the first of two requests for one
 target creates the job, the second shares it), and one bad item does not cost
@@ -30,6 +37,7 @@ from jobfeed.worker.submission import Schedule
 # (job id, created, public view as JSON text, request id, reused)
 Answer = tuple[uuid.UUID, bool, str, uuid.UUID, bool]
 NOW = Schedule()  # due now, the kind's priority, no concurrency key
+STALL = 0.05  # seconds a flush runs before another may start beside it
 
 
 @dataclasses.dataclass
@@ -55,6 +63,7 @@ class SubmitBatcher:
         self._pending: list[_Item] = []
         self._flushing = 0
         self._scheduled = False
+        self._stall: asyncio.TimerHandle | None = None  # armed while pending items wait for a flush
         self._tasks: set[asyncio.Task] = set()
         self.batches = 0  # statements written (for /metrics)
         self.items = 0
@@ -68,18 +77,33 @@ class SubmitBatcher:
         return await item.answer
 
     def _schedule(self) -> None:
-        if self._pending and not self._scheduled and self._flushing < self.max_flushes:
+        if not self._pending or self._scheduled:
+            return
+        if self._flushing == 0:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._start_flushes)
+            asyncio.get_running_loop().call_soon(self._start_flush)
+        elif self._flushing < self.max_flushes and self._stall is None:
+            self._stall = asyncio.get_running_loop().call_later(STALL, self._stalled)
 
-    def _start_flushes(self) -> None:
+    def _stalled(self) -> None:
+        """The flush in flight took STALL: the waiting items go beside it."""
+        self._stall = None
+        if self._pending and not self._scheduled and self._flushing < self.max_flushes:
+            self._start_flush()
+        self._schedule()  # more than one batch waits: the rest after the next STALL
+
+    def _start_flush(self) -> None:
         self._scheduled = False
-        while self._pending and self._flushing < self.max_flushes:
-            batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
-            self._flushing += 1
-            task = asyncio.create_task(self._flush(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
+        if not batch:
+            return
+        self._flushing += 1
+        task = asyncio.create_task(self._flush(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _flush(self, batch: list[_Item]) -> None:
         try:

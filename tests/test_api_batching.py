@@ -4,6 +4,7 @@ and each request still gets exactly the answer it would get alone."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -69,6 +70,32 @@ async def test_batch_of_one_writes_each_submission_alone(dsn, demo_kind):
         batcher = app.state.services.batcher
     assert [a.status_code for a in answers] == [201] * 12
     assert batcher.batches == batcher.items == 12
+
+
+async def test_a_flush_waiting_for_a_row_lock_does_not_hold_up_other_submissions(dsn, pool, demo_kind):
+    """One flush at a time normally; a flush stuck on a job's row lock (held
+    here by another transaction) lets the next submission go beside it."""
+    app = create_app(make_settings(dsn))
+    async with asgi_client(app) as client:
+        held = (await client.post("/api/jobs", json={"kind": "demo", "target": "held"})).json()
+        locker = await pool.acquire()
+        tx = locker.transaction()
+        await tx.start()
+        try:
+            await locker.execute("select from jobfeed.jobs where id = $1 for update", uuid.UUID(held["id"]))
+            joining = asyncio.create_task(client.post("/api/jobs", json={"kind": "demo", "target": "held"}))
+            for _ in range(500):  # the server's own view: an instant read, no clock
+                if await pool.fetchval("select count(*) from pg_stat_activity where wait_event_type = 'Lock'"):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                pytest.fail("the joining submission never waited for the row lock")
+            other = await asyncio.wait_for(client.post("/api/jobs", json={"kind": "demo", "target": "free"}), 10)
+            assert other.status_code == 201 and not joining.done()
+        finally:
+            await tx.rollback()
+            await pool.release(locker)
+        assert (await asyncio.wait_for(joining, 10)).json()["deduplicated"] is True
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "many"])
