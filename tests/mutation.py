@@ -574,7 +574,7 @@ EDITS: list[Edit] = [
          (REQUEST_BATCH + "::test_batches_lock_the_jobs_they_join_in_one_order",),
          "batches of requests lock the jobs they join in id order: never a deadlock"),
     Edit("request-batch-joins-a-canceled-job", "sql/functions/35_requests.sql",
-         "        v_pending := array(select k from unnest(v_pending) k where not v_ids[k] = any (v_counted));",
+         "        v_pending := array(select k from unnest(v_pending) k where not v_counted ? v_ids[k]::text);",
          "        v_pending := '{}';",
          (REQUEST_BATCH + "::test_a_job_abandoned_before_the_batch_counts_its_request_is_not_joined",),
          "a batch whose job is abandoned before it counts its request submits again"),

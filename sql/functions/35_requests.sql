@@ -265,15 +265,14 @@ declare
     v_pending int[];
     v_round record;
     v_job record;
-    v_counted uuid[];
-    v_counted_views jsonb[];
+    v_counted jsonb;  -- this round's counted jobs: id -> view (after the count)
     v_round_joined uuid[];
     v_round_versions bigint[];
-    v_view_ids uuid[] := '{}';  -- the counted jobs and their views (after the count)
+    v_view_of jsonb := '{}';  -- every round's
     v_joined uuid[] := '{}';
     v_joined_versions bigint[] := '{}';
     v_requests uuid[];
-    v_views jsonb[] := '{}';
+    v_views jsonb[];
 begin
     if p_targets is null then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
@@ -320,11 +319,10 @@ begin
     v_pending := array(select k from generate_series(1, v_count) k where not v_reused[k]);
     while cardinality(v_pending) > 0 loop
         for v_round in
-            select p.k, s.id, s.created
+            select v_pending[s.n] as k, s.id, s.created
               from jobfeed.submit_many_v2(p_kind, array(select p_targets[k] from unnest(v_pending) k),
                                           array(select p_payloads[k] from unnest(v_pending) k),
                                           p_run_after, p_max_payload, p_now, p_priority, p_concurrency_key) s
-              join unnest(v_pending) with ordinality p(k, n) on p.n = s.n
         loop
             v_ids[v_round.k] := v_round.id;
             v_created[v_round.k] := v_round.created;
@@ -338,29 +336,28 @@ begin
          order by j.id
            for update;
         with counted as (
-            select t.id, count(*)::int as c, bool_or(v_created[t.k]) as made,
-                   bool_or(p_notify_urls[t.k] is not null) as notify
-              from unnest(v_ids) with ordinality t(id, k)
-             where t.k = any (v_pending)
-             group by t.id),
+            select v_ids[p.k] as id, count(*)::int as c, bool_or(v_created[p.k]) as made,
+                   bool_or(p_notify_urls[p.k] is not null) as notify
+              from unnest(v_pending) p(k)
+             group by v_ids[p.k]),
         updated as (
             update jobfeed.jobs j set requesters = j.requesters + c.c, notify = j.notify or c.notify
               from counted c
              where j.id = c.id and j.state not in ('completed', 'failed', 'canceled')
             returning j.id, j.version, c.made, jobfeed.public_view(j) as view)
-        select coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.view), '{}'),
+        -- (keyed look-ups, not joins: a batch's items never meet each other pairwise)
+        select coalesce(jsonb_object_agg(u.id::text, u.view), '{}'),
                coalesce(array_agg(u.id) filter (where not u.made), '{}'),
                coalesce(array_agg(u.version) filter (where not u.made), '{}')
-          into v_counted, v_counted_views, v_round_joined, v_round_versions
+          into v_counted, v_round_joined, v_round_versions
           from updated u;
         perform jobfeed.check_duplicate(p_kind, v_ids[k], p_payloads[k])
-           from unnest(v_pending) k where not v_created[k] and v_ids[k] = any (v_counted);
-        v_view_ids := v_view_ids || v_counted;
-        v_views := v_views || v_counted_views;
+           from unnest(v_pending) k where not v_created[k] and v_counted ? v_ids[k]::text;
+        v_view_of := v_view_of || v_counted;
         v_joined := v_joined || v_round_joined;
         v_joined_versions := v_joined_versions || v_round_versions;
         -- abandoned and canceled since submit_many saw them: again
-        v_pending := array(select k from unnest(v_pending) k where not v_ids[k] = any (v_counted));
+        v_pending := array(select k from unnest(v_pending) k where not v_counted ? v_ids[k]::text);
     end loop;
 
     v_requests := jobfeed.uuid_v7_batch(v_count);
@@ -373,15 +370,12 @@ begin
     if cardinality(v_joined) > 0 then
         perform jobfeed.notify_requesters(v_joined, v_joined_versions);
     end if;
-    -- a job counted in one round is never another round's (a round's items
-    -- with one target share its job), so each id joins one view
     return query
         select k::int, v_ids[k], v_created[k],
-               coalesce(c.view, (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_ids[k])),
+               coalesce(v_view_of -> v_ids[k]::text,  -- a reused job was not counted: read
+                        (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_ids[k])),
                v_requests[k], v_reused[k]
-          from generate_series(1, v_count) k
-          left join unnest(v_view_ids, v_views) c(id, view) on c.id = v_ids[k]
-         order by k;
+          from generate_series(1, v_count) k order by k;
 end $$;
 
 -- A request leaves: answers its job's public view. Idempotent. When the last
