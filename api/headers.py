@@ -4,7 +4,6 @@ be sniffed into another content type."""
 
 from __future__ import annotations
 
-from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -16,6 +15,7 @@ HEADERS = {
     "x-frame-options": "DENY",  # for browsers that predate frame-ancestors
     "referrer-policy": "same-origin",  # job ids in page URLs stay on this site
 }
+RAW = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in HEADERS.items()]
 
 
 class SecurityHeaders:
@@ -31,9 +31,11 @@ class SecurityHeaders:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in HEADERS.items():
-                    headers.setdefault(name, value)
+                # each added unless the response set it (names in ASGI are lower case)
+                headers = list(message.get("headers", ()))
+                have = {name.lower() for name, _ in headers}
+                headers.extend(pair for pair in RAW if pair[0] not in have)
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -94,8 +94,11 @@ class Metrics:
         for name in STREAMS:
             self.streams.labels(name)  # shown at 0 before the first stream opens
         # One child per stream kind, looked up once: a fan-out observes once per
-        # watcher, and labels() takes a lock and a dict look-up each time.
+        # watcher, and labels() takes a lock and a dict look-up each time. The
+        # same for every request's counter and every submission's histogram.
         self._sse_lag = {name: self.sse_lag.labels(name) for name in STREAMS}
+        self._request_counters: dict[tuple[str, str, int], Counter] = {}
+        self._submit_timers: dict[str, Histogram] = {}
         self._lags: list[tuple[str, float]] = []
         # One series per API process (labelled pid in multiprocess mode): which are up.
         Gauge("jobfeed_api_process_start_time_seconds", "When this API process started (epoch seconds).",
@@ -120,8 +123,12 @@ class Metrics:
         labels: dict = {}
         start = time.perf_counter()
         yield labels
-        if "kind" in labels:
-            self.submit_seconds.labels(labels["kind"]).observe(time.perf_counter() - start)
+        kind = labels.get("kind")
+        if kind is not None:
+            timer = self._submit_timers.get(kind)
+            if timer is None:
+                timer = self._submit_timers[kind] = self.submit_seconds.labels(kind)
+            timer.observe(time.perf_counter() - start)
 
     def delivered(self, stream: str, changed_at: float | None) -> None:
         """An event about a change committed at `changed_at` (epoch seconds, the
@@ -156,7 +163,11 @@ class Metrics:
                 if message["type"] == "http.response.start":
                     route = scope.get("route")
                     path = getattr(route, "path", None) or "unmatched"
-                    self.requests.labels(scope["method"], path, str(message["status"])).inc()
+                    key = (scope["method"], path, message["status"])
+                    counter = self._request_counters.get(key)
+                    if counter is None:
+                        counter = self._request_counters[key] = self.requests.labels(key[0], path, str(key[2]))
+                    counter.inc()
                 await send(message)
 
             await app(scope, receive, sending)
