@@ -98,6 +98,13 @@ class Listen:
         return got
 
 
+async def pages_of(conn, sql: str, *args) -> int:
+    """Pages a statement touched, those of the functions it called included."""
+    plan = await conn.fetchval("explain (analyze, buffers, format json) " + sql, *args)
+    top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+
 async def explained(conn, sql: str, *args, analyze: bool = False, buffers: bool = False):
     """The call's rows, and the plans of every statement it runs, nested ones
     included (with the rows each node read, when `analyze`; the pages, when

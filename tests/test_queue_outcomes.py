@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from queue_sql import M, S, T0, claim, claim_one, fail_transient, job, log, public, register, submit
+from queue_sql import M, S, T0, claim, claim_one, fail_transient, job, log, pages_of, public, register, submit
 from jobfeed.worker.queue import QueueError
 
 
@@ -338,3 +338,33 @@ async def test_completion_logs_the_attempt_it_ends(pool, k):
     rows = [(a["generation"], a["attempt"], a["worker_id"], a["started_at"], a["finished_at"], a["outcome"])
             for a in await log(pool, jid)]
     assert rows == [(1, 1, "w1", T0, T0 + S, "transient"), (2, 2, "w2", T0 + 2 * M, done, "completed")]
+
+
+# ---------------------------------------------------------------- plans
+
+async def test_completion_plans_made_on_an_empty_table_stay_index_probes_as_it_grows(pool, dsn):
+    """complete_many runs on generic plans, made at a session's first call (here
+    with one job in the table) and kept while the table grows unanalyzed. A
+    completion must still find its jobs through the primary key, not read every
+    running job."""
+    from jobfeed.worker import db
+
+    await register(pool, "k", lease="1 hour")
+    conn = await db.connect(dsn)
+    try:
+        await submit(pool, "first")
+        first = await claim_one(pool)
+        assert await conn.fetchval("select cardinality(jobfeed.complete_many($1, $2, $3))",
+                                   [first["id"]], [first["generation"]], [None]) == 1
+        await pool.execute("""insert into jobfeed.jobs (kind, target, payload, state, generation, attempts,
+                                                        lease_until, claimed_at)
+                              select 'k', 'r' || g, '{}', 'running', 1, 1, now() + interval '1 hour', now()
+                                from generate_series(1, 60000) g""")
+        ids = [r["id"] for r in await pool.fetch("select id from jobfeed.jobs where target in ('r7', 'r30001')")]
+        pages = await pages_of(conn, "select jobfeed.complete_many($1, $2, $3)", ids, [1, 1], [None, None])
+    finally:
+        await conn.close()
+    full = await pool.fetchval("select pg_relation_size('jobfeed.jobs') / 8192")
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where id = any ($1) and state = 'completed'",
+                               ids) == 2
+    assert pages < full / 4, (pages, full)

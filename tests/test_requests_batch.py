@@ -14,7 +14,7 @@ import pytest
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
-from queue_sql import register
+from queue_sql import pages_of, register
 
 ROUNDS = 5
 
@@ -140,14 +140,6 @@ async def test_a_job_abandoned_before_the_batch_counts_its_request_is_not_joined
     assert await live_requests(pool, old) == 0
 
 
-async def buffers_of(conn, sql: str, *args) -> int:
-    """Pages a statement touched, the functions it called included."""
-    plan = await conn.fetchval("explain (analyze, buffers, format json) " + sql, *args)
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    top = plan[0]["Plan"]
-    return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
-
-
 async def test_plans_made_on_an_empty_table_stay_index_probes_as_it_grows(pool, dsn, k):
     """A session's generic plans are made at its first call, here on an empty
     table, and kept while the table grows (no ANALYZE yet: a fresh install's
@@ -161,8 +153,8 @@ async def test_plans_made_on_an_empty_table_stay_index_probes_as_it_grows(pool, 
                               select 'k', 'p' || g, '{}', 5 from generate_series(1, 60000) g""")
         call = ("select * from jobfeed.submit_many_requests('k', $1, array_fill('{}'::jsonb, array[9]), 65536, "
                 "array_fill('r'::text, array[9]), array_fill(null::text, array[9]))")
-        joining = await buffers_of(conn, call, [f"p{i * 6000 + 1}" for i in range(9)])
-        making = await buffers_of(conn, call, [f"new{i}" for i in range(9)])
+        joining = await pages_of(conn, call, [f"p{i * 6000 + 1}" for i in range(9)])
+        making = await pages_of(conn, call, [f"new{i}" for i in range(9)])
     finally:
         await conn.close()
     full = await pool.fetchval("select pg_relation_size('jobfeed.jobs') / 8192")

@@ -111,11 +111,14 @@ $$;
 -- A job with a rerun pending (on_duplicate="rerun") is not final: the same
 -- statement queues it again at once with the newest payload and the kind's
 -- attempts anew, its public status staying 'processing' (no version bump).
--- No nested loop, for the reason lock_held gives.
+-- No nested loop, for the reason lock_held gives. Generic plans: a completion
+-- of one job spent more on planning its statements than on running them, and
+-- with scans and nested loops off, the plan made once per session (maybe on a
+-- near-empty table) finds the jobs through the primary key at any size.
 create or replace function jobfeed.complete_many(
     p_ids uuid[], p_generations int[], p_results jsonb[], p_now timestamptz default null)
 returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp
-set enable_nestloop = off set enable_seqscan = off as $$
+set enable_nestloop = off set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
