@@ -24,7 +24,8 @@ def wait_seconds(value: str | None) -> float | None:
         return None
     text = value.strip()
     try:
-        seconds = float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text, "wait")
+        plain = text.isascii() and text.replace(".", "", 1).isdigit()  # isdigit() alone takes '²'
+        seconds = float(text) if plain else parse_duration(text, "wait")
     except SettingError:
         raise ApiError(422, "invalid_query", f"wait: {value!r} is not a duration (write e.g. 30s)") from None
     return min(max(seconds, 0.0), MAX_WAIT)

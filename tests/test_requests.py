@@ -287,7 +287,7 @@ async def test_http_wait(http, pool, queue):
     r = await http.get(f"/api/jobs/{job['id']}?wait=60s")
     assert r.json()["status"] == "completed"
     assert (await http.get(f"/api/jobs/{uuid.uuid4()}?wait=1s")).status_code == 404
-    for bad in ("soon", "-1s", "1y"):
+    for bad in ("soon", "-1s", "1y", "\u00b2", "1\u00b2"):  # '²' passes str.isdigit(), not float()
         r = await http.get(f"/api/jobs/{job['id']}", params={"wait": bad})
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_query", bad
 
