@@ -98,8 +98,6 @@ class SubmitBatcher:
             self._stall.cancel()
             self._stall = None
         batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
-        if not batch:
-            return
         self._flushing += 1
         task = asyncio.create_task(self._flush(batch))
         self._tasks.add(task)

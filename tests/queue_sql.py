@@ -8,6 +8,7 @@ import datetime as dt
 import json
 
 import asyncpg
+import pytest
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
 S = dt.timedelta(seconds=1)
@@ -96,6 +97,24 @@ class Listen:
         await asyncio.sleep(settle)
         got, self.got = self.got, []
         return got
+
+
+async def session_waits(pool, what: str, *, pid: int | None = None, column: str = "wait_event_type",
+                        value: str = "Lock") -> None:
+    """Until a session (`pid`, else any) shows `value` in pg_stat_activity's
+    `column` (default: waiting for a lock): the server's own view of it, an
+    instant read, no clock. Fails the test after ~5 s."""
+    for _ in range(500):
+        if await pool.fetchval(f"select exists (select from pg_stat_activity where {column} = $1 "
+                               "and ($2::int is null or pid = $2))", value, pid):
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"{what}: never {column} = {value}")
+
+
+async def jobs_pages(pool) -> int:
+    """Pages of the jobs table: what a scan of it reads."""
+    return await pool.fetchval("select pg_relation_size('jobfeed.jobs') / 8192")
 
 
 async def pages_of(conn, sql: str, *args) -> int:

@@ -10,6 +10,7 @@ import pytest
 
 from jobfeed.api.app import create_app
 from jobfeed.worker.settings import Settings
+from queue_sql import session_waits
 from servers import asgi_client, make_settings
 from jobfeed.worker.settings import SettingError
 
@@ -84,12 +85,7 @@ async def test_a_flush_waiting_for_a_row_lock_does_not_hold_up_other_submissions
         try:
             await locker.execute("select from jobfeed.jobs where id = $1 for update", uuid.UUID(held["id"]))
             joining = asyncio.create_task(client.post("/api/jobs", json={"kind": "demo", "target": "held"}))
-            for _ in range(500):  # the server's own view: an instant read, no clock
-                if await pool.fetchval("select count(*) from pg_stat_activity where wait_event_type = 'Lock'"):
-                    break
-                await asyncio.sleep(0.01)
-            else:
-                pytest.fail("the joining submission never waited for the row lock")
+            await session_waits(pool, "the joining submission")
             other = await asyncio.wait_for(client.post("/api/jobs", json={"kind": "demo", "target": "free"}), 10)
             assert other.status_code == 201 and not joining.done()
         finally:

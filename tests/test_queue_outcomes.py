@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from queue_sql import M, S, T0, claim, claim_one, fail_transient, job, log, pages_of, public, register, submit
+from queue_sql import (M, S, T0, claim, claim_one, fail_transient, job, jobs_pages, log, pages_of, public, register,
+                       submit)
 from jobfeed.worker.queue import QueueError
 
 
@@ -364,7 +365,7 @@ async def test_completion_plans_made_on_an_empty_table_stay_index_probes_as_it_g
         pages = await pages_of(conn, "select jobfeed.complete_many($1, $2, $3)", ids, [1, 1], [None, None])
     finally:
         await conn.close()
-    full = await pool.fetchval("select pg_relation_size('jobfeed.jobs') / 8192")
+    full = await jobs_pages(pool)
     assert await pool.fetchval("select count(*) from jobfeed.jobs where id = any ($1) and state = 'completed'",
                                ids) == 2
     assert pages < full / 4, (pages, full)

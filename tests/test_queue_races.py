@@ -8,7 +8,7 @@ import collections
 
 import pytest
 
-from queue_sql import M, T0, register
+from queue_sql import M, T0, register, session_waits
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
@@ -69,14 +69,6 @@ async def test_16_claimers_take_2000_jobs_exactly_once(pool, conns, k):
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'completed' and generation = 1") == 2000
 
 
-async def _wait_for(pool, pid: int, column: str, value: str, what: str) -> None:
-    for _ in range(300):
-        if await pool.fetchval(f"select {column} = $2 from pg_stat_activity where pid = $1", pid, value):
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"submit never {what}")
-
-
 async def test_submit_racing_the_job_finishing_gets_a_live_job(pool, dsn, k):
     """Force the interleaving: submit's look misses the holder (not yet
     committed), its insert then meets it (conflict), and the holder finishes
@@ -102,9 +94,9 @@ async def test_submit_racing_the_job_finishing_gets_a_live_job(pool, dsn, k):
         await submitter.execute("set test.pause = 'on'")
         pid = submitter.get_server_pid()
         task = asyncio.create_task(submitter.fetchrow("select * from jobfeed.submit('k', 't')"))
-        await _wait_for(pool, pid, "wait_event_type", "Lock", "waited for the uncommitted holder")
+        await session_waits(pool, "submit, for the uncommitted holder", pid=pid)
         await tx.commit()
-        await _wait_for(pool, pid, "wait_event", "PgSleep", "reached the pause")
+        await session_waits(pool, "submit, at the pause", pid=pid, column="wait_event", value="PgSleep")
         r = (await pool.fetch("select * from jobfeed.claim(array['k'], 1, 'w')"))[0]
         assert await pool.fetchval("select jobfeed.complete($1, $2, null)", old, r["generation"]) is True
         got = await asyncio.wait_for(task, 5)

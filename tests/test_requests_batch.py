@@ -14,7 +14,7 @@ import pytest
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
-from queue_sql import pages_of, register
+from queue_sql import jobs_pages, pages_of, register, session_waits
 
 ROUNDS = 5
 
@@ -75,14 +75,6 @@ async def test_batches_joining_the_same_jobs_in_opposite_orders_never_deadlock(p
         await b.close()
 
 
-async def wait_for_lock(pool, pid: int, what: str) -> None:
-    for _ in range(500):  # the server's own view of the session: an instant read, no clock
-        if await pool.fetchval("select wait_event_type = 'Lock' from pg_stat_activity where pid = $1", pid):
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"{what} never waited for a row lock")
-
-
 async def test_batches_lock_the_jobs_they_join_in_one_order(pool, dsn, k):
     """Force the interleaving, with jobs j1 < j2 < j3 (by id): a transaction
     holds j3; batch A lists j1, j3, j2 and waits for j3; then batch B lists
@@ -97,9 +89,9 @@ async def test_batches_lock_the_jobs_they_join_in_one_order(pool, dsn, k):
         await tx.start()
         await holder.execute("select from jobfeed.jobs where id = $1 for update", j3[0])
         first = asyncio.create_task(requests_of(a, [j1[1], j3[1], j2[1]]))
-        await wait_for_lock(pool, a.get_server_pid(), "batch A")
+        await session_waits(pool, "batch A", pid=a.get_server_pid())
         second = asyncio.create_task(requests_of(b, [j2[1], j1[1]]))
-        await wait_for_lock(pool, b.get_server_pid(), "batch B")
+        await session_waits(pool, "batch B", pid=b.get_server_pid())
         await tx.commit()
         try:
             answers = await asyncio.wait_for(asyncio.gather(first, second), 10)
@@ -126,7 +118,7 @@ async def test_a_job_abandoned_before_the_batch_counts_its_request_is_not_joined
         await tx.start()
         await locker.execute("select from jobfeed.jobs where id = $1 for update", old)
         task = asyncio.create_task(requests_of(batcher, ["cold", "hot"], requester="late"))
-        await wait_for_lock(pool, batcher.get_server_pid(), "the batch")
+        await session_waits(pool, "the batch", pid=batcher.get_server_pid())
         await locker.execute("select jobfeed.leave($1)", old_request)
         await tx.commit()
         [(cold, cold_made, _, _, _), (hot, hot_made, view, request, _)] = await asyncio.wait_for(task, 10)
@@ -157,5 +149,5 @@ async def test_plans_made_on_an_empty_table_stay_index_probes_as_it_grows(pool, 
         making = await pages_of(conn, call, [f"new{i}" for i in range(9)])
     finally:
         await conn.close()
-    full = await pool.fetchval("select pg_relation_size('jobfeed.jobs') / 8192")
+    full = await jobs_pages(pool)
     assert joining < full / 4 and making < full / 4, (joining, making, full)

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from queue_sql import park_at, register
+from queue_sql import park_at, register, session_waits
 from jobfeed.worker import db
 
 
@@ -63,15 +63,6 @@ async def test_views_of_a_batch_name_the_batchs_kind(pool, kinds):
     assert rows[0]["created"] and '"kind": "b"' in rows[0]["view"]
 
 
-async def _wait_for(pool, pid: int, column: str, value: str, what: str) -> None:
-    # Polls the server's own view of the session (an instant read, no clock).
-    for _ in range(500):
-        if await pool.fetchval(f"select {column} = $2 from pg_stat_activity where pid = $1", pid, value):
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"submit_many never {what}")
-
-
 async def test_a_holder_finishing_between_insert_and_look_up_gets_a_live_job(pool, dsn, kinds):
     """Force the interleaving: the batch's plain insert waits for the holder of
     t (not yet committed) and trips the unique index when it commits; the
@@ -91,9 +82,10 @@ async def test_a_holder_finishing_between_insert_and_look_up_gets_a_live_job(poo
         await batcher.execute("set test.park = 'on'")
         pid = batcher.get_server_pid()
         task = asyncio.create_task(submit_many(batcher, "a", ["t", "u"]))
-        await _wait_for(pool, pid, "wait_event", "transactionid", "waited for the uncommitted holder")
+        await session_waits(pool, "submit_many, for the uncommitted holder", pid=pid, column="wait_event",
+                            value="transactionid")
         await tx.commit()
-        await _wait_for(pool, pid, "wait_event", "advisory", "reached the park")
+        await session_waits(pool, "submit_many, at the park", pid=pid, column="wait_event", value="advisory")
         r = (await pool.fetch("select * from jobfeed.claim(array['a'], 1, 'w')"))[0]
         assert await pool.fetchval("select jobfeed.complete($1, $2, null)", old, r["generation"]) is True
         await gate.execute("select pg_advisory_unlock(4242)")
