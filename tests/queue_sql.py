@@ -45,8 +45,13 @@ async def public(pool, job_id):
     return json.loads(await pool.fetchval("select jobfeed.get_job($1)::text", job_id))
 
 
+# Every ended attempt, as admins see them: the log, and each completed job's
+# last attempt, which its row holds (jobfeed.ended_attempts).
+ATTEMPTS = "(select e.* from jobfeed.jobs j, jobfeed.ended_attempts(j) e)"
+
+
 async def log(pool, job_id):
-    return await pool.fetch("select * from jobfeed.attempts where job_id = $1 order by generation", job_id)
+    return await pool.fetch(f"select * from {ATTEMPTS} a where job_id = $1 order by generation", job_id)
 
 
 async def fail_transient(pool, r, code="boom", now=T0, retry_after=None):

@@ -28,6 +28,7 @@ import pytest
 from jobfeed.worker.states import STATES
 
 from conftest import JOBFEED, worker_env
+from queue_sql import ATTEMPTS
 from servers import ADMIN_TOKEN, UVICORN_HTTP, Process, api_env
 from waiting import eventually
 
@@ -486,7 +487,7 @@ async def test_dashboard_panels_match_the_database(worker, new_page, http, pool)
 
     # The failed job's detail: its attempts on a time line, as the database logged them.
     outcomes = [r["outcome"] for r in await pool.fetch(
-        "select outcome from jobfeed.attempts where job_id = $1::uuid order by generation", finished[2])]
+        f"select outcome from {ATTEMPTS} a where job_id = $1::uuid order by generation", finished[2])]
     assert outcomes == ["permanent"]
     await page.locator(f'#jobs tr[data-job-id="{finished[2]}"] button').click()
     bars = page.locator('#timeline rect[data-part="attempt"]')

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from jobfeed.api.app import create_app
-from queue_sql import claim
+from queue_sql import ATTEMPTS, claim
 from servers import ADMIN_TOKEN, asgi_client, make_settings
 from test_cli import jobfeed
 
@@ -116,7 +116,7 @@ async def test_bulk_cancel_queued_and_running(client, queue, pool):
     r = await client.post("/api/admin/jobs/cancel", json={"kind": "demo"}, headers=BEARER)
     assert r.json() == {"count": 1}  # the running one
     assert not await queue.extend_many([(running.id, running.generation)]) == set()  # its lease is lost
-    log = await pool.fetchval("select outcome from jobfeed.attempts where job_id = $1", running.id)
+    log = await pool.fetchval(f"select outcome from {ATTEMPTS} a where job_id = $1", running.id)
     assert log == "canceled"
     assert (await client.post("/api/admin/jobs/cancel", json={"kind": "demo"}, headers=BEARER)).json() == \
         {"count": 0}

@@ -9,7 +9,7 @@ import asyncio
 
 import asyncpg
 
-from queue_sql import register
+from queue_sql import ATTEMPTS, register
 from jobfeed.worker import db
 
 N = 300
@@ -49,7 +49,7 @@ async def test_heartbeats_racing_completions_in_opposite_orders_never_deadlock(p
                 raise AssertionError(f"deadlock between heartbeat and completions: {exc}") from None
             assert sorted(completed) == [i for i, _ in jobs], "a completion was not recorded"
         assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'completed'") == N * ROUNDS
-        assert await pool.fetchval("select count(*) from jobfeed.attempts where outcome = 'completed'") == N * ROUNDS
+        assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a where outcome = 'completed'") == N * ROUNDS
     finally:
         await beat.close()
         await done.close()

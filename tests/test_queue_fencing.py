@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from queue_sql import M, S, T0, claim_one, register, submit
+from queue_sql import ATTEMPTS, M, S, T0, claim_one, register, submit
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ async def test_expired_lease_is_reclaimed_with_next_generation(pool, k):
     second = await claim_one(pool, T0 + 61 * S, worker="w2")
     assert (second["id"], second["generation"], second["attempts"]) == (jid, 2, 2)
     # the finished attempt is in the log table; the admin view adds the one under way
-    [ended] = await pool.fetch("select * from jobfeed.attempts where job_id = $1", jid)
+    [ended] = await pool.fetch(f"select * from {ATTEMPTS} a where job_id = $1", jid)
     assert (ended["generation"], ended["worker_id"], ended["outcome"], ended["finished_at"]) == \
         (1, "w1", "lease_expired", T0 + 61 * S)
     log = json.loads(await pool.fetchval("select jobfeed.admin_get_job($1)::text", jid))["attempts_log"]
@@ -100,7 +100,7 @@ async def test_cancel_makes_the_running_worker_lose_its_lease(pool, queue, k):
     await assert_all_refused(pool, jid, r["generation"], T0)
     row = await pool.fetchrow("select * from jobfeed.jobs where id = $1", jid)
     assert (row["state"], row["lease_until"]) == ("canceled", None)
-    [a] = await pool.fetch("select * from jobfeed.attempts where job_id = $1", jid)
+    [a] = await pool.fetch(f"select * from {ATTEMPTS} a where job_id = $1", jid)
     assert a["outcome"] == "canceled"
     # A retry re-queues the job; the canceled run stays fenced out, before and after the next claim.
     await queue.retry(jid)

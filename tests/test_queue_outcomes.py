@@ -5,11 +5,12 @@ nothing here sleeps to let time pass."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 
 import pytest
 
-from queue_sql import (M, S, T0, claim, claim_one, fail_transient, job, jobs_pages, log, pages_of, public, register,
+from queue_sql import (ATTEMPTS, M, S, T0, claim, claim_one, fail_transient, job, jobs_pages, log, pages_of, public, register,
                        submit)
 from jobfeed.worker.queue import QueueError
 
@@ -233,7 +234,7 @@ async def test_delete_finished_takes_only_old_finished_jobs_in_batches(pool, k):
     assert counts == [4, 4, 1]
     left = await pool.fetch("select state::text, count(*) from jobfeed.jobs group by 1 order by 1")
     assert [tuple(x) for x in left] == [("completed", 1), ("queued", 3), ("running", 3), ("waiting", 3)]
-    assert await pool.fetchval("select count(*) from jobfeed.attempts") == 1  # the recent job's
+    assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a") == 1  # the recent job's
 
 
 # ---------------------------------------------------------------- claim selection
@@ -339,6 +340,23 @@ async def test_completion_logs_the_attempt_it_ends(pool, k):
     rows = [(a["generation"], a["attempt"], a["worker_id"], a["started_at"], a["finished_at"], a["outcome"])
             for a in await log(pool, jid)]
     assert rows == [(1, 1, "w1", T0, T0 + S, "transient"), (2, 2, "w2", T0 + 2 * M, done, "completed")]
+    # The completion is read from the job's row, not written twice; admins see the same log.
+    assert await pool.fetchval("select array_agg(outcome) from jobfeed.attempts where job_id = $1",
+                               jid) == ["transient"]
+    view = json.loads(await pool.fetchval("select jobfeed.admin_get_job($1)::text", jid))
+    assert [(a["generation"], a["outcome"], a["worker_id"]) for a in view["attempts_log"]] == \
+        [(1, "transient", "w1"), (2, "completed", "w2")]
+
+
+async def test_a_completion_an_earlier_version_logged_is_read_once(pool, k):
+    jid = await submit(pool, "old")
+    r = await claim_one(pool, worker="w1")
+    assert await pool.fetchval("select jobfeed.complete($1, $2, null, $3)", jid, r["generation"], T0 + S)
+    # as complete_many wrote it before the job's row stood for its completion
+    await pool.execute("insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at, "
+                       "finished_at, outcome) values ($1, 1, 1, 'w1', $2, $3, 'completed')", jid, T0, T0 + S)
+    assert [(a["generation"], a["outcome"], a["finished_at"]) for a in await log(pool, jid)] == \
+        [(1, "completed", T0 + S)]
 
 
 # ---------------------------------------------------------------- plans

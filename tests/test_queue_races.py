@@ -8,7 +8,7 @@ import collections
 
 import pytest
 
-from queue_sql import M, T0, register, session_waits
+from queue_sql import ATTEMPTS, M, T0, register, session_waits
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
@@ -64,8 +64,8 @@ async def test_16_claimers_take_2000_jobs_exactly_once(pool, conns, k):
     assert len(everything) == 2000
     assert len(set(everything)) == 2000
     assert sum(1 for c in claimed if c) > 1, "the claims did not run concurrently"
-    assert await pool.fetchval("select count(*) from jobfeed.attempts") == 2000
-    assert await pool.fetchval("select count(*) from jobfeed.attempts where generation = 1 and outcome = 'completed'") == 2000
+    assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a") == 2000
+    assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a where generation = 1 and outcome = 'completed'") == 2000
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'completed' and generation = 1") == 2000
 
 
@@ -176,7 +176,7 @@ async def test_stale_workers_racing_a_reclaim(pool, conns, k):
         assert r["generation"] == 2
         assert (rows[r["id"]]["state"], rows[r["id"]]["generation"]) == ("running", 2)
     outcomes = collections.Counter(
-        (a["generation"], a["outcome"]) for a in await pool.fetch("select * from jobfeed.attempts"))
+        (a["generation"], a["outcome"]) for a in await pool.fetch(f"select * from {ATTEMPTS} a"))
     # (the reclaimed jobs' second attempts are under way: logged when they end)
     assert outcomes == collections.Counter({(1, "completed"): len(completed_by_stale),
                                             (1, "lease_expired"): len(reclaimed_ids)}) - collections.Counter()

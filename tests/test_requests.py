@@ -14,7 +14,7 @@ import pytest
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError, Submission
 
-from queue_sql import register
+from queue_sql import ATTEMPTS, register
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ async def test_an_abandoned_running_job_loses_its_lease(pool, queue, k):
     assert view["status"] == "canceled"
     assert await queue.extend_many([(job.id, job.generation)]) == {job.id}
     assert not await queue.complete(job.id, job.generation, {})
-    log = await pool.fetchrow("select outcome, error_code from jobfeed.attempts where job_id = $1", job.id)
+    log = await pool.fetchrow(f"select outcome, error_code from {ATTEMPTS} a where job_id = $1", job.id)
     assert tuple(log) == ("canceled", "abandoned")
 
 
@@ -440,7 +440,7 @@ async def test_reuse_for_answers_with_the_recent_completion(pool, queue, k):
     assert (again.id, again.created, again.reused) == (s.id, False, True)
     assert again.request_id is not None
     assert await queue.claim(["cached"], 1, "w") == []  # no new attempt
-    assert await pool.fetchval("select count(*) from jobfeed.attempts where job_id = $1", s.id) == 1
+    assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a where job_id = $1", s.id) == 1
     forced = await queue.submit("cached", "r", request=True, force=True)
     assert forced.created and not forced.reused and forced.id != s.id
     # past reuse_for: a new job (time planted: the completion 11 minutes ago)

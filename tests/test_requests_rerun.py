@@ -14,7 +14,7 @@ from jobfeed.worker.queue import Queue
 from jobfeed.worker.runner import Runner
 from jobfeed.worker.tasks import Context, LeaseLost, TaskSpec
 
-from queue_sql import register
+from queue_sql import ATTEMPTS, register
 from waiting import eventually
 
 
@@ -27,7 +27,7 @@ async def kinds(pool):
 
 async def attempts(pool, job_id) -> list[str]:
     return [r["outcome"] for r in await pool.fetch(
-        "select outcome from jobfeed.attempts where job_id = $1 order by generation", job_id)]
+        f"select outcome from {ATTEMPTS} a where job_id = $1 order by generation", job_id)]
 
 
 @pytest.mark.parametrize("kind", ["again", "fresh"])

@@ -109,6 +109,7 @@ CALLS = {
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",
+    "ended_attempts": "select * from jobfeed.ended_attempts(null::jobfeed.jobs)",
     "open_admin_session": "select jobfeed.open_admin_session('1 minute')",
     "admin_session_valid": "select jobfeed.admin_session_valid(gen_random_uuid())",
     "close_admin_session": "select jobfeed.close_admin_session(gen_random_uuid())",

@@ -67,7 +67,7 @@ async def test_concurrent_sweepers_delete_each_job_once(queue, pool, demo_kind):
 async def test_deleting_a_job_deletes_its_attempts(queue, pool, demo_kind):
     job_id = (await queue.submit("demo", "x")).id
     [job] = await queue.claim(["demo"], 1, "w")
-    assert await queue.complete(job.id, job.generation, {"ok": True})
+    assert await queue.fail_permanent(job.id, job.generation, "bad", "no")  # logged (a completion is not)
     await pool.execute("update jobfeed.jobs set finished_at = now() - interval '8 days' where id = $1", job_id)
     assert await pool.fetchval("select count(*) from jobfeed.attempts") == 1
     await Sweeper(queue, retention=7 * 86400).sweep_once()

@@ -19,6 +19,7 @@ from jobfeed.worker.runner import Runner
 from jobfeed.worker.settings import SettingError, Settings
 
 from servers import serve
+from queue_sql import ATTEMPTS
 from waiting import eventually
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
@@ -155,7 +156,7 @@ async def test_a_submission_answered_with_a_reused_final_job_is_notified_too(dsn
     assert {(v["id"], v["status"], json.dumps(v["result"])) for v in views} == \
         {(first["id"], "completed", '{"steps": 2}')}
     assert len({h["webhook-id"] for h, _ in receiver.got}) == 6  # one per request
-    assert await pool.fetchval("select count(*) from jobfeed.attempts a join jobfeed.jobs j on j.id = a.job_id "
+    assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a join jobfeed.jobs j on j.id = a.job_id "
                                "where j.kind = 'demo'") == 1  # reused: the job did not run again
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import JOBFEED, path_with_tests, worker_env
+from queue_sql import ATTEMPTS
 from jobfeed.worker.startup import GC_YOUNG
 from waiting import eventually, wait_state
 
@@ -160,7 +161,7 @@ async def test_budget_mode_handles_at_most_max_jobs_then_exits(dsn, queue, pool)
     # exactly three claims, all completed; the others never claimed (not claimed,
     # then put back: a released or retried job is 'queued' too)
     assert sorted((r["state"], r["generation"]) for r in rows) == [("completed", 1)] * 3 + [("queued", 0)] * 3, out
-    assert await pool.fetchval("select count(*) from jobfeed.attempts") == 3, out
+    assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a") == 3, out
     assert "stopped after 3 claims" in out
 
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from conftest import JOBFEED, worker_env
+from queue_sql import ATTEMPTS
 from waiting import eventually, wait_state
 
 
@@ -65,7 +66,7 @@ async def test_two_processes_share_the_jobs_and_stop_together(dsn, queue, pool):
         ids = [(await queue.submit("demo", f"p{i}", {"steps": 4, "step_ms": 100}))[0] for i in range(8)]
         for job_id in ids:
             await wait_state(pool, job_id, "completed", timeout=30)
-        ran = await pool.fetchval("select count(distinct worker_id) from jobfeed.attempts where job_id = any($1)",
+        ran = await pool.fetchval(f"select count(distinct worker_id) from {ATTEMPTS} a where job_id = any($1)",
                                   ids)
         assert ran == 2
         proc.send_signal(signal.SIGTERM)

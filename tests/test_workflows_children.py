@@ -16,7 +16,7 @@ from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Registry, TaskSpec, Transient
 from conftest import JOBFEED, worker_env
-from queue_sql import public
+from queue_sql import ATTEMPTS, public
 from servers import ROOT, Process
 from waiting import eventually, wait_state
 
@@ -316,7 +316,7 @@ async def test_fan_out_fan_in_with_a_retried_parent(queue, pool, run):
     log = [(a["outcome"], (a["error"] or {}).get("code")) for a in (await queue.admin_get_job(p))["attempts_log"]]
     assert log == [("transient", "flaky"), ("waiting", None), ("completed", None)]
     # the children's writes came with the wait_for, after the failed attempt had ended
-    first_end = await pool.fetchval("select finished_at from jobfeed.attempts where job_id = $1 and generation = 1", p)
+    first_end = await pool.fetchval(f"select finished_at from {ATTEMPTS} a where job_id = $1 and generation = 1", p)
     assert await pool.fetchval("select min(created_at) from jobfeed.jobs where parent_id = $1", p) > first_end
 
 

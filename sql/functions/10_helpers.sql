@@ -127,7 +127,8 @@ $$;
 
 -- Log the end of the attempts (job, generation) from the job rows, which still
 -- hold the attempt's number, worker and claim time. p_generations null: the
--- jobs' current ones. (complete_many writes the same row from its UPDATE.)
+-- jobs' current ones. (complete_many logs only a rerun's completion, from its
+-- UPDATE; a completed job's row is its last attempt's record: ended_attempts.)
 create or replace function jobfeed.finish_attempts(
     p_ids uuid[], p_generations int[], p_outcome text, p_code text, p_message text, p_now timestamptz)
 returns void language sql as $$

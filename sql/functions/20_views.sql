@@ -31,6 +31,23 @@ returns jsonb language sql stable as $$
         'outputs', coalesce(j.outputs, '[]'::jsonb))
 $$;
 
+-- The job's ended attempts: those logged, and its completion, which the job's
+-- row already records (worker, claim and finish times), so complete_many, the
+-- drain's hot path, writes no second row for it. A completion logged by an
+-- earlier version is not read twice.
+create or replace function jobfeed.ended_attempts(j jobfeed.jobs)
+returns table (job_id uuid, attempt int, generation int, worker_id text, started_at timestamptz,
+               finished_at timestamptz, outcome text, error_code text, error_message text)
+language sql stable as $$
+    select a.job_id, a.attempt, a.generation, a.worker_id, a.started_at, a.finished_at, a.outcome,
+           a.error_code, a.error_message
+      from jobfeed.attempts a where a.job_id = j.id
+    union all
+    select j.id, j.attempts, j.generation, j.worker_id, j.claimed_at, j.finished_at, 'completed', null, null
+     where j.state = 'completed'
+       and not exists (select from jobfeed.attempts a where a.job_id = j.id and a.generation = j.generation)
+$$;
+
 -- The true view, without the attempts log (lists, the admin feed).
 create or replace function jobfeed.admin_view(j jobfeed.jobs)
 returns jsonb language sql stable as $$
@@ -132,7 +149,7 @@ returns jsonb language sql stable security definer set search_path = jobfeed, pg
                  order by a.generation)
           from (select a.attempt, a.generation, a.worker_id, a.started_at, a.finished_at, a.outcome,
                        a.error_code, a.error_message
-                  from jobfeed.attempts a where a.job_id = j.id
+                  from jobfeed.ended_attempts(j) a
                  union all
                 select j.attempts, j.generation, j.worker_id, j.claimed_at, null, null, null, null
                  where j.state = 'running') a), '[]'::jsonb))
