@@ -59,6 +59,19 @@ async def test_admin_list_filters_use_the_kind_state_index(pool, dsn):
             assert "jobs_kind_state_id" in plans, plans
             # not a walk of the whole table, in id order or any other
             assert "Seq Scan on jobs " not in plans and "Backward using jobs_pkey" not in plans, plans
+        # Running jobs are not in that index (a claim does not write it): read
+        # through the lease index, newest first all the same.
+        await pool.execute("update jobfeed.jobs set state = 'running', lease_until = now() + interval '1 hour' "
+                           "where kind = 'small' and target in ('q2', 'q4')")
+        for state, kind in (("running", None), ("running", "small"), (None, "small")):
+            rows, plans = await explained(conn, "select * from jobfeed.admin_list_jobs($1::jobfeed.job_state, $2, 3)",
+                                          state, kind)
+            newest = await pool.fetch("select id::text from jobfeed.jobs where kind = 'small' and state::text "
+                                      "like $1 order by id desc limit 3", state or "%")
+            assert [json.loads(r[0])["id"] for r in rows] == [r["id"] for r in newest]
+            assert len(newest) == (2 if state else 3)
+            assert "jobs_running_lease" in plans, plans
+            assert "Seq Scan on jobs " not in plans and "Backward using jobs_pkey" not in plans, plans
     finally:
         await conn.close()
 

@@ -166,8 +166,9 @@ $$;
 -- by kind and/or state, it takes the newest of each (kind, state) pair the
 -- filter names from jobs_kind_state_id and merges them (a state alone names
 -- it for every registered kind), so a filter matching few of many jobs never
--- walks the whole table. The bound on id is never null, so it stays an index
--- condition under a generic plan.
+-- walks the whole table. That index leaves running jobs out (0016): those of
+-- a kind are read whole through jobs_running_lease and sorted. The bound on
+-- id is never null, so it stays an index condition under a generic plan.
 create or replace function jobfeed.admin_list_jobs(
     p_state jobfeed.job_state default null, p_kind text default null, p_limit int default 50,
     p_before_id uuid default null)
@@ -192,10 +193,19 @@ begin
                  cross join unnest(case when p_state is null then enum_range(null::jobfeed.job_state)
                                         else array[p_state] end) as ss(state)
                  cross join lateral (
-                       select j.id from jobfeed.jobs j
-                        where j.kind = kk.kind and j.state = ss.state and j.id < v_before
-                        order by j.id desc
-                        limit v_limit) x
+                       (select j.id from jobfeed.jobs j
+                         where j.kind = kk.kind and j.state = ss.state and j.state <> 'running'
+                           and j.id < v_before
+                         order by j.id desc
+                         limit v_limit)
+                       union all
+                       (select r.id
+                          from (select j.id from jobfeed.jobs j
+                                 where ss.state = 'running' and j.kind = kk.kind and j.state = 'running'
+                                   and j.id < v_before
+                                offset 0) r
+                         order by r.id desc
+                         limit v_limit)) x
                  order by x.id desc
                  limit v_limit) page
           join jobfeed.jobs j on j.id = page.id
@@ -221,7 +231,7 @@ $$;
 -- sweeper has not deleted yet (a week of them may be millions). Without
 -- statistics on state (0012) the planner takes nearly every row for
 -- unfinished and would scan the table: an index it must take instead (for the
--- final states, jobs_kind_state_id, read without the table).
+-- final states, jobs_finished_at or jobs_kind_state_id).
 create or replace function jobfeed.state_counts(p_final boolean)
 returns jsonb language sql stable set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
     select coalesce(jsonb_object_agg(c.kind, c.states), '{}'::jsonb) from (
