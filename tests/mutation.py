@@ -273,9 +273,9 @@ EDITS: list[Edit] = [
          (WAKE,), "a worker whose due jobs all wait behind a full key sleeps, never claims in a loop"),
     # ------------------------------------------------------------ outcomes
     Edit("complete-unfenced", "sql/functions/50_outcomes.sql",
-         "where j.id = t.id and j.id = any (p_ids) and j.generation = t.generation and j.state::text = 'running'\n"
+         "where j.id = t.id and j.generation = t.generation and j.state::text = 'running'\n"
          "        returning j.id, j.generation, j.version, j.attempts",
-         "where j.id = t.id and j.id = any (p_ids) and j.state::text = 'running'\n"
+         "where j.id = t.id and j.state::text = 'running'\n"
          "        returning j.id, j.generation, j.version, j.attempts",
          (Q_FENCE, Q_RACE), "complete is fenced by generation"),
     Edit("extend-unfenced", "sql/functions/50_outcomes.sql",
@@ -547,8 +547,8 @@ EDITS: list[Edit] = [
          "case when p_dedupe = 'requester' then '' else '' end",
          (DEDUPE,), 'dedupe="requester": strangers never share a job'),
     Edit("rerun-runs-twice", "sql/functions/50_outcomes.sql",
-         "               rerun_payload = null\n          from unnest(p_ids, p_generations, p_results)",
-         "               rerun_payload = j.rerun_payload\n          from unnest(p_ids, p_generations, p_results)",
+         "               rerun_payload = null\n          from (select u.id, u.generation, u.result",
+         "               rerun_payload = j.rerun_payload\n          from (select u.id, u.generation, u.result",
          (RERUN,), 'on_duplicate="rerun" runs exactly once more, not again and again'),
     Edit("rerun-flashes-completed", "sql/functions/50_outcomes.sql",
          "               version = j.version + (j.rerun_payload is null)::int,",
@@ -589,10 +589,15 @@ EDITS: list[Edit] = [
          ("tests/test_api_batching.py::test_a_flush_waiting_for_a_row_lock_does_not_hold_up_other_submissions",),
          "a flush stuck on a row lock lets the next submission go beside it"),
     Edit("completion-plans-may-scan", "sql/functions/50_outcomes.sql",
-         "set enable_nestloop = off set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$",
+         "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
+         "set plan_cache_mode = force_generic_plan as $$",
          "set plan_cache_mode = force_generic_plan as $$",
          ("tests/test_queue_outcomes.py::test_completion_plans_made_on_an_empty_table_stay_index_probes_as_it_grows",),
          "a completion's generic plan made on an empty table still finds its jobs by primary key"),
+    Edit("completion-locks-in-given-order", "sql/functions/50_outcomes.sql",
+         "                 order by u.id) as t\n", "                ) as t\n",
+         ("tests/test_queue_deadlocks.py::test_a_completion_batch_takes_its_rows_in_id_order_whatever_order_it_is_given",),
+         "a completion batch locks its rows in id order, as the heartbeat does: never a deadlock"),
     Edit("completion-read-twice", "sql/functions/20_views.sql",
          "     where j.state = 'completed'\n       and not exists",
          "     where j.state = 'completed'\n       and exists",
@@ -666,8 +671,8 @@ EDITS: list[Edit] = [
          "language plpgsql set enable_seqscan = off as $$", "language plpgsql as $$",
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a claim finds the picked jobs by key, whatever plan a young table left"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
-         "set enable_nestloop = off set enable_seqscan = off as $$\ndeclare",
-         "set enable_nestloop = off as $$\ndeclare",
+         "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n",
+         "set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n",
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),
     Edit("none-result-not-null", "worker/queue.py",
          'return "null" if value is None else json.dumps(value)', 'return "{}" if value is None else json.dumps(value)',

@@ -9,7 +9,7 @@ import asyncio
 
 import asyncpg
 
-from queue_sql import ATTEMPTS, register
+from queue_sql import ATTEMPTS, register, session_waits
 from jobfeed.worker import db
 
 N = 300
@@ -53,6 +53,38 @@ async def test_heartbeats_racing_completions_in_opposite_orders_never_deadlock(p
     finally:
         await beat.close()
         await done.close()
+
+
+async def test_a_completion_batch_takes_its_rows_in_id_order_whatever_order_it_is_given(pool, dsn):
+    # Parked on the middle job (another transaction holds its row), a
+    # completion given the jobs highest first holds the lowest and has not
+    # touched the highest: its UPDATE's own plan orders the locks.
+    await register(pool, "k", lease="1 hour")
+    low, mid, high = await _running_jobs(pool, 3)
+    holder, done, probe = await db.connect(dsn), await db.connect(dsn), await db.connect(dsn)
+    try:
+        held = holder.transaction()
+        await held.start()
+        await holder.execute("select from jobfeed.jobs where id = $1 for update", mid[0])
+        given = [high, mid, low]
+        completing = asyncio.create_task(done.fetchval(
+            "select jobfeed.complete_many($1, $2, array_fill('{}'::jsonb, array[3]))",
+            [i for i, _ in given], [g for _, g in given]))
+        await session_waits(pool, "the completion", pid=done.get_server_pid())
+
+        async def locked(job_id) -> bool:
+            try:
+                await probe.execute("select from jobfeed.jobs where id = $1 for update nowait", job_id)
+            except asyncpg.LockNotAvailableError:
+                return True
+            return False
+
+        assert (await locked(low[0]), await locked(high[0])) == (True, False)
+        await held.rollback()
+        assert sorted(await completing) == [low[0], mid[0], high[0]]
+    finally:
+        for conn in (holder, done, probe):
+            await conn.close()
 
 
 async def test_batch_submits_racing_over_the_same_targets_in_opposite_orders_never_deadlock(pool, dsn):

@@ -123,7 +123,7 @@ async def test_a_batch_completion_reads_each_job_once_whatever_plan_was_cached(p
         await conn.close()
 
 
-async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cachedplans(pool, dsn):
+async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans(pool, dsn):
     # A worker starts on a nearly empty table and PL/pgSQL keeps the plans its
     # first claims made; before autovacuum next analyzes the table, thousands
     # of jobs arrive and finish. Each claim, timing read and completion of one

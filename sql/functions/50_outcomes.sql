@@ -9,16 +9,17 @@
 -- taken while nothing ran) and filter it once per batch row; this way each row
 -- is found by primary key.
 --
--- Every batch write locks its rows first, in id order (lock_held): the
--- heartbeat and the completion batch run on two connections over overlapping
--- ids, and rows locked in the order the arrays arrive deadlock. Locked in one
--- global order, one waits for the other and both succeed.
+-- Every batch write locks its rows in id order (extend_many first, in a pass
+-- of its own: lock_held; complete_many by its UPDATE's plan): the heartbeat
+-- and the completion batch run on two connections over overlapping ids, and
+-- rows locked in the order the arrays arrive deadlock. Locked in one global
+-- order, one waits for the other and both succeed.
 
 -- Lock, in id order, the rows of these (id, generation) pairs that are still
 -- running under that generation; returns their ids. The sort sits below the
 -- row locking in the plan, so the locks are taken in sorted order whatever
 -- join the planner picks.
--- No nested loop (here and in complete_many): a plan kept from when the table
+-- No nested loop: a plan kept from when the table
 -- was nearly empty joined every running job with every item, 1,000 x 1,000
 -- for a batch. `j.id = any (p_ids)` finds the jobs by key and the pairs are
 -- matched in a hash join. No sequential scan either: such a plan read the
@@ -111,14 +112,18 @@ $$;
 -- A job with a rerun pending (on_duplicate="rerun") is not final: the same
 -- statement queues it again at once with the newest payload and the kind's
 -- attempts anew, its public status staying 'processing' (no version bump).
--- No nested loop, for the reason lock_held gives. Generic plans: a completion
--- of one job spent more on planning its statements than on running them, and
--- with scans and nested loops off, the plan made once per session (maybe on a
--- near-empty table) finds the jobs through the primary key at any size.
+-- The UPDATE locks its rows in id order itself, as lock_held would in a pass
+-- of its own: the items sorted by id drive a nested loop whose only way into
+-- jobs is the primary key (no scans, bitmaps, hash or merge joins), and every
+-- way through the primary key is in id order. Generic plans: a completion of
+-- one job spent more on planning its statements than on running them; under
+-- these settings the plan made once per session (maybe on a near-empty table)
+-- still finds each job by a probe at any size.
 create or replace function jobfeed.complete_many(
     p_ids uuid[], p_generations int[], p_results jsonb[], p_now timestamptz default null)
 returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp
-set enable_nestloop = off set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$
+set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off
+set plan_cache_mode = force_generic_plan as $$
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
@@ -126,7 +131,6 @@ declare
     v_kinds text[];
     v_reruns text[];
 begin
-    perform jobfeed.lock_held(p_ids, p_generations);
     with upd as (
         update jobfeed.jobs j
            set state = case when j.rerun_payload is null then 'completed' else 'queued' end::jobfeed.job_state,
@@ -141,8 +145,10 @@ begin
                                    else j.attempts + coalesce((select k.max_attempts from jobfeed.kinds k
                                                                 where k.kind = j.kind), j.max_attempts) end,
                rerun_payload = null
-          from unnest(p_ids, p_generations, p_results) as t(id, generation, result)
-         where j.id = t.id and j.id = any (p_ids) and j.generation = t.generation and j.state::text = 'running'
+          from (select u.id, u.generation, u.result
+                  from unnest(p_ids, p_generations, p_results) as u(id, generation, result)
+                 order by u.id) as t
+         where j.id = t.id and j.generation = t.generation and j.state::text = 'running'
         returning j.id, j.generation, j.version, j.attempts, j.worker_id, j.claimed_at, j.kind,
                   j.state::text = 'queued' as rerun
     ), logged as (
