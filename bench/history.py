@@ -61,6 +61,7 @@ async def _plant(url: str, n: int, expired: int) -> float:
     try:
         await conn.execute(PLANT, n, expired)
         await conn.execute("vacuum analyze jobfeed.jobs")
+        await conn.execute("checkpoint")  # the plant's WAL: see pg.Server.new_database
     finally:
         await conn.close()
     return time.perf_counter() - t0

@@ -51,12 +51,16 @@ class Server:
             await conn.close()
 
     async def new_database(self, label: str) -> str:
-        """A fresh, empty database; returns its URL."""
+        """A fresh, empty database; returns its URL. Then a checkpoint: the WAL
+        the cases before wrote (a backlog loaded, a history planted) sets one
+        off, and its writes, and the full pages logged after it, would land on
+        whichever case runs next, of whichever system."""
         name = f"b{next(self._names):02d}_{label}".lower()
         conn = await asyncpg.connect(self.admin_url)
         try:
             await conn.execute(f'drop database if exists "{name}" with (force)')
             await conn.execute(f'create database "{name}"')
+            await conn.execute("checkpoint")
         finally:
             await conn.close()
         return with_database(self.admin_url, name)
