@@ -103,6 +103,8 @@ MIGRATIONS = "tests/test_migrations.py::test_the_upgrade_marks_the_jobs_already_
 QUICK = "tests/test_submit_quick.py"
 READS = "tests/test_queue_reads.py"
 CLAIMS = "tests/test_queue_claims.py"
+# complete_many's first lines (extend_many takes the same settings).
+COMPLETE_MANY_DECLARE = "declare\n    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
@@ -279,12 +281,12 @@ EDITS: list[Edit] = [
          "        returning j.id, j.generation, j.version, j.attempts",
          (Q_FENCE, Q_RACE), "complete is fenced by generation"),
     Edit("extend-unfenced", "sql/functions/50_outcomes.sql",
-         "where j.id = t.id and j.generation = t.generation and j.state::text = 'running' and k.kind = j.kind",
-         "where j.id = t.id and j.state::text = 'running' and k.kind = j.kind",
+         "where j.id = t.id and j.generation = t.generation and j.state::text = 'running'\n        returning j.id\n",
+         "where j.id = t.id and j.state::text = 'running'\n        returning j.id\n",
          (Q_FENCE,), "extend is fenced by generation"),
     Edit("extend-keeps-canceled", "sql/functions/50_outcomes.sql",
-         "and j.state::text = 'running' and k.kind = j.kind",
-         "and k.kind = j.kind",
+         "and j.generation = t.generation and j.state::text = 'running'\n        returning j.id\n",
+         "and j.generation = t.generation\n        returning j.id\n",
          (Q_FENCE, RUNNER), "a canceled job's lease is lost at the next heartbeat"),
     Edit("transient-unfenced", "sql/functions/50_outcomes.sql",
          "     where j.id = p_id and j.generation = p_generation and j.state = 'running'\n       for update of j;",
@@ -590,14 +592,20 @@ EDITS: list[Edit] = [
          "a flush stuck on a row lock lets the next submission go beside it"),
     Edit("completion-plans-may-scan", "sql/functions/50_outcomes.sql",
          "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
-         "set plan_cache_mode = force_generic_plan as $$",
-         "set plan_cache_mode = force_generic_plan as $$",
+         "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
+         "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
          ("tests/test_queue_outcomes.py::test_completion_plans_made_on_an_empty_table_stay_index_probes_as_it_grows",),
          "a completion's generic plan made on an empty table still finds its jobs by primary key"),
     Edit("completion-locks-in-given-order", "sql/functions/50_outcomes.sql",
-         "                 order by u.id) as t\n", "                ) as t\n",
-         ("tests/test_queue_deadlocks.py::test_a_completion_batch_takes_its_rows_in_id_order_whatever_order_it_is_given",),
+         "as u(id, generation, result)\n                 order by u.id) as t\n",
+         "as u(id, generation, result)\n                ) as t\n",
+         ("tests/test_queue_deadlocks.py::test_a_batch_write_takes_its_rows_in_id_order_whatever_order_it_is_given",),
          "a completion batch locks its rows in id order, as the heartbeat does: never a deadlock"),
+    Edit("heartbeat-locks-in-given-order", "sql/functions/50_outcomes.sql",
+         "as u(id, generation)\n                 order by u.id) as t\n",
+         "as u(id, generation)\n                ) as t\n",
+         ("tests/test_queue_deadlocks.py::test_a_batch_write_takes_its_rows_in_id_order_whatever_order_it_is_given",),
+         "a heartbeat batch locks its rows in id order, as the completion does: never a deadlock"),
     Edit("completion-read-twice", "sql/functions/20_views.sql",
          "     where j.state = 'completed'\n       and not exists",
          "     where j.state = 'completed'\n       and exists",
@@ -671,9 +679,20 @@ EDITS: list[Edit] = [
          "language plpgsql set enable_seqscan = off as $$", "language plpgsql as $$",
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a claim finds the picked jobs by key, whatever plan a young table left"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
-         "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n",
-         "set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n",
+         "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
+         "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
+         "set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
+         "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),
+    Edit("heartbeat-scans-young-table", "sql/functions/50_outcomes.sql",
+         "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
+         "set plan_cache_mode = force_generic_plan as $$\ndeclare\n    v_now timestamptz := jobfeed.clock(p_now);\n"
+         "    v_kept uuid[];\n",
+         "set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
+         "set plan_cache_mode = force_generic_plan as $$\ndeclare\n    v_now timestamptz := jobfeed.clock(p_now);\n"
+         "    v_kept uuid[];\n",
+         (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",),
+         "a heartbeat finds its jobs by key, whatever plan a young table left"),
     Edit("none-result-not-null", "worker/queue.py",
          'return "null" if value is None else json.dumps(value)', 'return "{}" if value is None else json.dumps(value)',
          (RUNNER, Q_OUT), "a handler that returns None completes with a null result"),

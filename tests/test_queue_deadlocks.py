@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+import pytest
 
 from queue_sql import ATTEMPTS, register, session_waits
 from jobfeed.worker import db
@@ -55,22 +56,30 @@ async def test_heartbeats_racing_completions_in_opposite_orders_never_deadlock(p
         await done.close()
 
 
-async def test_a_completion_batch_takes_its_rows_in_id_order_whatever_order_it_is_given(pool, dsn):
-    # Parked on the middle job (another transaction holds its row), a
-    # completion given the jobs highest first holds the lowest and has not
-    # touched the highest: its UPDATE's own plan orders the locks.
+# Each batch write, called with three running jobs; whether it answers their
+# ids (completed) or none (no lease lost) once all three are written.
+BATCH_WRITES = {
+    "complete_many": ("select jobfeed.complete_many($1, $2, array_fill('{}'::jsonb, array[3]))", True),
+    "extend_many": ("select jobfeed.extend_many($1, $2)", False),
+}
+
+
+@pytest.mark.parametrize("write", sorted(BATCH_WRITES))
+async def test_a_batch_write_takes_its_rows_in_id_order_whatever_order_it_is_given(pool, dsn, write):
+    # Parked on the middle job (another transaction holds its row), a batch
+    # write given the jobs highest first holds the lowest and has not touched
+    # the highest: its UPDATE's own plan orders the locks.
+    sql, answers_ids = BATCH_WRITES[write]
     await register(pool, "k", lease="1 hour")
     low, mid, high = await _running_jobs(pool, 3)
-    holder, done, probe = await db.connect(dsn), await db.connect(dsn), await db.connect(dsn)
+    holder, writer, probe = await db.connect(dsn), await db.connect(dsn), await db.connect(dsn)
     try:
         held = holder.transaction()
         await held.start()
         await holder.execute("select from jobfeed.jobs where id = $1 for update", mid[0])
         given = [high, mid, low]
-        completing = asyncio.create_task(done.fetchval(
-            "select jobfeed.complete_many($1, $2, array_fill('{}'::jsonb, array[3]))",
-            [i for i, _ in given], [g for _, g in given]))
-        await session_waits(pool, "the completion", pid=done.get_server_pid())
+        writing = asyncio.create_task(writer.fetchval(sql, [i for i, _ in given], [g for _, g in given]))
+        await session_waits(pool, f"the {write}", pid=writer.get_server_pid())
 
         async def locked(job_id) -> bool:
             try:
@@ -81,9 +90,9 @@ async def test_a_completion_batch_takes_its_rows_in_id_order_whatever_order_it_i
 
         assert (await locked(low[0]), await locked(high[0])) == (True, False)
         await held.rollback()
-        assert sorted(await completing) == [low[0], mid[0], high[0]]
+        assert sorted(await writing) == ([low[0], mid[0], high[0]] if answers_ids else [])
     finally:
-        for conn in (holder, done, probe):
+        for conn in (holder, writer, probe):
             await conn.close()
 
 

@@ -9,14 +9,15 @@
 -- taken while nothing ran) and filter it once per batch row; this way each row
 -- is found by primary key.
 --
--- Every batch write locks its rows in id order (extend_many first, in a pass
--- of its own: lock_held; complete_many by its UPDATE's plan): the heartbeat
--- and the completion batch run on two connections over overlapping ids, and
--- rows locked in the order the arrays arrive deadlock. Locked in one global
--- order, one waits for the other and both succeed.
+-- Every batch write locks its rows in id order: the heartbeat (extend_many)
+-- and the completion batch (complete_many) run on two connections over
+-- overlapping ids, and rows locked in the order the arrays arrive deadlock.
+-- Locked in one global order, one waits for the other and both succeed. Each
+-- takes its rows in that order through its UPDATE's plan (how: complete_many).
 
 -- Lock, in id order, the rows of these (id, generation) pairs that are still
--- running under that generation; returns their ids. The sort sits below the
+-- running under that generation; returns their ids (the single-job writes of
+-- 46_children take their job's row with it first). The sort sits below the
 -- row locking in the plan, so the locks are taken in sorted order whatever
 -- join the planner picks.
 -- No nested loop: a plan kept from when the table
@@ -37,19 +38,24 @@ $$;
 
 -- Renew leases, many jobs in one call (the runner's heartbeat). Returns the ids
 -- whose lease is lost.
+-- Its rows in id order through the UPDATE's plan, as complete_many takes its
+-- own (see there); the kind's lease by a sub-select, so that jobs is the only
+-- join.
 create or replace function jobfeed.extend_many(
     p_ids uuid[], p_generations int[], p_lease interval default null, p_now timestamptz default null)
-returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+returns uuid[] language plpgsql security definer set search_path = jobfeed, pg_temp
+set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off
+set plan_cache_mode = force_generic_plan as $$
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_kept uuid[];
 begin
-    perform jobfeed.lock_held(p_ids, p_generations);
     with upd as (
         update jobfeed.jobs j
-           set lease_until = v_now + coalesce(p_lease, k.lease)
-          from unnest(p_ids, p_generations) as t(id, generation), jobfeed.kinds k
-         where j.id = t.id and j.generation = t.generation and j.state::text = 'running' and k.kind = j.kind
+           set lease_until = v_now + coalesce(p_lease, (select k.lease from jobfeed.kinds k where k.kind = j.kind))
+          from (select u.id, u.generation from unnest(p_ids, p_generations) as u(id, generation)
+                 order by u.id) as t
+         where j.id = t.id and j.generation = t.generation and j.state::text = 'running'
         returning j.id
     )
     select coalesce(array_agg(upd.id), '{}') into v_kept from upd;
