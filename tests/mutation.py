@@ -281,12 +281,12 @@ EDITS: list[Edit] = [
          "        returning j.id, j.generation, j.version, j.attempts",
          (Q_FENCE, Q_RACE), "complete is fenced by generation"),
     Edit("extend-unfenced", "sql/functions/50_outcomes.sql",
-         "where j.id = t.id and j.generation = t.generation and j.state::text = 'running'\n        returning j.id\n",
-         "where j.id = t.id and j.state::text = 'running'\n        returning j.id\n",
+         "where j.id = t.id and j.generation = t.generation and j.state::text = 'running'\n           and exists",
+         "where j.id = t.id and j.state::text = 'running'\n           and exists",
          (Q_FENCE,), "extend is fenced by generation"),
     Edit("extend-keeps-canceled", "sql/functions/50_outcomes.sql",
-         "and j.generation = t.generation and j.state::text = 'running'\n        returning j.id\n",
-         "and j.generation = t.generation\n        returning j.id\n",
+         "and j.generation = t.generation and j.state::text = 'running'\n           and exists",
+         "and j.generation = t.generation\n           and exists",
          (Q_FENCE, RUNNER), "a canceled job's lease is lost at the next heartbeat"),
     Edit("transient-unfenced", "sql/functions/50_outcomes.sql",
          "     where j.id = p_id and j.generation = p_generation and j.state = 'running'\n       for update of j;",
@@ -684,6 +684,10 @@ EDITS: list[Edit] = [
          "set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
          "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),
+    Edit("heartbeat-lease-from-nothing", "sql/functions/50_outcomes.sql",
+         "           and exists (select from jobfeed.kinds k where k.kind = j.kind)  -- no lease to renew by\n", "",
+         (Q_FENCE + "::test_a_heartbeat_with_no_lease_to_renew_by_reports_the_job_lost",),
+         "a heartbeat never leaves a running job with no lease (which nothing would reclaim)"),
     Edit("heartbeat-scans-young-table", "sql/functions/50_outcomes.sql",
          "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
          "set plan_cache_mode = force_generic_plan as $$\ndeclare\n    v_now timestamptz := jobfeed.clock(p_now);\n"

@@ -90,6 +90,19 @@ async def test_extend_many_reports_only_lost_ids(pool, k):
     assert row["lease_until"] == T0 + 70 * S + M
 
 
+async def test_a_heartbeat_with_no_lease_to_renew_by_reports_the_job_lost(pool, k):
+    # A job of a kind with no row in kinds (written by SQL, never registered):
+    # its claim gave it the default lease, and a heartbeat has no kind's lease
+    # to renew it by. It reports the job lost and leaves the lease as it was,
+    # to expire: never a running job with no lease, which nothing would reclaim.
+    await pool.execute("insert into jobfeed.jobs (kind, target) values ('unregistered', 'x')")
+    r = await claim_one(pool, T0, kinds=("unregistered",))
+    lost = await pool.fetchval("select jobfeed.extend_many($1::uuid[], $2::int[], null, $3::timestamptz)",
+                               [r["id"]], [r["generation"]], T0 + 30 * S)
+    assert lost == [r["id"]]
+    assert await pool.fetchval("select lease_until from jobfeed.jobs where id = $1", r["id"]) == r["lease_until"]
+
+
 async def test_cancel_makes_the_running_worker_lose_its_lease(pool, queue, k):
     jid = await submit(pool)
     r = await claim_one(pool, T0, worker="w1")

@@ -56,6 +56,7 @@ begin
           from (select u.id, u.generation from unnest(p_ids, p_generations) as u(id, generation)
                  order by u.id) as t
          where j.id = t.id and j.generation = t.generation and j.state::text = 'running'
+           and exists (select from jobfeed.kinds k where k.kind = j.kind)  -- no lease to renew by
         returning j.id
     )
     select coalesce(array_agg(upd.id), '{}') into v_kept from upd;
