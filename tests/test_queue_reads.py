@@ -127,17 +127,18 @@ async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cac
     # A worker starts on a nearly empty table and PL/pgSQL keeps the plans its
     # first claims made; before autovacuum next analyzes the table, thousands
     # of jobs arrive and finish. Each claim, timing read, heartbeat and
-    # completion of one job must still find the job by its key, not read the whole table (which
-    # made every claim cost more than the one before): the worker's calls, and
-    # those of the release before's workers during a rolling deploy.
+    # completion of one job must still find the job by its key, not read the
+    # whole table (which made every claim cost more than the one before): the
+    # worker's calls, and those of the release before's workers during a
+    # rolling deploy.
     await register(pool, "k")
     conn = await db.connect(dsn)
     ids: list = []
     # the worker's claim, and the release before's (claim_v2, then job_timings)
     release_before = "select * from jobfeed.claim_v2($1, $2, $3, $4)"
     calls = {"claim": (query("claim"), lambda: (["k"], 1, "w1", None)),
-             "complete_many": (query("complete_many"), lambda: (ids, [1], [None])),
              "extend_many": (query("extend_many"), lambda: (ids, [1], None)),
+             "complete_many": (query("complete_many"), lambda: (ids, [1], [None])),
              "claim_v2": (release_before, lambda: (["k"], 1, "w1", None)),
              "job_timings": ("select * from jobfeed.job_timings($1)", lambda: (ids,)),
              "complete_many again": (query("complete_many"), lambda: (ids, [1], [None]))}
