@@ -103,8 +103,14 @@ MIGRATIONS = "tests/test_migrations.py::test_the_upgrade_marks_the_jobs_already_
 QUICK = "tests/test_submit_quick.py"
 READS = "tests/test_queue_reads.py"
 CLAIMS = "tests/test_queue_claims.py"
-# complete_many's first lines (extend_many takes the same settings).
-COMPLETE_MANY_DECLARE = "declare\n    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n"
+# The batch writes' plan settings (complete_many and extend_many share them),
+# without the sequential scans' line, and the lines after them, which tell the
+# two functions apart by their first variable.
+NO_SCANS = "set enable_seqscan = off "
+BATCH_PLAN = ("set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
+              "set plan_cache_mode = force_generic_plan as $$\ndeclare\n    v_now timestamptz := jobfeed.clock(p_now);\n")
+COMPLETE_MANY_HEAD = BATCH_PLAN + "    v_ids uuid[];\n"
+EXTEND_MANY_HEAD = BATCH_PLAN + "    v_kept uuid[];\n"
 
 EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
@@ -591,9 +597,7 @@ EDITS: list[Edit] = [
          ("tests/test_api_batching.py::test_a_flush_waiting_for_a_row_lock_does_not_hold_up_other_submissions",),
          "a flush stuck on a row lock lets the next submission go beside it"),
     Edit("completion-plans-may-scan", "sql/functions/50_outcomes.sql",
-         "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
-         "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
-         "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
+         NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD.split("\n", 1)[1],
          ("tests/test_queue_outcomes.py::test_completion_plans_made_on_an_empty_table_stay_index_probes_as_it_grows",),
          "a completion's generic plan made on an empty table still finds its jobs by primary key"),
     Edit("completion-locks-in-given-order", "sql/functions/50_outcomes.sql",
@@ -679,22 +683,14 @@ EDITS: list[Edit] = [
          "language plpgsql set enable_seqscan = off as $$", "language plpgsql as $$",
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a claim finds the picked jobs by key, whatever plan a young table left"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
-         "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
-         "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
-         "set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
-         "set plan_cache_mode = force_generic_plan as $$\n" + COMPLETE_MANY_DECLARE,
+         NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),
     Edit("heartbeat-lease-from-nothing", "sql/functions/50_outcomes.sql",
          "           and exists (select from jobfeed.kinds k where k.kind = j.kind)  -- no lease to renew by\n", "",
          (Q_FENCE + "::test_a_heartbeat_with_no_lease_to_renew_by_reports_the_job_lost",),
          "a heartbeat never leaves a running job with no lease (which nothing would reclaim)"),
     Edit("heartbeat-scans-young-table", "sql/functions/50_outcomes.sql",
-         "set enable_seqscan = off set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
-         "set plan_cache_mode = force_generic_plan as $$\ndeclare\n    v_now timestamptz := jobfeed.clock(p_now);\n"
-         "    v_kept uuid[];\n",
-         "set enable_bitmapscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
-         "set plan_cache_mode = force_generic_plan as $$\ndeclare\n    v_now timestamptz := jobfeed.clock(p_now);\n"
-         "    v_kept uuid[];\n",
+         NO_SCANS + EXTEND_MANY_HEAD, EXTEND_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",),
          "a heartbeat finds its jobs by key, whatever plan a young table left"),
     Edit("none-result-not-null", "worker/queue.py",
