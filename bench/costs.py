@@ -1,6 +1,7 @@
 """Per-job costs for docs/scaling.md's capacity model, on an embedded PostgreSQL
 of its own: for each step (submit one at a time, submit_many, claim + complete
-in batches) the database backend's CPU (its process's CPU time), the WAL bytes
+in batches, the sweeper's delete once the jobs are past the retention) the
+database backend's CPU (its process's CPU time), the WAL bytes
 (pg_current_wal_lsn before and after), the NOTIFYs a listener receives, the
 round trips (calls made) and this Python process's CPU. Then a drain by a real
 `jobfeed worker` process (concurrency 1,000, as the bench's): its CPU per job,
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import os
 import sys
@@ -21,6 +23,8 @@ import psutil
 
 from jobfeed.worker import db, migrate
 from jobfeed.worker.queue import Queue
+from jobfeed.worker.settings import Settings
+from jobfeed.worker.sweeper import Sweeper
 
 from . import pg
 from .systems import ROOT
@@ -138,6 +142,27 @@ async def measure(n: int, batch: int, drain_n: int) -> dict:
         await conn.execute("delete from jobfeed.jobs where target like 'm%'")
         await step("claim_complete", claim_complete, 0)
         out["claim_complete"]["round_trips"] = claimed_calls[0] / n
+
+        # Those n completed jobs, moved past the retention (untimed, and vacuumed
+        # after), then deleted as the sweeper deletes: its call, its batch size.
+        retention = Settings().retention
+        await conn.execute("update jobfeed.jobs set finished_at = finished_at - $1::interval where state = 'completed'",
+                           dt.timedelta(seconds=retention + 86400))
+        await conn.execute("vacuum jobfeed.jobs")
+        swept = {"jobs": 0, "calls": 0}
+
+        async def sweep() -> None:
+            while True:
+                got = await queue.delete_finished(retention, Sweeper.BATCH)
+                swept["jobs"] += got
+                swept["calls"] += 1
+                if got < Sweeper.BATCH:
+                    return
+
+        await step("sweep", sweep, 0)
+        if swept["jobs"] != n:
+            raise RuntimeError(f"the sweep deleted {swept['jobs']} of the {n} completed jobs")
+        out["sweep"]["round_trips"] = swept["calls"] / n
         await listener.close()
         await conn.close()
         out["n"], out["batch"] = n, batch

@@ -157,6 +157,23 @@ def test_the_costs_drain_step_measures_a_real_worker():
     assert got["server_cpu_us"] >= got["worker_connections_db_cpu_us"] and got["wall_us"] > 0
 
 
+def test_the_costs_steps_include_the_sweepers_delete():
+    """bench.costs' steps, the sweeper's delete among them: every completed job,
+    moved past the retention, is deleted by the sweeper's call in its batches
+    (the step fails otherwise), and the deletes' WAL is counted."""
+    import asyncio
+
+    from bench import costs
+    from jobfeed.worker.sweeper import Sweeper
+
+    n = 2 * Sweeper.BATCH
+    got = asyncio.run(costs.measure(n, 100, 200))
+    assert set(got) >= {"submit", "submit_many", "claim_complete", "sweep", "drain"}
+    # two full batches, then the short one that says the sweep is done
+    assert got["sweep"]["round_trips"] == 3 / n
+    assert got["sweep"]["wal_bytes"] > 0 and got["sweep"]["db_cpu_us"] >= 0
+
+
 def test_the_files_bench_runs(tmp_path):
     """bench.files at a tiny size: it counts the bytes both ways and reports the ratio to COPY."""
     out = tmp_path / "files.json"
