@@ -100,6 +100,7 @@ FILES = "tests/test_files.py"
 CHILDREN = "tests/test_workflows_children.py"
 DEPS = "tests/test_workflows_deps.py"
 MIGRATIONS = "tests/test_migrations.py::test_the_upgrade_marks_the_jobs_already_waited_for"
+TIMINGS = "tests/test_queue_claims.py::test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted_it"
 QUICK = "tests/test_submit_quick.py"
 READS = "tests/test_queue_reads.py"
 CLAIMS = "tests/test_queue_claims.py"
@@ -717,6 +718,17 @@ EDITS: list[Edit] = [
     Edit("claim-v3-drops-children", "sql/functions/40_claim.sql",
          "         where exists (select from jobfeed.job_deps x\n", "         where false and exists (select from jobfeed.job_deps x\n",
          (CHILDREN,), "a claimed job carries its children's outcomes"),
+    # The claim's timings (wait, age, traceparent) on each of its paths.
+    Edit("claim-timings-lost", "sql/functions/40_claim.sql",
+         "v_lease, u.run_after, u.created_at, u.traceparent", "v_lease, null::timestamptz, null::timestamptz, null::text",
+         (TIMINGS,), "a claim of one kind answers each job's wait, age and traceparent"),
+    Edit("claim-limited-timings-lost", "sql/functions/40_claim.sql",
+         "select l.*, t.run_after, t.created_at, t.traceparent", "select l.*, null::timestamptz, null::timestamptz, null::text",
+         (TIMINGS,), "a claim of a kind with limits answers them too"),
+    Edit("claim-kinds-timings-lost", "sql/functions/40_claim.sql",
+         "v.lease, t.run_after, t.created_at, t.traceparent, v.ordinality",
+         "v.lease, null::timestamptz, null::timestamptz, null::text, v.ordinality",
+         (TIMINGS,), "a claim of several kinds answers them too"),
 ]
 
 

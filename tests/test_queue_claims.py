@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from queue_sql import T0, register
 
 
@@ -76,13 +78,23 @@ async def test_the_workers_claim_of_one_kind_reclaims_expired_leases_first(pool,
     assert [a["outcome"] for a in view["attempts_log"]] == ["lease_expired", None]  # and the one running
 
 
-async def test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted_it(pool, queue):
+@pytest.mark.parametrize("path", ["one kind", "a kind with limits", "two kinds"])
+async def test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted_it(pool, queue, path):
+    """On each of the claim's paths: one kind straight (claim_kind_v2's own
+    rows), a kind with limits (claim_limited's, read again by key) and several
+    kinds (claim_v2's, read again by key)."""
     await register(pool, "k")
+    kinds = ["k"]
+    if path == "a kind with limits":
+        await pool.execute("update jobfeed.kinds set max_running = 10 where kind = 'k'")
+    elif path == "two kinds":
+        await register(pool, "other")
+        kinds.append("other")
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     job_id = await pool.fetchval(
         "insert into jobfeed.jobs (kind, target, created_at, run_after, traceparent) "
         "values ('k', 't', now() - interval '60 seconds', now() - interval '20 seconds', $1) returning id", parent)
-    [job], [(timed_id, kind, wait, age, traceparent)] = await queue.claim_timed(["k"], 5, "w")
+    [job], [(timed_id, kind, wait, age, traceparent)] = await queue.claim_timed(kinds, 5, "w")
     assert job.id == timed_id == job_id and kind == "k" and traceparent == parent
     assert 20 <= wait < 25 and 60 <= age < 65  # seconds, by the database's clock
 

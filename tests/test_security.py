@@ -124,7 +124,7 @@ CALLS = {
     "notify_changed_one": "select jobfeed.notify_changed_one(gen_random_uuid(), 1)",
     "notify_freed": "select jobfeed.notify_freed(array['k'])",
     "sample_depth_from": "select jobfeed.sample_depth_from('{}', now())",
-    "claim_kind": "select * from jobfeed.claim_kind('nothing', 1, 'w', null, now(), false)",
+    "claim_kind_v2": "select * from jobfeed.claim_kind_v2('nothing', 1, 'w', null, now(), false)",
     "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
     "reusable": "select jobfeed.reusable('k', 't', null, now())",

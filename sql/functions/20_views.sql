@@ -70,7 +70,7 @@ $$;
 
 -- Queue positions: for each of these jobs that is due and never started, how
 -- many jobs of its kind the claim takes before it (priority desc, then
--- run_after, then id, as claim_kind orders them); others have no row. One
+-- run_after, then id, as claim_kind_v2 orders them); others have no row. One
 -- pass over each kind's due queued jobs (jobs_queued_priority), stopping at
 -- the watched job that comes last, whatever the number of jobs asked about.
 create or replace function jobfeed.queue_positions(p_ids uuid[], p_now timestamptz)

@@ -4,16 +4,21 @@
 -- lease expired (their worker died; only looked for when p_expired) and due
 -- queued jobs. Each claim bumps attempts and generation and sets the lease
 -- (the kind's unless p_lease is given), which is returned with each row so the
--- worker renews at the pace of the lease it was actually granted.
+-- worker renews at the pace of the lease it was actually granted, and with
+-- each row's run_after, created_at and traceparent, which the claim does not
+-- change (what the worker's timings and spans read, without a second look).
 -- One kind per statement, in a sub-select with LIMIT and SKIP LOCKED, so no
 -- more rows are locked than are claimed and concurrent claimers never wait.
 -- Without sequential scans: PL/pgSQL keeps the plans of a worker's first
 -- claims, and on a young table (not yet analyzed) those read every row to find
 -- the picked ids, a cost growing with each job until autovacuum analyzes.
-create or replace function jobfeed.claim_kind(
+-- (claim_kind, unreleased, answered without the last three columns.)
+drop function if exists jobfeed.claim_kind(text, int, text, interval, timestamptz, boolean);
+create or replace function jobfeed.claim_kind_v2(
     p_kind text, p_limit int, p_worker text, p_lease interval, p_now timestamptz, p_expired boolean)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
-               generation int, lease_until timestamptz, checkpoint jsonb, lease interval)
+               generation int, lease_until timestamptz, checkpoint jsonb, lease interval,
+               run_after timestamptz, created_at timestamptz, traceparent text)
 language plpgsql set enable_seqscan = off as $$
 #variable_conflict use_column
 declare
@@ -35,8 +40,13 @@ begin
         return;
     end if;
     if v_max_running is not null or v_max_per_key is not null or v_rate_count is not null then
-        return query select * from jobfeed.claim_limited(p_kind, p_limit, p_worker, v_lease, p_now, p_expired,
-                                                         v_max_running, v_max_per_key, v_rate_count, v_rate_period);
+        -- each row as it was before the claim (this statement's snapshot), probed by key
+        return query
+            select l.*, t.run_after, t.created_at, t.traceparent
+              from jobfeed.claim_limited(p_kind, p_limit, p_worker, v_lease, p_now, p_expired,
+                                         v_max_running, v_max_per_key, v_rate_count, v_rate_period) l
+              left join lateral (select j.run_after, j.created_at, j.traceparent from jobfeed.jobs j
+                                  where j.id = l.id limit 1) t on true;
         return;
     end if;
 
@@ -86,7 +96,7 @@ begin
             select jobfeed.notify_changed(array_agg(u.id), array_agg(u.version)) from upd u
         )
         select u.id, u.kind, u.target, u.payload, u.attempts, u.max_attempts, u.generation,
-               u.lease_until, u.checkpoint, v_lease
+               u.lease_until, u.checkpoint, v_lease, u.run_after, u.created_at, u.traceparent
           from upd u, note;
 end $$;
 
@@ -142,7 +152,9 @@ begin
         foreach v_kind in array v_kinds loop
             exit when v_left < 1;
             v_want := least(v_share, v_left);
-            return query select * from jobfeed.claim_kind(v_kind, v_want, p_worker, p_lease, v_now, v_expired);
+            return query select c.id, c.kind, c.target, c.payload, c.attempts, c.max_attempts, c.generation,
+                                c.lease_until, c.checkpoint, c.lease
+                           from jobfeed.claim_kind_v2(v_kind, v_want, p_worker, p_lease, v_now, v_expired) c;
             get diagnostics v_got = row_count;
             v_left := v_left - v_got;
             if v_got = v_want then
@@ -158,7 +170,7 @@ end $$;
 -- long it waited once due and how old it is, by the database's clock, for the
 -- workers' histograms; the submitter's traceparent, for the run's span), in
 -- one call. One kind with no expired lease (the common claim) goes straight
--- to claim_kind, which leaves claim_v2's set-up out: sharing among kinds, the
+-- to claim_kind_v2, which leaves claim_v2's set-up out: sharing among kinds, the
 -- look for expired leases and the limited kinds' locks (claim_limited takes
 -- its kind's own). Each function layer costs more than the claim of a job
 -- itself when every claim is a transaction of its own: so one statement with
@@ -187,11 +199,17 @@ begin
                             where e.kind = p_kinds[1] and e.state = 'running' and e.lease_until < now())
     ), c as materialized (
         select v.*, 0::bigint as n
-          from jobfeed.claim_kind(p_kinds[1], p_limit, p_worker, p_lease, now(), false) v
+          from jobfeed.claim_kind_v2(p_kinds[1], p_limit, p_worker, p_lease, now(), false) v
          where exists (select from one)
         union all
-        select v.*
+        -- t: each row as it was before the claim (the statement's snapshot; the
+        -- claim changes none of these columns), probed by key (the LIMIT keeps the
+        -- planner from joining the whole table instead)
+        select v.id, v.kind, v.target, v.payload, v.attempts, v.max_attempts, v.generation, v.lease_until,
+               v.checkpoint, v.lease, t.run_after, t.created_at, t.traceparent, v.ordinality
           from jobfeed.claim_v2(p_kinds, p_limit, p_worker, p_lease) with ordinality v
+          left join lateral (select j.run_after, j.created_at, j.traceparent from jobfeed.jobs j
+                              where j.id = v.id limit 1) t on true
          where not exists (select from one)
     ), ids as materialized (
         select array(select c.id from c) as a
@@ -206,16 +224,11 @@ begin
         select set_config('synchronous_commit', 'off', true)
          where exists (select from c) and not exists (select from c where c.max_attempts <= 1)
     )
-    -- t: each row as it was before the claim (the statement's snapshot; the
-    -- claim changes none of these columns), probed by key (the LIMIT keeps the
-    -- planner from joining the whole table instead)
     select c.id, c.kind, c.target, c.payload, c.attempts, c.max_attempts, c.generation, c.lease_until,
            c.checkpoint, c.lease, s.signals, w.children,
-           extract(epoch from now() - t.run_after)::float8, extract(epoch from now() - t.created_at)::float8,
-           t.traceparent
+           extract(epoch from now() - c.run_after)::float8, extract(epoch from now() - c.created_at)::float8,
+           c.traceparent
       from c left join s on s.job_id = c.id left join w on w.job_id = c.id
-      left join lateral (select j.run_after, j.created_at, j.traceparent from jobfeed.jobs j
-                          where j.id = c.id limit 1) t on true
       cross join (select count(*) from unflushed) f  -- one row, always: the setting is made
      order by c.n;
 end $$;
@@ -283,7 +296,7 @@ $$;
 -- by the database's clock): for the workers' wait and end-to-end histograms;
 -- and the submitter's traceparent, for the run's span. The release before's
 -- workers read it after each claim (claim_v3 answers the same with the claim);
--- a job no longer here is left out. By key always (see claim_kind).
+-- a job no longer here is left out. By key always (see claim_kind_v2).
 create or replace function jobfeed.job_timings(p_ids uuid[])
 returns table (id uuid, kind text, wait double precision, age double precision, traceparent text)
 language sql stable security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$

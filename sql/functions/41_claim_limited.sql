@@ -1,6 +1,6 @@
 -- Claiming jobs of a kind with limits: max_running (running jobs of the kind),
 -- max_running_per_key (running jobs per concurrency_key) and rate (starts per
--- period), across every worker. claim_kind hands limited kinds here; kinds
+-- period), across every worker. claim_kind_v2 hands limited kinds here; kinds
 -- without limits never come here and pay nothing for them.
 --
 -- Claimers of a limited kind take turns on a transaction-level advisory lock
