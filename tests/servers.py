@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -111,6 +112,11 @@ class ThreadServer:
             self.call(end_streams, self.app)
         self.server.should_exit = True
         await asyncio.to_thread(self.thread.join, 15)
+        if self.thread.is_alive():  # where it hangs, for whoever reads the failure
+            frame = sys._current_frames().get(self.thread.ident)
+            print("uvicorn's thread:\n" + "".join(traceback.format_stack(frame)), file=sys.stderr)
+            for task in asyncio.all_tasks(self.loop):
+                task.print_stack(file=sys.stderr)
         assert not self.thread.is_alive(), "uvicorn did not stop"
 
 
