@@ -81,8 +81,8 @@ async def test_the_workers_claim_of_one_kind_reclaims_expired_leases_first(pool,
 @pytest.mark.parametrize("path", ["one kind", "a kind with limits", "two kinds"])
 async def test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted_it(pool, queue, path):
     """On each of the claim's paths: one kind straight (claim_kind_v2's own
-    rows), a kind with limits (claim_limited's, read again by key) and several
-    kinds (claim_v2's, read again by key)."""
+    rows), a kind with limits (claim_limited_v2's) and several kinds
+    (claim_v2's, read again by key)."""
     await register(pool, "k")
     kinds = ["k"]
     if path == "a kind with limits":

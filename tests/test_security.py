@@ -40,7 +40,7 @@ CALLS = {
     "register_schedule": "select jobfeed.register_schedule('nothing', null, 'UTC', '1 hour')",
     "enqueue_slot": "select jobfeed.enqueue_slot('nothing', now())",
     "list_schedules": "select * from jobfeed.list_schedules()",
-    "claim_limited": "select * from jobfeed.claim_limited('k', 1, 'w', '1 minute', now(), false, 1, null, null, null)",
+    "claim_limited_v2": "select * from jobfeed.claim_limited_v2('k', 1, 'w', '1 minute', now(), false, 1, null, null, null)",
     "get_job": "select jobfeed.get_job(gen_random_uuid())",
     "get_jobs": "select * from jobfeed.get_jobs(array[gen_random_uuid()])",
     "positions": "select * from jobfeed.positions(array[gen_random_uuid()])",

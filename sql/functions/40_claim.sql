@@ -40,13 +40,8 @@ begin
         return;
     end if;
     if v_max_running is not null or v_max_per_key is not null or v_rate_count is not null then
-        -- each row as it was before the claim (this statement's snapshot), probed by key
-        return query
-            select l.*, t.run_after, t.created_at, t.traceparent
-              from jobfeed.claim_limited(p_kind, p_limit, p_worker, v_lease, p_now, p_expired,
-                                         v_max_running, v_max_per_key, v_rate_count, v_rate_period) l
-              left join lateral (select j.run_after, j.created_at, j.traceparent from jobfeed.jobs j
-                                  where j.id = l.id limit 1) t on true;
+        return query select * from jobfeed.claim_limited_v2(p_kind, p_limit, p_worker, v_lease, p_now, p_expired,
+                                                            v_max_running, v_max_per_key, v_rate_count, v_rate_period);
         return;
     end if;
 
@@ -139,7 +134,7 @@ begin
     if v_expired then
         perform jobfeed.fail_expired(v_kinds, v_now);
     end if;
-    -- Limited kinds' turns (see claim_limited), taken in one order by everyone.
+    -- Limited kinds' turns (see claim_limited_v2), taken in one order by everyone.
     for v_kind in select k.kind from jobfeed.kinds k
                    where k.kind = any (v_kinds) and not k.paused
                      and (k.max_running is not null or k.max_running_per_key is not null or k.rate_count is not null)
@@ -171,7 +166,7 @@ end $$;
 -- workers' histograms; the submitter's traceparent, for the run's span), in
 -- one call. One kind with no expired lease (the common claim) goes straight
 -- to claim_kind_v2, which leaves claim_v2's set-up out: sharing among kinds, the
--- look for expired leases and the limited kinds' locks (claim_limited takes
+-- look for expired leases and the limited kinds' locks (claim_limited_v2 takes
 -- its kind's own). Each function layer costs more than the claim of a job
 -- itself when every claim is a transaction of its own: so one statement with
 -- a kept generic plan, and signals_of and children_of called only when a

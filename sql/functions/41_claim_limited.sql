@@ -12,11 +12,15 @@ returns void language sql as $$
     select pg_advisory_xact_lock(hashtext('jobfeed_limits:' || p_kind))
 $$;
 
-create or replace function jobfeed.claim_limited(
+-- Its rows come as claim_kind_v2's do, run_after, created_at and traceparent
+-- with them. (claim_limited, unreleased, answered without those three.)
+drop function if exists jobfeed.claim_limited(text, int, text, interval, timestamptz, boolean, int, int, int, interval);
+create or replace function jobfeed.claim_limited_v2(
     p_kind text, p_limit int, p_worker text, p_lease interval, p_now timestamptz, p_expired boolean,
     p_max_running int, p_max_per_key int, p_rate_count int, p_rate_period interval)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
-               generation int, lease_until timestamptz, checkpoint jsonb, lease interval)
+               generation int, lease_until timestamptz, checkpoint jsonb, lease interval,
+               run_after timestamptz, created_at timestamptz, traceparent text)
 language plpgsql as $$
 #variable_conflict use_column
 declare
@@ -125,7 +129,7 @@ begin
                 select jobfeed.notify_changed(array_agg(u.id), array_agg(u.version)) from upd u
             )
             select u.id, u.kind, u.target, u.payload, u.attempts, u.max_attempts, u.generation,
-                   u.lease_until, u.checkpoint, p_lease
+                   u.lease_until, u.checkpoint, p_lease, u.run_after, u.created_at, u.traceparent
               from upd u, note;
         get diagnostics v_got = row_count;
         v_total := v_total + v_got;
