@@ -7,8 +7,9 @@ is re-read and sent again under the same version (SSE id), which never moves
 for such changes. So is a queued job's `position`, refreshed every
 `position_interval` seconds for all watched queued jobs with one query.
 Ids nobody here watches are dropped after parsing. Watched ids whose version is
-newer than what was last offered are collected for a few milliseconds and
-re-read in one get_jobs query. Each subscriber holds at most one pending view,
+newer than what was last offered are re-read in one get_jobs query: at once
+after a quiet spell, and under a stream of changes at most once per `batch`
+seconds, each query taking what gathered meanwhile. Each subscriber holds at most one pending view,
 the newest, so a slow client costs one view, not a queue. After every
 (re)connect of the listener every watched job is re-read, so a notification lost
 while disconnected costs latency, never a change."""
@@ -236,9 +237,10 @@ class AdminSubscription:
 class FeedSignals:
     """Test hooks (worker/testsignal.py), inert unless a test enables them."""
 
-    __slots__ = ("connected", "reread", "reread_failed", "retry")
+    __slots__ = ("connected", "reread", "reread_failed", "retry", "window")
 
     def __init__(self) -> None:
+        self.window = Timer()          # the wait before a re-read (0 after a quiet spell)
         self.connected = Signal()      # the listener (re)connected and the resync is asked for
         self.reread = Signal()         # a re-read was offered to the streams (True: a resync)
         self.reread_failed = Signal()  # a re-read failed (the exception); it will be retried...
@@ -252,6 +254,7 @@ class Feed:
         self.ping_interval = ping  # seconds between pings on every job stream; 0: none
         self._ping_task: asyncio.Task | None = None
         self.batch = batch
+        self.reread_at = float("-inf")  # when the last re-read began (the loop's clock)
         self.position_interval = position_interval
         self._positions_task: asyncio.Task | None = None
         # the newest view offered of each watched job whose public status is queued
@@ -477,10 +480,15 @@ class Feed:
         self.signals.connected.signal(self.reconnects)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
-            await asyncio.sleep(self.batch)  # let a burst of notifications gather
+            # At most one re-read per `batch` seconds, each taking what gathered
+            # meanwhile; a change after a quiet spell is re-read at once (sleep(0):
+            # the notifications read with it are parsed first).
+            await self.signals.window.sleep(max(self.reread_at + self.batch - loop.time(), 0.0))
             self._wake.clear()
+            self.reread_at = loop.time()
             resync, self._resync = self._resync, False
             ids = set(self._watch) if resync else self._dirty
             self._dirty = set()

@@ -68,3 +68,38 @@ async def test_a_dashboard_far_behind_is_asked_to_resync(feed, queue):
     await queue.submit("demo", "after")
     resync, views = await asyncio.wait_for(admin.next(), 5)
     assert not resync and len(views) == 1 and '"target": "after"' in views[0]
+
+
+
+async def test_a_change_after_a_quiet_spell_is_read_at_once_and_a_stream_of_them_gathers(dsn, queue, demo_kind):
+    feed = Feed(dsn, queue, batch=30.0, health_interval=1.0)
+    window, reread = feed.signals.window.enable(), feed.signals.reread.enable()
+    await feed.start()
+    try:
+        assert await window.asked() == 0.0  # the first connect's resync: nothing was read before
+        window.fire()
+        assert await reread.wait() is True
+        ids = [(await queue.submit("demo", f"q{i}"))[0] for i in range(3)]
+        subs = [await watch(feed, queue, job_id) for job_id in ids]
+        before = feed.rereads
+        feed.reread_at -= 60.0  # planted: the last re-read was a minute ago, a quiet spell
+        (first,) = await queue.claim(["demo"], 1, "w")
+        # The window closed long ago: this change goes at once.
+        assert await window.asked() == 0.0
+        window.fire()
+        assert await reread.wait() is False
+        assert [s.newest for s in subs] == [2 if j == first.id else 1 for j in ids]
+        # Two more changes right after, each its own notification: they wait out
+        # what is left of the window, then go in one query together.
+        heard = feed.notifications
+        for job in await queue.claim(["demo"], 1, "w") + await queue.claim(["demo"], 1, "w"):
+            await queue.progress(job.id, job.generation, 1, 2, None)
+        left = await window.asked()
+        assert 25.0 < left <= 30.0
+        await eventually(lambda: asyncio.sleep(0, feed.notifications >= heard + 4), timeout=5, what="notifications")
+        assert feed.rereads == before + 1 and [s.newest for s in subs].count(1) == 2
+        window.fire()
+        assert await reread.wait() is False
+        assert feed.rereads == before + 2 and [s.newest for s in subs] == [3 if j != first.id else 2 for j in ids]
+    finally:
+        await feed.close()

@@ -135,7 +135,7 @@ class Settings:
     # the API process's own (streams, the live feed, sessions, group commit)
     sse_ping: float = 15.0          # seconds between ': ping' comments on open streams
     sse_retry: float = 2.0          # what EventSource waits before reconnecting (sent as retry:)
-    feed_batch: float = 0.01        # collect notifications this long, then re-read them in one query
+    feed_batch: float = 0.01        # at most one re-read of changed jobs this often (after a quiet spell: at once)
     listener_health: float = 10.0   # how often an idle LISTEN connection is checked
     session_lifetime: float = 12 * 3600  # the admin session cookie's lifetime
     submit_batch: int = 256         # most submissions written in one statement (1: each alone)
