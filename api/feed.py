@@ -9,10 +9,10 @@ for such changes. So is a queued job's `position`, refreshed every
 Ids nobody here watches are dropped after parsing. Watched ids whose version is
 newer than what was last offered are re-read in one get_jobs query: at once
 after a quiet spell, and under a stream of changes at most once per `batch`
-seconds, each query taking what gathered meanwhile. Each subscriber holds at most one pending view,
-the newest, so a slow client costs one view, not a queue. After every
-(re)connect of the listener every watched job is re-read, so a notification lost
-while disconnected costs latency, never a change."""
+seconds, each query taking what gathered meanwhile. Each subscriber holds at
+most one pending view, the newest, so a slow client costs one view, not a
+queue. After every (re)connect of the listener every watched job is re-read,
+so a notification lost while disconnected costs latency, never a change."""
 
 from __future__ import annotations
 
