@@ -70,17 +70,18 @@ async def test_a_dashboard_far_behind_is_asked_to_resync(feed, queue):
     assert not resync and len(views) == 1 and '"target": "after"' in views[0]
 
 
-
 async def test_a_change_after_a_quiet_spell_is_read_at_once_and_a_stream_of_them_gathers(dsn, queue, demo_kind):
     feed = Feed(dsn, queue, batch=30.0, health_interval=1.0)
     window, reread = feed.signals.window.enable(), feed.signals.reread.enable()
+    # Watched before the feed listens: no notification of these submissions can
+    # reach it, so the only changes it hears are the test's own.
+    ids = [(await queue.submit("demo", f"q{i}"))[0] for i in range(3)]
+    subs = [await watch(feed, queue, job_id) for job_id in ids]
     await feed.start()
     try:
         assert await window.asked() == 0.0  # the first connect's resync: nothing was read before
         window.fire()
         assert await reread.wait() is True
-        ids = [(await queue.submit("demo", f"q{i}"))[0] for i in range(3)]
-        subs = [await watch(feed, queue, job_id) for job_id in ids]
         before = feed.rereads
         feed.reread_at -= 60.0  # planted: the last re-read was a minute ago, a quiet spell
         (first,) = await queue.claim(["demo"], 1, "w")
