@@ -25,7 +25,7 @@ from sse_starlette import ServerSentEvent
 from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
 
-from .feed import JobSubscription, View
+from .subscriptions import JobSubscription, View
 
 log = logging.getLogger("jobfeed.streams")
 

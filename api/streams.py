@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .errors import ApiError
-from .feed import AdminSubscription, TooManyStreams, View
+from .subscriptions import AdminSubscription, TooManyStreams, View
 from .jobstream import SEP, JobStream
 from .parse import digits
 from .state import Services, services

@@ -11,7 +11,7 @@ import uuid
 from jobfeed.worker.settings import SettingError, parse_duration
 
 from .errors import ApiError
-from .feed import View
+from .subscriptions import View
 from .state import Services
 
 MAX_WAIT = 60.0  # seconds; a longer ?wait= is clamped to it

@@ -36,31 +36,42 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclasses.dataclass(frozen=True)
 class Edit:
     """old -> new in file; old and new may be tuples of the same length when a
-    bug takes more than one change (a rule guarded twice)."""
+    bug takes more than one change (a rule guarded twice), and file then a tuple
+    too when the changes fall in different files."""
     name: str
-    file: str
+    file: str | tuple[str, ...]
     old: str | tuple[str, ...]
     new: str | tuple[str, ...]
     tests: tuple[str, ...]
     why: str
 
-    def pairs(self) -> list[tuple[str, str]]:
+    def pairs(self) -> list[tuple[str, str, str]]:
+        """(file, old, new) for each change."""
         olds = (self.old,) if isinstance(self.old, str) else self.old
         news = (self.new,) if isinstance(self.new, str) else self.new
-        assert len(olds) == len(news), self.name
-        return list(zip(olds, news))
+        files = (self.file,) * len(olds) if isinstance(self.file, str) else self.file
+        assert len(olds) == len(news) == len(files), self.name
+        return list(zip(files, olds, news))
 
-    def stale(self, text: str) -> str | None:
-        """Why the edit no longer applies to text, or None."""
-        for old, _ in self.pairs():
-            if text.count(old) != 1:
-                return f"{old.splitlines()[0].strip()!r}... occurs {text.count(old)} times (needs exactly 1)"
+    @property
+    def files(self) -> list[str]:
+        return sorted({f for f, _, _ in self.pairs()})
+
+    def stale(self, root: Path) -> str | None:
+        """Why the edit no longer applies to the code under root, or None."""
+        for file, old, _ in self.pairs():
+            count = (root / file).read_text().count(old)
+            if count != 1:
+                return f"in {file}, {old.splitlines()[0].strip()!r}... occurs {count} times (needs exactly 1)"
         return None
 
-    def apply(self, text: str) -> str:
-        for old, new in self.pairs():
-            text = text.replace(old, new, 1)
-        return text
+    def apply(self, root: Path) -> dict[Path, str]:
+        """The mutated text of each file the edit touches."""
+        texts: dict[Path, str] = {}
+        for file, old, new in self.pairs():
+            path = root / file
+            texts[path] = texts.get(path, path.read_text()).replace(old, new, 1)
+        return texts
 
 
 Q_PUBLIC = "tests/test_queue_public.py"
@@ -457,13 +468,13 @@ EDITS: list[Edit] = [
     Edit("feed-drops-failed-admin-ids", "api/feed.py",
          "                self._admin_dirty |= admin_ids\n", "",
          (RECOVERY, FEED), "a failed re-read is retried for dashboards too"),
-    Edit("feed-repeats-views", "api/feed.py",
+    Edit("feed-repeats-views", ("api/subscriptions.py", "api/feed.py"),
          # guarded twice: the feed skips versions it offered, and so does each subscription
          ("if not self._closed and view.newer_than(version, extra):",
           "                if known is not None and not view.newer_than(*known):\n                    continue\n"),
          ("if not self._closed and view.version >= version:", ""),
          (RECOVERY, FEED, SSE), "never a repeat of an identical view (a resync re-reads every watched job)"),
-    Edit("feed-no-coalesce", "api/feed.py",
+    Edit("feed-no-coalesce", "api/subscriptions.py",
          "        view, self._pending = self._pending, None\n        self.sent, self.sent_extra",
          "        view = self._pending\n        self.sent, self.sent_extra",
          (FEED, SSE), "a slow subscriber holds only the newest view, sent once"),
@@ -773,6 +784,14 @@ def first_failure(output: str) -> str:
     return last_line(output)
 
 
+def _syntax_error(text: str, path: Path) -> SyntaxError | None:
+    try:
+        compile(text, str(path), "exec")
+    except SyntaxError as exc:
+        return exc
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("only", nargs="*", help="run only edits whose name contains one of these words")
@@ -783,7 +802,7 @@ def main() -> int:
     edits = [e for e in EDITS if not args.only or any(w in e.name for w in args.only)]
     if args.list:
         for e in edits:
-            print(f"{e.name:36} {e.file:32} {e.why}")
+            print(f"{e.name:36} {','.join(e.files):32} {e.why}")
         print(f"{len(edits)} edits")
         return 0
     if not edits:
@@ -794,9 +813,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="jobfeed-mutation-") as tmp:
         base = copy_repository(Path(tmp) / "base")
         # Stale edits first: they are loud, and cost nothing to find.
-        stale = [e for e in edits if e.stale((base / e.file).read_text())]
+        stale = [e for e in edits if e.stale(base)]
         for e in stale:
-            print(f"STALE   {e.name}: in {e.file}, {e.stale((base / e.file).read_text())}; "
+            print(f"STALE   {e.name}: {e.stale(base)}; "
                   f"update the edit to the code as it is now")
         tests = tuple(sorted({t for e in edits for t in e.tests}))
         print(f"baseline: {len(tests)} test files on the unmutated copy ...", flush=True)
@@ -812,16 +831,15 @@ def main() -> int:
         for n, e in enumerate([e for e in edits if e not in stale], 1):
             work = Path(tmp) / f"m{n}"
             root = copy_repository(work)
-            path = root / e.file
-            mutated = e.apply(path.read_text())
-            if path.suffix == ".py":
-                try:  # an edit that does not even compile would be "caught" by any test
-                    compile(mutated, str(path), "exec")
-                except SyntaxError as exc:
-                    results["error"].append(e.name)
-                    print(f"ERROR   {e.name:36} the edit is not valid Python: {exc}", flush=True)
-                    continue
-            path.write_text(mutated)
+            mutated = e.apply(root)
+            invalid = [(path, exc) for path, text in mutated.items() if path.suffix == ".py"
+                       for exc in [_syntax_error(text, path)] if exc is not None]
+            if invalid:  # an edit that does not even compile would be "caught" by any test
+                results["error"].append(e.name)
+                print(f"ERROR   {e.name:36} the edit is not valid Python: {invalid[0][1]}", flush=True)
+                continue
+            for path, text in mutated.items():
+                path.write_text(text)
             t0 = time.monotonic()
             code, output = run_tests(root, e.tests, args.timeout)
             took = time.monotonic() - t0

@@ -9,7 +9,8 @@ import asyncio
 
 import pytest
 
-from jobfeed.api.feed import Feed, View
+from jobfeed.api.feed import Feed
+from jobfeed.api.subscriptions import View
 from jobfeed.worker.queue import Queue
 from waiting import eventually
 

@@ -118,7 +118,8 @@ async def test_sse_sends_position_updates_under_the_same_id(dsn, queue):
 
 
 async def test_the_feed_refreshes_every_watched_queued_job_with_one_query(pool, queue, line):
-    from jobfeed.api.feed import Feed, View
+    from jobfeed.api.feed import Feed
+    from jobfeed.api.subscriptions import View
     feed = Feed(pool, queue, position_interval=3600)  # rounds by hand
     made = await queue.submit_many("line", [(f"f{n}", None) for n in range(50)])
     subs = []

@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from jobfeed.api.feed import Feed, View
+from jobfeed.api.feed import Feed
+from jobfeed.api.subscriptions import View
 from waiting import eventually
 
 
