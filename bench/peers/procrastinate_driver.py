@@ -14,7 +14,7 @@ import sys
 
 from procrastinate import App, PsycopgConnector
 
-from common import Starts, emit, enqueue_or_produce, parse_settings, parser, wait_for_stop
+from common import Starts, emit, enqueue_or_produce, loop_name, parse_settings, parser, run, wait_for_stop
 from record import from_env
 
 WORKER_DEFAULTS = {"concurrency": "30", "fetch_job_polling_interval": "5"}
@@ -40,21 +40,21 @@ async def worker(app: App, settings: dict[str, str]) -> dict:
     stalled = float(cfg.get("stalled_after", 0))
     if stalled:  # the fault bench: heartbeats and stalled-worker detection at its lease
         options = {"update_heartbeat_interval": stalled / 4, "stalled_worker_timeout": stalled}
-    run = asyncio.create_task(app.run_worker_async(
+    working = asyncio.create_task(app.run_worker_async(
         queues=["bench"], concurrency=int(cfg["concurrency"]), install_signal_handlers=False,
         fetch_job_polling_interval=float(cfg["fetch_job_polling_interval"]), **options))
     rescuer = asyncio.create_task(retry_stalled(app, stalled)) if stalled else None
     await asyncio.sleep(0.3)
-    if run.done():
-        run.result()
+    if working.done():
+        working.result()
     emit({"ready": True, "settings": {**cfg, "pool_max_size": int(cfg["concurrency"]) + 2,
-                                      "listen_notify": True}})
-    await asyncio.wait([asyncio.create_task(wait_for_stop()), run], return_when=asyncio.FIRST_COMPLETED)
+                                      "listen_notify": True, "loop": loop_name()}})
+    await asyncio.wait([asyncio.create_task(wait_for_stop()), working], return_when=asyncio.FIRST_COMPLETED)
     if rescuer:
         rescuer.cancel()
-    run.cancel()  # procrastinate's documented graceful stop
+    working.cancel()  # procrastinate's documented graceful stop
     try:
-        await asyncio.wait_for(run, 30)
+        await asyncio.wait_for(working, 30)
     except asyncio.CancelledError:
         pass
     STARTS.dump()
@@ -105,4 +105,4 @@ async def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:]))
+    run(main(sys.argv[1:]))
