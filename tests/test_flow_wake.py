@@ -141,24 +141,11 @@ async def test_freeing_a_slot_notifies_only_for_capped_kinds(queue, dsn):
     assert [(p.split(":")[0], p.split(":")[2]) for p in payloads] == [("2", "capped")]
 
 
-class CountingQueue(Queue):
-    """The test's queue, noting how many jobs each claim took."""
-
-    def __init__(self, pool):
-        super().__init__(pool)
-        self.taken: list[int] = []
-
-    async def claim_timed(self, *args, **kw):
-        jobs, timings = await super().claim_timed(*args, **kw)
-        self.taken.append(len(jobs))
-        return jobs, timings
-
-
 async def test_a_worker_with_free_slots_claims_once_per_submit_not_again_after_each_job(pool, dsn):
     # A job's end (and its outcome's write) frees a slot, which matters only to
     # a worker that slept for want of slots: one with slots free found nothing
     # due, and claiming again then would be an empty claim per job.
-    queue = CountingQueue(pool)
+    queue = Queue(pool)
     ended: asyncio.Queue = asyncio.Queue()
 
     async def quick(job, ctx):
@@ -174,13 +161,14 @@ async def test_a_worker_with_free_slots_claims_once_per_submit_not_again_after_e
         # The start's claim is not this test's business; and a submit while it
         # runs could be taken by it, its notification then waking an empty claim.
         await r.signals.sleeping.wait()
-        queue.taken.clear()
+        r.signals.claimed.enable()
         for i in range(6):
             job_id = (await queue.submit("quick", f"t{i}")).id
             assert await asyncio.wait_for(ended.get(), POLL / 10) == f"t{i}"
             await wait_state(pool, job_id, "completed")
         # one claim per submit, each taking its job: none after a job's end
-        assert queue.taken == [1] * 6
+        taken = [await r.signals.claimed.wait() for _ in range(r.signals.claimed.pending())]
+        assert taken == [1] * 6
     finally:
         r.stop()
         await asyncio.wait_for(task, 10)

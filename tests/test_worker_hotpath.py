@@ -107,35 +107,24 @@ async def test_progress_is_coalesced_and_the_last_report_lands(queue, pool, run)
 
 
 async def test_a_submit_wakes_as_many_workers_as_it_made_jobs(pool, dsn, queue):
-    from jobfeed.worker.queue import Queue
     from jobfeed.worker.runner import Runner
-
-    claimers: set[int] = set()
-
-    class Counting(Queue):
-        def __init__(self, pool, n):
-            super().__init__(pool)
-            self.n = n
-
-        async def claim_timed(self, *args, **kw):
-            claimers.add(self.n)
-            return await super().claim_timed(*args, **kw)
 
     async def ok(job, ctx):
         return None
 
     await queue.register_kind("w", max_attempts=3, lease=30.0, backoff=(0.05,), jitter=0.0)
-    runners = [Runner(Counting(pool, n), dsn, [spec("w", ok, lease=30.0)], poll_interval=60.0, grace=1.0)
-               for n in range(4)]
+    runners = [Runner(queue, dsn, [spec("w", ok, lease=30.0)], poll_interval=60.0, grace=1.0)
+               for _ in range(4)]
     tasks = [asyncio.create_task(r.run()) for r in runners]
     try:
         await asyncio.sleep(2.5)  # seated, and each has seen the others' seats
 
         async def woken_by(make) -> set[int]:
-            claimers.clear()
+            for r in runners:
+                r.signals.claimed.enable()  # counts this round's claims only
             await make()
             await asyncio.sleep(1.0)
-            return set(claimers)
+            return {n for n, r in enumerate(runners) if r.signals.claimed.pending()}
 
         assert len(await woken_by(lambda: queue.submit("w", "one"))) == 1
         assert len(await woken_by(lambda: queue.submit_many("w", [("two-a", None), ("two-b", None)]))) == 2

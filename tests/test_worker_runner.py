@@ -154,3 +154,51 @@ async def test_a_job_due_later_runs_when_due_not_before(queue, pool, run):
     await wait_state(pool, later_id, "completed", timeout=5)
     started = await pool.fetchval("select started_at from jobfeed.jobs where id = $1", later_id)
     assert started >= soon
+
+
+async def test_claims_do_not_wait_for_the_pool(dsn, pool, queue):
+    """The claim loop has a connection of its own: a worker whose pool is all
+    taken (by its handlers' writes, say) still claims and starts a due job."""
+    from jobfeed.worker import db
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.runner import Runner
+
+    started = asyncio.Event()
+
+    async def note(job, ctx: Context):
+        started.set()
+
+    await queue.register_kind("note", max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0)
+    small = await db.create_pool(dsn, min_size=1, max_size=1)
+    runner = Runner(Queue(small), dsn, [spec("note", note, lease=5.0)], poll_interval=0.2, grace=1.0)
+    task = asyncio.create_task(runner.run())
+    try:
+        async with small.acquire():  # the pool's only connection, held
+            job_id = (await queue.submit("note", "x")).id
+            await asyncio.wait_for(started.wait(), 10)
+            assert await pool.fetchval("select state from jobfeed.jobs where id = $1", job_id) == "running"
+        await wait_state(pool, job_id, "completed")  # its outcome, once the pool is free
+    finally:
+        runner.stop()
+        await asyncio.wait_for(task, 10)
+        await small.close()
+
+
+async def test_a_claim_connection_that_dies_is_replaced(pool, queue, run):
+    """A server restart or a broken network ends the claim connection: the
+    next claim opens another, and jobs run as before."""
+    async def noop(job, ctx: Context):
+        return None
+
+    await run(spec("noop", noop))
+    first = (await queue.submit("noop", "before")).id
+    await wait_state(pool, first, "completed")
+    killed = await pool.fetchval(
+        "select count(pg_terminate_backend(pid)) from pg_stat_activity"
+        " where application_name = 'jobfeed-worker-claim' and datname = current_database()")
+    assert killed == 1
+    second = (await queue.submit("noop", "after")).id
+    await wait_state(pool, second, "completed")
+    await eventually(lambda: pool.fetchval(
+        "select count(*) = 1 from pg_stat_activity"
+        " where application_name = 'jobfeed-worker-claim' and datname = current_database()"))

@@ -23,6 +23,7 @@ from . import logs, metrics, redact, schedules, tracing
 from .db import Listener
 from .queue import ClaimTimes, Job, Queue, retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
+from .claimer import ClaimConnection
 from .completions import Completions
 from .seats import Seats
 from .testsignal import Signal, Timer
@@ -137,6 +138,7 @@ class RunnerSignals:
     heartbeat: Timer = dataclasses.field(default_factory=Timer)  # the wait between two renewals
     renewed: Signal = dataclasses.field(default_factory=Signal)  # after each: (keys renewed, ids lost)
     sleeping: Signal = dataclasses.field(default_factory=Signal)  # the claim loop waits: its timeout
+    claimed: Signal = dataclasses.field(default_factory=Signal)  # after each claim: how many jobs it took
 
 
 async def _call(spec: TaskSpec, job: Job, ctx: Context):
@@ -183,6 +185,7 @@ class Runner:
         self._full = False  # the claim loop sleeps for want of free slots
         self._completions = Completions(queue, self._slot_freed)
         self._seats = Seats(dsn, self.kinds, name="jobfeed-worker-seats")
+        self._claims = ClaimConnection(dsn)
         self._recording = 0  # handlers done, failures and releases being written
         self.signals = RunnerSignals()
         self._ages = metrics.Ages()
@@ -246,6 +249,7 @@ class Runner:
                 budget_timer.cancel()
             if scheduler:
                 scheduler.cancel()
+            await self._claims.close()
             await listener.stop()
             log.info("worker %s: stopped after %d claims", self.worker_id, self.claimed_count)
 
@@ -260,8 +264,9 @@ class Runner:
                 if limit > 0:
                     with tracing.span("jobfeed claim", attributes={"jobfeed.limit": limit,
                                                                    "jobfeed.worker": self.worker_id}):
-                        claimed, timings = await self.queue.claim_timed(self._kinds_in_turn(), limit,
-                                                                        self.worker_id)
+                        claimer = await self._claims.queue()
+                        claimed, timings = await claimer.claim_timed(self._kinds_in_turn(), limit, self.worker_id)
+                        self.signals.claimed.signal(len(claimed))
                         tracing.annotate({"jobfeed.claimed": len(claimed)})
                 error_delay = 0.1
             except Exception as exc:  # database down or restarting: keep trying
@@ -290,7 +295,8 @@ class Runner:
                     # The last look's time came before this claim: jobs due by
                     # then that it left behind a full concurrency key wait for
                     # a freed slot's notification, not for a time.
-                    due, looked_at = await self.queue.next_due_after_claim(
+                    claimer = await self._claims.queue()
+                    due, looked_at = await claimer.next_due_after_claim(
                         self.kinds, self._looked_at if limit > 0 else None)
                     self._looked_at = looked_at
                     if due is not None:
