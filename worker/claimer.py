@@ -16,13 +16,14 @@ log = logging.getLogger("jobfeed.worker")
 class ClaimConnection:
     """A worker's claims, and its look at what is due next, go over one
     connection of their own. The claim loop makes one call at a time, so one
-    connection serves it; on it a claim waits neither for the pool, which the
-    handlers' progress, checkpoints and outcomes share, nor on a pooled backend
-    that sat idle while the others served (with jobs arriving one by one, that
-    was most of a claim's time). It holds no session state. A connection that
-    closed (the server restarted, the network broke) is replaced at the next
-    call; until the database answers again the call fails, and the claim loop
-    retries it as before."""
+    connection serves it; on it a claim neither waits for the pool, which the
+    handlers' progress, checkpoints and outcomes share, nor lands on a pooled
+    backend that sat idle while the others served (through the pool, a lone
+    job's claim measured markedly slower: bench/README.md, fifteenth round).
+    It holds no session state. A connection that closed (the server
+    restarted, the network broke) is replaced at the next call; until the
+    database answers again the call fails, and the claim loop retries it as
+    before."""
 
     NAME = "jobfeed-worker-claim"
 
