@@ -458,7 +458,7 @@ EDITS: list[Edit] = [
          (f"{RUNNER}::test_claims_do_not_wait_for_the_pool",),
          "a worker whose pool is all taken still claims: the claim loop has a connection of its own"),
     Edit("claim-connection-never-replaced", "worker/claimer.py",
-         "if self._conn is None or self._conn.is_closed() or self._queue is None:",
+         "if self._conn is None or self._queue is None or self._conn.is_closed():",
          "if self._conn is None or self._queue is None:",
          (f"{RUNNER}::test_a_claim_connection_that_dies_is_replaced",),
          "a claim connection that the server ended is replaced at the next claim, so jobs still run"),

@@ -30,14 +30,13 @@ class ClaimConnection:
     def __init__(self, dsn: str):
         self.dsn = dsn
         self._conn: asyncpg.Connection | None = None
-        self._queue: Queue | None = None
+        self._queue: Queue | None = None  # on _conn
 
     async def queue(self) -> Queue:
         """A Queue on the open connection, connecting first when there is none."""
-        if self._conn is None or self._conn.is_closed() or self._queue is None:
-            self._conn = None
-            conn = await db.connect(self.dsn, name=self.NAME)
-            self._conn, self._queue = conn, Queue(conn)
+        if self._conn is None or self._queue is None or self._conn.is_closed():
+            self._conn = await db.connect(self.dsn, name=self.NAME)
+            self._queue = Queue(self._conn)
         return self._queue
 
     async def close(self) -> None:

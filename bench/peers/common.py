@@ -26,26 +26,19 @@ import time
 from typing import Awaitable, Callable
 
 
+try:  # every driver's event loop (see run)
+    import uvloop
+except ImportError:
+    uvloop = None
+LOOP = "uvloop" if uvloop is not None else "asyncio"  # what run() runs on, for the settings a driver reports
+
+
 def run(coro) -> None:
     """A driver's event loop: uvloop where its Python has it (pgqueuer's CLI runs
     on it, so do jobfeed's processes, and uvicorn picks it for a web app that
     submits), else asyncio's own. The same loop for every system, so that a
     comparison of two queues is not one of two event loops."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(coro)
-        return
-    uvloop.run(coro)
-
-
-def loop_name() -> str:
-    """What run() runs on, for the settings a driver reports."""
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return "asyncio"
-    return "uvloop"
+    (uvloop.run if uvloop is not None else asyncio.run)(coro)
 
 
 def emit(obj: dict) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from common import emit, enqueue_or_produce, loop_name, parse_settings, parser, run, wait_for_stop  # noqa: E402
+from common import LOOP, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop  # noqa: E402
 
 from jobfeed.worker import db, migrate  # noqa: E402
 from jobfeed.worker.queue import Queue  # noqa: E402
@@ -80,7 +80,7 @@ async def worker(dsn: str, starts: str | None, settings: dict[str, str]) -> dict
         if proc.returncode is None:
             proc.kill()
         raise SystemExit("jobfeed worker did not start:\n" + "\n".join(tail))
-    emit({"ready": True, "pid": proc.pid, "settings": {"process": "jobfeed worker", **cfg, "loop": loop_name()}})
+    emit({"ready": True, "pid": proc.pid, "settings": {"process": "jobfeed worker", **cfg, "loop": LOOP}})
     await asyncio.wait([asyncio.create_task(wait_for_stop()), waiter], return_when=asyncio.FIRST_COMPLETED)
     if proc.returncode is None:
         proc.terminate()

@@ -18,7 +18,7 @@ import asyncpg
 from pgqueuer import AsyncpgDriver, Queries, QueueManager
 from pgqueuer.models import Job
 
-from common import Starts, emit, enqueue_or_produce, loop_name, parse_settings, parser, run, wait_for_stop
+from common import LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
 from record import from_env
 
 ENTRYPOINT = "noop"
@@ -49,7 +49,7 @@ async def worker(dsn: str, starts: Starts, settings: dict[str, str]) -> dict:
     await asyncio.sleep(0.3)  # verify_structure and LISTEN
     if run.done():
         run.result()
-    emit({"ready": True, "settings": {**cfg, "loop": loop_name(), "autovac": True, "driver": "AsyncpgDriver"}})
+    emit({"ready": True, "settings": {**cfg, "loop": LOOP, "autovac": True, "driver": "AsyncpgDriver"}})
     await asyncio.wait([asyncio.create_task(wait_for_stop()), run], return_when=asyncio.FIRST_COMPLETED)
     qm.shutdown.set()
     await asyncio.wait_for(run, 30)

@@ -14,7 +14,7 @@ import sys
 
 from procrastinate import App, PsycopgConnector
 
-from common import Starts, emit, enqueue_or_produce, loop_name, parse_settings, parser, run, wait_for_stop
+from common import LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
 from record import from_env
 
 WORKER_DEFAULTS = {"concurrency": "30", "fetch_job_polling_interval": "5"}
@@ -48,7 +48,7 @@ async def worker(app: App, settings: dict[str, str]) -> dict:
     if working.done():
         working.result()
     emit({"ready": True, "settings": {**cfg, "pool_max_size": int(cfg["concurrency"]) + 2,
-                                      "listen_notify": True, "loop": loop_name()}})
+                                      "listen_notify": True, "loop": LOOP}})
     await asyncio.wait([asyncio.create_task(wait_for_stop()), working], return_when=asyncio.FIRST_COMPLETED)
     if rescuer:
         rescuer.cancel()

@@ -14,7 +14,7 @@ import sys
 
 import asyncpg
 
-from common import Starts, emit, enqueue_or_produce, loop_name, parse_settings, parser, run, wait_for_stop
+from common import LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
 
 SCHEMA = """
 create table if not exists raw_jobs (
@@ -88,7 +88,7 @@ async def worker(conn_dsn: str, starts: Starts, settings: dict[str, str]) -> dic
                 pass
 
     emit({"ready": True, "settings": {"claim_batch": batch, "complete": "one UPDATE per batch",
-                                      "wake": "LISTEN raw_jobs, poll 1 s", "loop": loop_name()}})
+                                      "wake": "LISTEN raw_jobs, poll 1 s", "loop": LOOP}})
     runner = asyncio.create_task(loop())
     await stopping
     runner.cancel()
