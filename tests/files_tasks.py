@@ -1,4 +1,4 @@
-"""Kinds for tests/test_files.py's end-to-end run (loaded by a worker process
+"""Kinds for tests/test_files_outputs.py's end-to-end run (loaded by a worker process
 with JOBFEED_TASKS=files_tasks): a parent splits its uploaded video into 8
 slices, a child per slice transforms its slice, the parent merges their outputs."""
 

@@ -82,7 +82,8 @@ PRIORITY = "tests/test_scheduling.py::test_higher_priority_first_then_earlier_ru
 RUN_AT = "tests/test_scheduling.py::test_run_at_waits_and_shows_scheduled_for_until_the_first_start"
 PERIODIC = "tests/test_periodic.py"
 WAKE = "tests/test_flow_wake.py"
-FILES = "tests/test_files.py"
+UPLOADS = "tests/test_files_uploads.py"
+OUTPUTS = "tests/test_files_outputs.py"
 CHILDREN = "tests/test_workflows_children.py"
 DEPS = "tests/test_workflows_deps.py"
 MIGRATIONS = "tests/test_migrations.py::test_the_upgrade_marks_the_jobs_already_waited_for"
@@ -651,38 +652,38 @@ EDITS: list[Edit] = [
     # ------------------------------------------------------------ files in and out
     Edit("upload-limit-off-by-a-chunk", "api/uploads.py",
          "                    if received > limit:\n", "                    if received > limit + 65536:\n",
-         (FILES + "::test_over_max_upload_is_413_and_stores_nothing",),
+         (UPLOADS + "::test_over_max_upload_is_413_and_stores_nothing",),
          "JOBFEED_MAX_UPLOAD caps the whole body, counted while it streams"),
     Edit("upload-buffers-whole-files", "worker/files.py",
          "        while len(self._buf) >= self.size:\n", "        while len(self._buf) >= self.size * 1000:\n",
-         (FILES + "::test_a_multipart_submission_stores_its_files_in_chunks_with_the_job",
-          FILES + "::test_a_20_mib_upload_and_download_pass_through_the_api_process"),
+         (UPLOADS + "::test_a_multipart_submission_stores_its_files_in_chunks_with_the_job",
+          OUTPUTS + "::test_a_20_mib_upload_and_download_pass_through_the_api_process"),
          "files stream into the database a chunk at a time, never whole in memory"),
     Edit("duplicate-stores-files", "worker/files.py",
          "        elif ids:  # joined a job that has its own files\n",
          "        elif not ids:  # joined a job that has its own files\n",
-         (FILES + "::test_a_duplicate_upload_joins_the_job_and_stores_none_of_its_files",),
+         (UPLOADS + "::test_a_duplicate_upload_joins_the_job_and_stores_none_of_its_files",),
          "a duplicate submission joins the job and stores none of its files"),
     Edit("output-not-fenced", "sql/functions/47_files.sql",
          "    perform from jobfeed.jobs j\n     where j.id = p_job and j.generation = p_generation and j.state = 'running'",
          "    perform from jobfeed.jobs j\n     where j.id = p_job and j.state = 'running'",
-         (FILES + "::test_outputs_are_fenced_by_generation_and_replaced_by_a_later_attempt",),
+         (OUTPUTS + "::test_outputs_are_fenced_by_generation_and_replaced_by_a_later_attempt",),
          "an attempt that lost the job must not publish outputs"),
     Edit("output-not-replaced", "sql/functions/47_files.sql",
          "     where f.job_id = p_job and f.direction = 'out' and f.name = v_name and f.size is not null;",
          "     where false;",
-         (FILES + "::test_outputs_are_fenced_by_generation_and_replaced_by_a_later_attempt",),
+         (OUTPUTS + "::test_outputs_are_fenced_by_generation_and_replaced_by_a_later_attempt",),
          "saving an output again replaces it"),
     Edit("range-end-exclusive", "api/outputs.py",
          "    end = size if not last else int(last) + 1\n", "    end = size if not last else int(last)\n",
-         (FILES + "::test_outputs_download_whole_and_in_ranges",), "bytes=a-b includes byte b"),
+         (OUTPUTS + "::test_outputs_download_whole_and_in_ranges",), "bytes=a-b includes byte b"),
     Edit("upload-slots-unbounded", "api/uploads.py",
          "asyncio.Semaphore(max(1, size // 2))", "asyncio.Semaphore(1000)",
-         (FILES + "::test_slow_uploads_never_take_every_pool_connection",),
+         (UPLOADS + "::test_slow_uploads_never_take_every_pool_connection",),
          "slow uploads must not hold every pool connection"),
     Edit("outputs-skip-access", "api/outputs.py",
          "    await access.require_view(svc, request, job_id)\n", "",
-         (FILES + "::test_outputs_follow_the_job_views_access_rules",),
+         (OUTPUTS + "::test_outputs_follow_the_job_views_access_rules",),
          "outputs have the job view's access rules"),
     Edit("claim-scans-young-table", "sql/functions/40_claim.sql",
          "language plpgsql set enable_seqscan = off as $$", "language plpgsql as $$",

@@ -31,7 +31,7 @@ async def test_json_routes_refuse_other_content_types_with_415(client, pool, con
     for path, body in (("/api/jobs", GOOD_JOB), ("/api/admin/session", json.dumps({"token": ADMIN_TOKEN}).encode())):
         response = await client.post(path, content=body, headers={"content-type": content_type})
         if path == "/api/jobs" and content_type.startswith("multipart/form-data"):
-            # submissions with files: JSON is no multipart body (another site's form: tests/test_files.py)
+            # submissions with files: JSON is no multipart body (another site's form: tests/test_files_uploads.py)
             assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_multipart")
             continue
         assert response.status_code == 415, (path, content_type, response.text)
