@@ -155,6 +155,10 @@ EDITS: list[Edit] = [
          "select jobfeed.notify_changed_one(i.id, i.version), jobfeed.notify_due(p_kind, 1) from ins i",
          "select jobfeed.notify_changed_one(i.id, i.version) from ins i",
          (QUICK,), "a new job wakes the workers of its kind (jobfeed_due)"),
+    Edit("submit-quick-plans-per-call", "sql/functions/31_submit_quick.sql",
+         "set search_path = jobfeed, pg_temp set plan_cache_mode = force_generic_plan as $$",
+         "set search_path = jobfeed, pg_temp as $$",
+         (QUICK + "::test_a_connection_plans_it_once",), "a connection plans submit_quick once, not at each early call"),
     # ------------------------------------------------------------ claim
     Edit("claim-waits-on-queued", "sql/functions/40_claim.sql",
          "                        limit p_limit - cardinality(v_reclaimed)\n"

@@ -10,7 +10,9 @@ import json
 import asyncpg
 import pytest
 
-from queue_sql import T0, register
+from jobfeed.worker import db
+
+from queue_sql import T0, jobs_pages, pages_of, register
 
 QUICK = "select * from jobfeed.submit_quick($1, $2, $3::jsonb, null, 65536, $4, null, null, $5)"
 
@@ -79,3 +81,30 @@ async def test_a_new_job_is_announced_once_on_each_channel(pool, dsn, k):
     [due] = by["jobfeed_due"]
     count, _offset, kind = due.split(":")
     assert (count, kind) == ("1", "k")
+
+
+async def test_a_connection_plans_it_once(pool):
+    """One generic plan from a connection's first call: under the default plan
+    cache mode each of its first six calls planned the statement again, which
+    costs more than running it (a short-lived producer's every submit)."""
+    config = await pool.fetchval("select proconfig from pg_proc where oid = 'jobfeed.submit_quick'::regproc")
+    assert "plan_cache_mode=force_generic_plan" in config
+
+
+async def test_its_plans_made_on_an_empty_table_stay_index_probes_as_it_grows(pool, dsn, k):
+    """The plans a connection makes at its first calls, here on an empty table
+    (no ANALYZE yet, as in a fresh install's first hours), are kept while the
+    table grows: a new target and a held one (submit_v2's plans, made under
+    the same mode) must still probe indexes, not read every job."""
+    conn = await db.connect(dsn)
+    try:
+        await conn.fetchrow(QUICK, "k", "first", "{}", T0, False)
+        await conn.fetchrow(QUICK, "k", "first", "{}", T0, False)  # held: submit_v2's plans
+        await pool.execute("""insert into jobfeed.jobs (kind, target, payload, max_attempts)
+                              select 'k', 'p' || g, '{}', 5 from generate_series(1, 60000) g""")
+        making = await pages_of(conn, QUICK, "k", "new", "{}", T0, False)
+        joining = await pages_of(conn, QUICK, "k", "p30000", "{}", T0, False)
+    finally:
+        await conn.close()
+    full = await jobs_pages(pool)
+    assert making < full / 4 and joining < full / 4, (making, joining, full)

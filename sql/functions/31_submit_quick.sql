@@ -7,12 +7,17 @@
 -- submit_v2: a "requester"-deduped kind's submission here never shares.
 -- p_view: answer the job's public view too (the API does; Queue.submit does
 -- not, and then no view is built).
+-- One generic plan, from a connection's first submit on: under the default
+-- plan cache mode its second to sixth submits each planned the statement
+-- anew, the sixth twice (custom plans, then the generic one to compare),
+-- costing more than running it. The plan is an index probe whatever the
+-- table holds: the arbiter is the dedupe index, the kind a key look-up.
 create or replace function jobfeed.submit_quick(
     p_kind text, p_target text, p_payload jsonb default '{}', p_run_after timestamptz default null,
     p_max_payload int default 65536, p_now timestamptz default null,
     p_priority int default null, p_concurrency_key text default null, p_view boolean default true)
 returns table (id uuid, created boolean, view jsonb)
-language sql security definer set search_path = jobfeed, pg_temp as $$
+language sql security definer set search_path = jobfeed, pg_temp set plan_cache_mode = force_generic_plan as $$
     with ins as (
         insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at,
                                        priority, concurrency_key, dedupe_scope)
