@@ -703,7 +703,7 @@ EDITS: list[Edit] = [
          NO_SCANS + EXTEND_MANY_HEAD, EXTEND_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",),
          "a heartbeat finds its jobs by key, whatever plan a young table left"),
-    Edit("none-result-not-null", "worker/queue.py",
+    Edit("none-result-not-null", "worker/queue_calls.py",
          'return "null" if value is None else json.dumps(value)', 'return "{}" if value is None else json.dumps(value)',
          (RUNNER, Q_OUT), "a handler that returns None completes with a null result"),
     Edit("slot-freed-wakes-always", "worker/runner.py",

@@ -9,7 +9,8 @@ import logging
 import time
 import uuid
 
-from .queue import Queue, retrying
+from .queue import Queue
+from .retrying import retrying
 
 log = logging.getLogger("jobfeed.worker")
 

@@ -78,7 +78,7 @@ class Ages:
         self._born: dict[object, float] = {}  # job id -> monotonic time of submission
 
     def claimed(self, times) -> None:
-        """times: the ClaimTimes (worker/queue.py) of the jobs just claimed."""
+        """times: the ClaimTimes (worker/queue_records.py) of the jobs just claimed."""
         now = time.monotonic()
         for t in times:
             if t.wait is not None:

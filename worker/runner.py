@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 from . import logs, metrics, redact, schedules, tracing
 from .db import Listener
-from .queue import ClaimTimes, Job, Queue, retrying
+from .queue import ClaimTimes, Job, Queue
+from .retrying import retrying
 from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
 from .claimer import ClaimConnection
 from .completions import Completions

@@ -1,0 +1,84 @@
+"""What every part of the queue's Python face shares: running one named SQL
+function (sql/queries.sql), turning the errors it raises into QueueError, and
+converting arguments."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any, Sequence
+
+import asyncpg
+
+from .settings import Settings
+from .sql import query
+
+# SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
+_HTTP_STATUS = {"JF404": 404, "JF409": 409, "JF413": 413, "JF422": 422, "JF429": 429}
+
+
+class QueueError(Exception):
+    """A queue function refused the call: `code` is stable, `status` an HTTP status."""
+
+    def __init__(self, code: str, message: str, status: int = 400):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def _translate(exc: asyncpg.PostgresError) -> Exception:
+    state = getattr(exc, "sqlstate", "") or ""
+    if state in _HTTP_STATUS:
+        return QueueError(exc.hint or "error", exc.args[0] if exc.args else str(exc), _HTTP_STATUS[state])
+    return exc
+
+
+
+def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:
+    """(targets, payloads as JSON text) for the batch functions."""
+    return [t for t, _ in items], [json.dumps(p if p is not None else {}) for _, p in items]
+
+
+def _result_json(value: Any) -> str:
+    """A handler's result as JSON text; most return None, spared json.dumps."""
+    return "null" if value is None else json.dumps(value)
+
+
+def _seconds(value: float | None) -> dt.timedelta | None:
+    return None if value is None else dt.timedelta(seconds=value)
+
+
+
+class QueueCalls:
+    """The connection (a Pool, or one Connection) and the calls on it."""
+
+    def __init__(self, pool: asyncpg.Pool | asyncpg.Connection, *, settings: Settings | None = None):
+        self.pool = pool  # anything with fetch/fetchval: a Pool or a Connection
+        self._settings = settings  # for kinds' defaults (JOBFEED_LEASE, ...); read from the environment if None
+        self._known: set[str] = set()  # kinds this object has registered or seen registered
+
+    async def _add_kind(self, kind: str) -> None:
+        """Producers first: a kind this process knows (its @task module is
+        imported) is added to the database before its first submission here, so a
+        producer can submit before any worker has started. Never overwrites the
+        settings a worker wrote. One statement per kind and Queue object."""
+        if kind in self._known:
+            return
+        from .tasks import register_kind, registry  # tasks imports this module
+        spec = registry.get(kind)
+        if spec is None:
+            return  # not ours to describe: the database decides (unknown_kind)
+        await register_kind(self, spec.resolved(self._settings or Settings.from_env()), overwrite=False)
+
+    async def _fetch(self, name: str, *args) -> list[asyncpg.Record]:
+        try:
+            return await self.pool.fetch(query(name), *args)
+        except asyncpg.PostgresError as exc:
+            raise _translate(exc) from None
+
+    async def _fetchval(self, name: str, *args):
+        try:
+            return await self.pool.fetchval(query(name), *args)
+        except asyncpg.PostgresError as exc:
+            raise _translate(exc) from None
