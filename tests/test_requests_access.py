@@ -1,0 +1,105 @@
+"""Who a request belongs to: the requester header, the cap on how many jobs
+one requester waits for (refused with 429, changing nothing, even when
+submissions race), and private jobs only their requesters may see."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from jobfeed.worker.queue import QueueError
+
+from request_kinds import k  # noqa: F401  (a fixture: the kinds these tests submit to)
+
+
+async def test_requester_header_and_the_cap(dsn, pool):
+    import httpx
+    from servers import serve
+    async with serve(dsn, requester_header="x-user", max_active_per_requester=2) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            def post(target, user):
+                return http.post("/api/jobs", json={"kind": "demo", "target": target},
+                                 headers={"X-User": user} if user else {})
+            assert (await post("a", "alice")).status_code == 201
+            assert (await post("b", "alice")).status_code == 201
+            before = await pool.fetchval("select count(*) from jobfeed.requests")
+            refused = await post("c", "alice")
+            assert refused.status_code == 429
+            assert refused.json()["error"]["code"] == "too_many_jobs"
+            assert int(refused.headers["retry-after"]) > 0
+            assert await pool.fetchval("select count(*) from jobfeed.requests") == before  # nothing changed
+            assert await pool.fetchval("select count(*) from jobfeed.jobs where target = 'c'") == 0
+            # others are not affected; anonymous callers are never capped
+            assert (await post("c", "bob")).status_code == 201
+            for n in range(3):
+                assert (await post(f"anon{n}", None)).status_code == 201
+            rows = await pool.fetch("select requester, count(*) from jobfeed.requests group by 1")
+            assert {r[0]: r[1] for r in rows} == {"alice": 2, "bob": 1, None: 3}
+            # leaving frees a place
+            first = await pool.fetchval("select id from jobfeed.requests where requester = 'alice' limit 1")
+            assert (await http.delete(f"/api/requests/{first}")).status_code == 200
+            assert (await post("c", "alice")).status_code == 200  # joins bob's job
+
+
+async def test_the_cap_holds_under_concurrent_submissions(pool, queue, k):
+    results = await asyncio.gather(*(queue.submit_request_json("k", f"t{n}", requester="eve", max_active=5)
+                                     for n in range(30)), return_exceptions=True)
+    refused = [r for r in results if isinstance(r, QueueError)]
+    assert len(results) - len(refused) == 5
+    assert {(e.code, e.status) for e in refused} == {("too_many_jobs", 429)}
+    batch = [(f"b{n}", {}) for n in range(3)]
+    with pytest.raises(QueueError):
+        await queue.submit_many_requests_json("k", batch, requesters=["eve", None, None],
+                                              notify_urls=[None] * 3, max_active=5)
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where target like 'b%'") == 0
+
+
+def test_request_settings_are_checked_at_start():
+    from jobfeed.worker.settings import SettingError, Settings
+    s = Settings.from_env({"JOBFEED_REQUESTER_HEADER": "X-User", "JOBFEED_MAX_ACTIVE_PER_REQUESTER": "3",
+                           "JOBFEED_JOB_ACCESS": "requesters"})
+    assert (s.requester_header, s.max_active_per_requester, s.job_access) == ("x-user", 3, "requesters")
+    for env in ({"JOBFEED_REQUESTER_HEADER": "bad header"}, {"JOBFEED_MAX_ACTIVE_PER_REQUESTER": "0"},
+                {"JOBFEED_JOB_ACCESS": "everyone"}):
+        with pytest.raises(SettingError) as e:
+            Settings.from_env(env)
+        assert next(iter(env)) in str(e.value)
+
+
+async def test_private_jobs_are_only_for_their_requesters(dsn, pool, queue):
+    import httpx
+    from servers import serve
+    async with serve(dsn, requester_header="x-user", job_access="requesters") as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            mine = (await http.post("/api/jobs", json={"kind": "demo", "target": "p"},
+                                    headers={"X-User": "alice"})).json()
+            url = f"/api/jobs/{mine['id']}"
+
+            async def status(path, headers=None, params=None) -> int:
+                return (await http.get(path, headers=headers or {}, params=params or {})).status_code
+
+            assert await status(url, {"X-User": "alice"}) == 200
+            for headers in ({"X-User": "bob"}, {}, {"X-Jobfeed-Request": str(uuid.uuid4())},
+                            {"X-Jobfeed-Request": "junk"}):
+                assert await status(url, headers) == 404, headers
+                assert await status(url + "/events", headers) == 404, headers
+                assert await status(url, headers, {"wait": "1s"}) == 404, headers
+            assert (await http.get(url, headers={"X-User": "bob"})).json()["error"]["code"] == "not_found"
+            # the request id is a capability: as a header, or in the query (EventSource)
+            assert await status(url, {"X-Jobfeed-Request": mine["request_id"]}) == 200
+            assert await status(url, params={"request": mine["request_id"]}) == 200
+            async with http.stream("GET", url + "/events", params={"request": mine["request_id"]}) as r:
+                assert r.status_code == 200
+            # dedupe="global": a duplicate joins the job and becomes one of its requesters
+            joined = (await http.post("/api/jobs", json={"kind": "demo", "target": "p"},
+                                      headers={"X-User": "bob"})).json()
+            assert joined["id"] == mine["id"]
+            assert await status(url, {"X-User": "bob"}) == 200
+            # requesters still see it when it is final (and after leaving)
+            await http.delete(f"/api/requests/{joined['request_id']}")
+            (job,) = await queue.claim(["demo"], 1, "w")
+            await queue.complete(job.id, job.generation, {"steps": 0})
+            assert (await http.get(url, headers={"X-User": "bob"})).json()["status"] == "completed"
+            assert await status(url, {"X-User": "carol"}) == 404
