@@ -352,7 +352,7 @@ QUEUE_EDITS: list[Edit] = [
          "if self._conn is None or self._queue is None:",
          (f"{RUNNER}::test_a_claim_connection_that_dies_is_replaced",),
          "a claim connection that the server ended is replaced at the next claim, so jobs still run"),
-    Edit("timeout-not-transient", "worker/runner.py",
+    Edit("timeout-not-transient", "worker/run_context.py",
          'raise Transient("timeout", ', 'raise Permanent("timeout", ',
          (CHILDREN,), "a run past its timeout is a transient failure (code timeout), retried"),
     # The claim's timings (wait, age, traceparent) on each of its paths.

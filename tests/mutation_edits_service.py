@@ -89,7 +89,7 @@ SERVICE_EDITS: list[Edit] = [
          "        raise _too_large(limit)\n",
          (LIMITS,), "a chunked body is refused while it streams, never read whole"),
     # ------------------------------------------------------------ runner
-    Edit("heartbeat-once-per-lease", "worker/runner.py",
+    Edit("heartbeat-once-per-lease", "worker/run_context.py",
          "return max(self.ctx.lease / 3, 0.05)", "return max(self.ctx.lease / 1, 0.05)",
          (HEARTBEAT, RUNNER), "gap: leases are renewed ~3 times per lease"),
     Edit("heartbeat-longest-lease", "worker/runner.py",

@@ -23,9 +23,10 @@ from . import logs, metrics, redact, schedules, tracing
 from .db import Listener
 from .queue import ClaimTimes, Job, Queue
 from .retrying import retrying
-from .tasks import Abandon, Context, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
+from .tasks import Abandon, JobError, LeaseLost, Permanent, Release, TaskSpec, WaitFor
 from .claimer import ClaimConnection
 from .completions import Completions
+from .run_context import Running, RunContext, call_handler, lease_of
 from .seats import Seats
 from .testsignal import Signal, Timer
 
@@ -36,103 +37,6 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def _lease(spec: TaskSpec) -> float:
-    assert spec.lease is not None, "the runner gets specs resolved against the settings"
-    return spec.lease
-
-
-class _RunContext(Context):
-    """The Context the runner hands out. Leases are renewed by the lease the
-    claim granted. Progress is coalesced per job: at most one write per
-    PROGRESS_INTERVAL (each is an UPDATE and a NOTIFY, and notifying commits
-    run one at a time in the whole cluster); reports in between replace each
-    other, and the last one is written when the interval is over, or by
-    flush() before the outcome, so it always lands."""
-
-    PROGRESS_INTERVAL = 0.25
-
-    def __init__(self, queue, job: Job, lease: float):
-        super().__init__(queue, job, lease)
-        self._pending: tuple | None = None
-        self._last_write = float("-inf")
-        self._later: asyncio.Task | None = None
-        self._writing: asyncio.Lock | None = None  # writes in the order reported (made at the first)
-
-    async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
-        if self.lost.is_set():
-            self._lose()
-        self._pending = (done, total, message)
-        if self._later is not None:
-            return  # a write is already planned; it takes this report
-        wait = self._last_write + self.PROGRESS_INTERVAL - time.monotonic()
-        if wait <= 0:
-            await self.flush()
-        else:
-            self._later = asyncio.create_task(self._write_later(wait), name=f"progress-{self.job.id}")
-
-    async def _write_later(self, wait: float) -> None:
-        await asyncio.sleep(wait)
-        self._later = None
-        try:
-            await self.flush()
-        except LeaseLost:
-            pass  # the handler hears of it at its next call, or from the heartbeat
-        except Exception as exc:
-            log.warning("job %s: writing progress failed (%s)", self.job.id, exc)
-
-    @property
-    def unwritten(self) -> bool:
-        """A report waits, or one is being written."""
-        return self._pending is not None or (self._writing is not None and self._writing.locked())
-
-    async def flush(self) -> None:
-        """Write the report that waits, if any (LeaseLost if the job is gone)."""
-        if self._writing is None:
-            self._writing = asyncio.Lock()
-        async with self._writing:
-            pending, self._pending = self._pending, None
-            if pending is None:
-                return
-            self._last_write = time.monotonic()
-            try:
-                ok = await self._queue.progress(self.job.id, self.job.generation, *pending)
-            except BaseException:
-                if self._pending is None:
-                    self._pending = pending  # not written: the next flush takes it
-                raise
-            if not ok:
-                self._lose()
-
-    def close(self) -> None:
-        """The handler is over: a planned write goes now through flush() or never."""
-        if self._later is not None:
-            self._later.cancel()
-            self._later = None
-
-    async def extend(self) -> None:
-        if await self._queue.extend_many([(self.job.id, self.job.generation)], self.lease):
-            self._lose()
-
-
-@dataclasses.dataclass
-class _Running:
-    ctx: _RunContext
-    task: asyncio.Task | None = None
-    stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget
-    recording: bool = False         # the handler is done; its outcome is being written
-    renew_at: float = 0.0           # monotonic time of the next lease renewal
-
-    @property
-    def renew_every(self) -> float:
-        return max(self.ctx.lease / 3, 0.05)
-
-    def stop(self, reason: str) -> None:
-        """Cancel the handler (never the write of its outcome)."""
-        if self.stop_reason is None and not self.recording and self.task is not None:
-            self.stop_reason = reason
-            self.task.cancel()
-
-
 @dataclasses.dataclass(eq=False)
 class RunnerSignals:
     """Test hooks (worker/testsignal.py), inert unless a test enables them."""
@@ -140,21 +44,6 @@ class RunnerSignals:
     renewed: Signal = dataclasses.field(default_factory=Signal)  # after each: (keys renewed, ids lost)
     sleeping: Signal = dataclasses.field(default_factory=Signal)  # the claim loop waits: its timeout
     claimed: Signal = dataclasses.field(default_factory=Signal)  # after each claim: how many jobs it took
-
-
-async def _call(spec: TaskSpec, job: Job, ctx: Context):
-    """Run the handler, within the kind's timeout if it has one: past it, the
-    run is canceled and ends as a transient failure with code "timeout"."""
-    if spec.timeout is None:
-        return await spec.handler(job, ctx)
-    window = asyncio.timeout(spec.timeout)
-    try:
-        async with window:
-            return await spec.handler(job, ctx)
-    except TimeoutError:
-        if window.expired():
-            raise Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s") from None
-        raise
 
 
 class Runner:
@@ -177,7 +66,7 @@ class Runner:
         self._turn = 0  # which kind a claim names first (round-robin)
         self._looked_at: dt.datetime | None = None  # the database's time at the last next_due
         self.claimed_count = 0
-        self._running: dict[tuple[uuid.UUID, int], _Running] = {}
+        self._running: dict[tuple[uuid.UUID, int], Running] = {}
         self._tasks: set[asyncio.Task] = set()
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
@@ -350,7 +239,7 @@ class Runner:
         key = (job.id, job.generation)
         # The lease the claim granted, which may differ from ours (the kind's
         # settings in the database are the last registering worker's).
-        entry = _Running(_RunContext(self.queue, job, job.lease or _lease(spec)))
+        entry = Running(RunContext(self.queue, job, job.lease or lease_of(spec)))
         entry.renew_at = time.monotonic() + entry.renew_every
         self._running[key] = entry
         self._beat.set()
@@ -368,7 +257,7 @@ class Runner:
         self._tasks.add(entry.task)
         entry.task.add_done_callback(self._tasks.discard)
 
-    async def _run_job(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec,
+    async def _run_job(self, key: tuple[uuid.UUID, int], entry: Running, spec: TaskSpec,
                        traceparent: str | None) -> None:
         if not tracing.active():
             return await self._run_attempt(key, entry, spec)
@@ -378,12 +267,12 @@ class Runner:
         with tracing.span(f"jobfeed run {job.kind}", parent=traceparent, attributes=attributes):
             await self._run_attempt(key, entry, spec)
 
-    async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: _Running, spec: TaskSpec) -> None:
+    async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: Running, spec: TaskSpec) -> None:
         job = entry.ctx.job
         started = time.monotonic()
         try:
             try:
-                result = await _call(spec, job, entry.ctx)
+                result = await call_handler(spec, job, entry.ctx)
             except asyncio.CancelledError:
                 if entry.stop_reason is None:
                     raise  # not ours: the runner itself is being torn down
@@ -457,7 +346,7 @@ class Runner:
         tracing.annotate({"jobfeed.outcome": label, "jobfeed.code": code})
         return label
 
-    async def _flush_progress(self, entry: _Running) -> None:
+    async def _flush_progress(self, entry: Running) -> None:
         """The last progress report before the outcome lands first."""
         entry.ctx.close()
         if not entry.ctx.unwritten:
@@ -507,7 +396,7 @@ class Runner:
             now = time.monotonic() if waited_for is None else max(time.monotonic(), waited_for)
             held = [(k, r) for k, r in self._running.items()
                     if r.ctx.heartbeat and r.stop_reason is None and not r.recording]
-            due: dict[float, list[tuple[tuple[uuid.UUID, int], _Running]]] = {}
+            due: dict[float, list[tuple[tuple[uuid.UUID, int], Running]]] = {}
             for key, entry in held:
                 if entry.renew_at - entry.renew_every / 2 <= now:
                     due.setdefault(entry.ctx.lease, []).append((key, entry))
@@ -556,7 +445,7 @@ class Runner:
     async def _presence(self) -> None:
         """This worker's row in jobfeed.workers, renewed every third of its
         shortest lease: missing for two leases, it is shown lost."""
-        lease = min(_lease(s) for s in self.specs.values())
+        lease = min(lease_of(s) for s in self.specs.values())
         host = socket.gethostname()
         while True:
             try:

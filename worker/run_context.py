@@ -1,0 +1,127 @@
+"""One run of a handler, as the runner holds it: the Context handed to the
+handler (coalesced progress writes, lease renewal on demand), the runner's
+record of the run, and the call itself within the kind's timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+
+from .queue import Job
+from .tasks import Context, LeaseLost, TaskSpec, Transient
+
+log = logging.getLogger("jobfeed.worker")
+
+
+def lease_of(spec: TaskSpec) -> float:
+    assert spec.lease is not None, "the runner gets specs resolved against the settings"
+    return spec.lease
+
+
+class RunContext(Context):
+    """The Context the runner hands out. Leases are renewed by the lease the
+    claim granted. Progress is coalesced per job: at most one write per
+    PROGRESS_INTERVAL (each is an UPDATE and a NOTIFY, and notifying commits
+    run one at a time in the whole cluster); reports in between replace each
+    other, and the last one is written when the interval is over, or by
+    flush() before the outcome, so it always lands."""
+
+    PROGRESS_INTERVAL = 0.25
+
+    def __init__(self, queue, job: Job, lease: float):
+        super().__init__(queue, job, lease)
+        self._pending: tuple | None = None
+        self._last_write = float("-inf")
+        self._later: asyncio.Task | None = None
+        self._writing: asyncio.Lock | None = None  # writes in the order reported (made at the first)
+
+    async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        if self.lost.is_set():
+            self._lose()
+        self._pending = (done, total, message)
+        if self._later is not None:
+            return  # a write is already planned; it takes this report
+        wait = self._last_write + self.PROGRESS_INTERVAL - time.monotonic()
+        if wait <= 0:
+            await self.flush()
+        else:
+            self._later = asyncio.create_task(self._write_later(wait), name=f"progress-{self.job.id}")
+
+    async def _write_later(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        self._later = None
+        try:
+            await self.flush()
+        except LeaseLost:
+            pass  # the handler hears of it at its next call, or from the heartbeat
+        except Exception as exc:
+            log.warning("job %s: writing progress failed (%s)", self.job.id, exc)
+
+    @property
+    def unwritten(self) -> bool:
+        """A report waits, or one is being written."""
+        return self._pending is not None or (self._writing is not None and self._writing.locked())
+
+    async def flush(self) -> None:
+        """Write the report that waits, if any (LeaseLost if the job is gone)."""
+        if self._writing is None:
+            self._writing = asyncio.Lock()
+        async with self._writing:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                return
+            self._last_write = time.monotonic()
+            try:
+                ok = await self._queue.progress(self.job.id, self.job.generation, *pending)
+            except BaseException:
+                if self._pending is None:
+                    self._pending = pending  # not written: the next flush takes it
+                raise
+            if not ok:
+                self._lose()
+
+    def close(self) -> None:
+        """The handler is over: a planned write goes now through flush() or never."""
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+
+    async def extend(self) -> None:
+        if await self._queue.extend_many([(self.job.id, self.job.generation)], self.lease):
+            self._lose()
+
+
+@dataclasses.dataclass
+class Running:
+    ctx: RunContext
+    task: asyncio.Task | None = None
+    stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget
+    recording: bool = False         # the handler is done; its outcome is being written
+    renew_at: float = 0.0           # monotonic time of the next lease renewal
+
+    @property
+    def renew_every(self) -> float:
+        return max(self.ctx.lease / 3, 0.05)
+
+    def stop(self, reason: str) -> None:
+        """Cancel the handler (never the write of its outcome)."""
+        if self.stop_reason is None and not self.recording and self.task is not None:
+            self.stop_reason = reason
+            self.task.cancel()
+
+
+async def call_handler(spec: TaskSpec, job: Job, ctx: Context):
+    """Run the handler, within the kind's timeout if it has one: past it, the
+    run is canceled and ends as a transient failure with code "timeout"."""
+    if spec.timeout is None:
+        return await spec.handler(job, ctx)
+    window = asyncio.timeout(spec.timeout)
+    try:
+        async with window:
+            return await spec.handler(job, ctx)
+    except TimeoutError:
+        if window.expired():
+            raise Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s") from None
+        raise
