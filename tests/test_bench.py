@@ -183,3 +183,14 @@ def test_the_files_bench_runs(tmp_path):
     result = json.loads(out.read_text())
     assert result["size_bytes"] == 4 * 1024 * 1024
     assert result["upload_to_copy_ratio"] > 0 and result["download"]["mb_per_s"] > 0
+
+
+def test_the_claim_parts_bench_claims_one_job_per_call_in_every_variant():
+    """bench.claim_parts at a tiny size: every variant, every round, reported;
+    a variant whose call claims other than one job fails the run."""
+    proc = subprocess.run([sys.executable, "-m", "bench.claim_parts", "--n", "250", "--rounds", "2", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-4000:])
+    result = json.loads(proc.stdout)
+    assert set(result) == {"claim_v3", "claim_kind_v2", "update", "raw"}
+    assert all(len(medians) == 2 and all(m > 0 for m in medians) for medians in result.values())
