@@ -12,6 +12,8 @@ from .queue_calls import QueueCalls, _seconds
 
 
 class AdminCalls(QueueCalls):
+    """The calls the admin API, the CLI, the scheduler and the sweeper make."""
+
     async def admin_get_job(self, job_id: uuid.UUID) -> dict | None:
         text = await self._fetchval("admin_get_job", job_id)
         return None if text is None else json.loads(text)

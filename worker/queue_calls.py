@@ -34,7 +34,6 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     return exc
 
 
-
 def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:
     """(targets, payloads as JSON text) for the batch functions."""
     return [t for t, _ in items], [json.dumps(p if p is not None else {}) for _, p in items]
@@ -47,7 +46,6 @@ def _result_json(value: Any) -> str:
 
 def _seconds(value: float | None) -> dt.timedelta | None:
     return None if value is None else dt.timedelta(seconds=value)
-
 
 
 class QueueCalls:
@@ -65,7 +63,7 @@ class QueueCalls:
         settings a worker wrote. One statement per kind and Queue object."""
         if kind in self._known:
             return
-        from .tasks import register_kind, registry  # tasks imports this module
+        from .tasks import register_kind, registry  # tasks imports the queue
         spec = registry.get(kind)
         if spec is None:
             return  # not ours to describe: the database decides (unknown_kind)

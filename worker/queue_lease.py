@@ -15,6 +15,8 @@ from .queue_records import ClaimTimes, Job
 
 
 class LeaseCalls(QueueCalls):
+    """The calls a worker makes (see the module's docstring)."""
+
     async def claim(self, kinds: Sequence[str], limit: int, worker_id: str,
                     lease: float | None = None) -> list[Job]:
         return (await self.claim_timed(kinds, limit, worker_id, lease))[0]
