@@ -147,12 +147,16 @@ def test_the_costs_drain_step_measures_a_real_worker():
 
     from bench import costs, pg
 
+    # The OS counts CPU time in 10 ms ticks: 500 jobs (~8 ms of the worker's CPU
+    # on a fast machine) could read as none. 10,000 take a few tenths of a second.
+    n = 10_000
+
     async def drain() -> dict:
         with pg.Server() as server:
-            return await costs.measure_drain(server, 500)
+            return await costs.measure_drain(server, n)
 
     got = asyncio.run(drain())
-    assert got["n"] == 500
+    assert got["n"] == n
     assert got["worker_cpu_us"] > 0 and got["worker_connections_db_cpu_us"] > 0
     assert got["server_cpu_us"] >= got["worker_connections_db_cpu_us"] and got["wall_us"] > 0
 
