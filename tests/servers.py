@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 import httpx
+import pytest
 import uvicorn
 
 from jobfeed.api.app import create_app, end_streams
@@ -124,6 +125,20 @@ class ThreadServer:
 async def serve(dsn: str, **settings) -> AsyncIterator[ThreadServer]:
     async with ThreadServer(create_app(make_settings(dsn, **settings))) as server:
         yield server
+
+
+# Fixtures for test modules that import them: the API with the default
+# settings on the test database, and a client of it.
+@pytest.fixture
+async def server(dsn):
+    async with serve(dsn) as s:
+        yield s
+
+
+@pytest.fixture
+async def http(server):
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        yield client
 
 
 class Process:

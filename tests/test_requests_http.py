@@ -10,20 +10,7 @@ import uuid
 import pytest
 
 from request_kinds import k  # noqa: F401  (a fixture: the kinds these tests submit to)
-
-
-@pytest.fixture
-async def server(dsn):
-    from servers import serve
-    async with serve(dsn) as s:
-        yield s
-
-
-@pytest.fixture
-async def http(server):
-    import httpx
-    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
-        yield client
+from servers import http, server  # noqa: F401  (fixtures)
 
 
 async def post_job(http, target: str) -> dict:

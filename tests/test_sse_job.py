@@ -7,25 +7,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import httpx
-import pytest
-
 from jobfeed.worker.states import TERMINAL
 
-from servers import ADMIN_TOKEN, Watcher, read_events, serve
+from servers import ADMIN_TOKEN, Watcher, read_events
+from servers import http, server  # noqa: F401  (fixtures)
 from waiting import eventually
-
-
-@pytest.fixture
-async def server(dsn):
-    async with serve(dsn) as s:
-        yield s
-
-
-@pytest.fixture
-async def http(server):
-    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
-        yield client
 
 
 async def submit(http, target: str, payload: dict | None = None) -> dict:

@@ -11,16 +11,11 @@ import socket
 import httpx
 import pytest
 
-from servers import EventParser, Watcher, serve
+from servers import EventParser, Watcher
+from servers import server  # noqa: F401  (a fixture)
 from waiting import eventually
 
 BIG = "x" * 100_000  # one progress message: 40 of them are more than any socket buffers
-
-
-@pytest.fixture
-async def server(dsn):
-    async with serve(dsn) as s:
-        yield s
 
 
 class SilentClient:
