@@ -29,6 +29,7 @@ async def test_a_run_over_the_bounds_is_refused_and_changes_nothing(dsn, pool, p
 
 @pytest.mark.parametrize("payload", [
     {"steps": 1000, "step_ms": 600}, {"steps": 60, "step_ms": 10_000}, {"steps": 1000, "step_ms": 0}, {},
+    {"fail": ["ok", "transient"]},  # any word: the four scripts act, the rest run normally
 ])
 async def test_runs_up_to_ten_minutes_are_accepted(dsn, payload):
     async with asgi_client(create_app(make_settings(dsn))) as client:
@@ -59,3 +60,25 @@ async def test_the_cli_never_adds_the_demo_kind(dsn, pool):
     out = jobfeed(dsn, "submit", "demo", "t", JOBFEED_TASKS="")
     assert out.returncode == 2 and "unknown_kind" in out.stderr, out.stderr
     assert await pool.fetchval("select count(*) from jobfeed.kinds where kind = 'demo'") == 0
+
+
+async def test_a_fail_word_it_does_not_know_is_a_normal_run(queue, pool, run):
+    """fail: [str, ...]; run n reads fail[n-1], and a word other than the four
+    scripts (here "ok") runs normally: run 1 fails in passing, run 2 completes."""
+    import dataclasses
+
+    import jobfeed.demo  # noqa: F401  (registers the kind)
+    from jobfeed.worker.tasks import registry
+    from waiting import eventually
+
+    spec = dataclasses.replace(registry.get("demo"), max_attempts=3, lease=2.0, backoff=(0.2,), jitter=0.0)
+    await run(spec)
+    job_id = (await queue.submit("demo", "scripted", {"steps": 2, "step_ms": 0,
+                                                       "fail": ["transient", "ok", "permanent"]})).id
+
+    async def finished():
+        return await pool.fetchrow("select state, generation, result from jobfeed.jobs"
+                                   " where id = $1 and state in ('completed', 'failed')", job_id)
+
+    row = await eventually(finished, timeout=10, what="the job finished")
+    assert (row["state"], row["generation"], row["result"]) == ("completed", 2, '{"steps": 2}')
