@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker.schedules import Periodic
 from jobfeed.worker.states import STATES
+from jobfeed.worker.submission import storable
 
 from . import auth, streams
 from .body import read_json
@@ -175,7 +176,7 @@ def _bulk_filter(body) -> dict:
         raise ApiError(422, "invalid_request", f"state must be one of {', '.join(STATES)}")
     for name in ("kind", "error_code"):
         value = found.get(name)
-        if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
+        if value is not None and (not isinstance(value, str) or not value or not storable(value)):
             raise ApiError(422, "invalid_request", f"{name} must be a non-empty string")
     ids = found.get("ids")
     if ids is not None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from jobfeed.worker.queue import QueueError
 
@@ -27,7 +27,9 @@ class ApiError(Exception):
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+    # ASCII JSON: a message quoting the client's input may hold a lone
+    # surrogate (JSON can spell one), which UTF-8 cannot encode.
+    return json_text(dumps({"error": {"code": code, "message": message}}), status, headers)
 
 
 async def _api_error(request: Request, exc: ApiError) -> Response:

@@ -37,7 +37,7 @@ def _notify_url(body, hosts: tuple[str, ...]) -> str | None:
     url = body.get("notify_url")
     if url is None:
         return None
-    if not isinstance(url, str) or len(url) > 2048 or not host_allowed(url, hosts):
+    if not isinstance(url, str) or len(url) > 2048 or not storable(url) or not host_allowed(url, hosts):
         raise ApiError(422, "notify_url_not_allowed",
                        "notify_url must be an http(s) URL on a host in JOBFEED_WEBHOOK_HOSTS")
     return url

@@ -25,7 +25,7 @@ def wait_seconds(value: str | None) -> float | None:
     text = value.strip()
     try:
         plain = text.isascii() and text.replace(".", "", 1).isdigit()  # isdigit() alone takes '²'
-        seconds = float(text) if plain else parse_duration(text, "wait")
+        seconds = float(text) if plain else parse_duration(text, "wait", zero=True, most=None)
     except SettingError:
         raise ApiError(422, "invalid_query", f"wait: {value!r} is not a duration (write e.g. 30s)") from None
     return min(max(seconds, 0.0), MAX_WAIT)

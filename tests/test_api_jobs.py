@@ -115,6 +115,17 @@ BAD = [
     (b'{"kind": "demo", "target": "a", "run_at": 1893456000}', 422, "invalid_run_at"),
     (b'{"kind": "demo", "target": "a", "delay": "soon"}', 422, "invalid_delay"),
     (b'{"kind": "demo", "target": "a", "delay": -5}', 422, "invalid_delay"),
+    # past what a date holds, or the longest duration: refused, not an overflow
+    (b'{"kind": "demo", "target": "a", "delay": "99999999999d"}', 422, "invalid_delay"),
+    (b'{"kind": "demo", "target": "a", "delay": "3000000d"}', 422, "invalid_delay"),
+    (b'{"kind": "demo", "target": "a", "delay": "99999999999999999999ms"}', 422, "invalid_delay"),
+    (b'{"kind": "demo", "target": "a", "await_signals": ["go"], "signal_timeout": "99999999999d"}', 422,
+     "invalid_request"),
+    (b'{"kind": "demo", "target": "a", "await_signals": ["go"], "signal_timeout": 1e300}', 422, "invalid_request"),
+    # a lone surrogate quoted back in the message still makes a 422, not a 500
+    (b'{"kind": "demo", "target": "a", "\\ud800": 1}', 422, "invalid_request"),
+    (b'{"kind": "demo", "target": "a", "after": ["\\ud800"]}', 422, "unknown_dependency"),
+    (b'{"kind": "demo", "target": "a", "notify_url": "http://h/\\ud800"}', 422, "notify_url_not_allowed"),
     (b'{"kind": "demo", "target": "a", "delay": "5m", "run_at": "2030-01-01T00:00:00Z"}', 422, "invalid_request"),
     (b'{"kind": "demo", "target": "a", "priority": "high"}', 422, "invalid_priority"),
     (b'{"kind": "demo", "target": "a", "priority": 1.5}', 422, "invalid_priority"),
@@ -137,7 +148,7 @@ BAD = [
     (b'{"kind": "demo", "target": "a", "payload": "steps=3"}', 422, "invalid_payload"),
     (b'{"kind": "demo", "target": "a", "payload": null}', 422, "invalid_payload"),
     (b'{"kind": "demo", "target": "a", "payload": {"steps": "many"}}', 422, "invalid_payload"),
-    (b'{"kind": "demo", "target": "a", "payload": {"fail": ["explode"]}}', 422, "invalid_payload"),
+    (b'{"kind": "demo", "target": "a", "payload": {"fail": [5]}}', 422, "invalid_payload"),
     (b'{"kind": "demo", "target": "a", "payload": {"note": "x\\u0000y"}}', 422, "invalid_payload"),
     (b'{"kind": "demo", "target": "a", "payload": {"note": "\\ud800"}}', 422, "invalid_payload"),
 ]

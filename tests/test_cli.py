@@ -84,7 +84,7 @@ def test_a_bad_payload_is_refused_before_any_database(tmp_path, payload, message
 
 @pytest.mark.parametrize("setting, value", [
     ("JOBFEED_LEASE", "soon"), ("JOBFEED_BACKOFF", "1m,,x"), ("JOBFEED_MAX_ATTEMPTS", "0"),
-    ("JOBFEED_RETENTION", "-1d"), ("JOBFEED_PORT", "http"),
+    ("JOBFEED_RETENTION", "-1d"), ("JOBFEED_RETENTION", "99999999999d"), ("JOBFEED_PORT", "http"),
 ])
 async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, setting, value):
     out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 
 import pytest
@@ -130,13 +131,18 @@ async def test_bulk_cancel_queued_and_running(client, queue, pool):
     ({"ids": "x"}, "invalid_request"),
     ({"kind": 5}, "invalid_request"),
     ({"colour": "red"}, "invalid_request"),
+    ({"kind": "\ud800"}, "invalid_request"),  # a lone surrogate: no text PostgreSQL can hold
+    ({"error_code": "\udc00"}, "invalid_request"),
+    ({"colour\ud800": 1}, "invalid_request"),
 ])
 async def test_bulk_bad_filters_change_nothing(client, pool, body, code):
     await plant(pool, 2, "failed", code="x")
     await plant(pool, 2, "queued")
     before = await states(pool)
     for action in ("retry", "cancel"):
-        r = await client.post(f"/api/admin/jobs/{action}", json=body, headers=BEARER)
+        # json.dumps spells a lone surrogate as \ud800, as a browser's JSON.stringify does
+        r = await client.post(f"/api/admin/jobs/{action}", content=json.dumps(body),
+                              headers={**BEARER, "content-type": "application/json"})
         assert r.status_code == 422 and r.json()["error"]["code"] == code, r.text
     assert await states(pool) == before
 

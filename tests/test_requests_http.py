@@ -128,6 +128,10 @@ async def test_http_wait(http, pool, queue):
     r = await http.get(f"/api/jobs/{job['id']}?wait=60s")
     assert r.json()["status"] == "completed"
     assert (await http.get(f"/api/jobs/{uuid.uuid4()}?wait=1s")).status_code == 404
+    # zero in any unit answers at once; past 60 s, however far, is clamped
+    for now in ("0", "0s", "0ms", "99999999999999d"):
+        r = await http.get(f"/api/jobs/{job['id']}", params={"wait": now})
+        assert r.status_code == 200 and r.json()["status"] == "completed", now
     for bad in ("soon", "-1s", "1y", "\u00b2", "1\u00b2"):  # '²' passes str.isdigit(), not float()
         r = await http.get(f"/api/jobs/{job['id']}", params={"wait": bad})
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_query", bad

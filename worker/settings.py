@@ -22,14 +22,23 @@ class SettingError(ValueError):
     """A setting has a value jobfeed cannot use."""
 
 
-def parse_duration(text: str, name: str = "duration") -> float:
-    """'500ms', '30s', '5m', '1h', '7d' -> seconds."""
+# The longest duration anything takes (seconds, about 31 years): further than
+# any schedule, lease or retention needs, and well inside what a date can hold.
+MAX_DURATION = 10**9
+
+
+def parse_duration(text: str, name: str = "duration", *, zero: bool = False,
+                   most: float | None = MAX_DURATION) -> float:
+    """'500ms', '30s', '5m', '1h', '7d' -> seconds; zero only when allowed, at
+    most `most` (None: no bound, for a caller that clamps)."""
     match = _DURATION.match(str(text))
     if not match:
-        raise SettingError(f"{name}: {text!r} is not a duration (write e.g. 500ms, 30s, 5m, 1h, 7d)")
+        raise SettingError(f"{name}: {str(text)[:64]!r} is not a duration (write e.g. 500ms, 30s, 5m, 1h, 7d)")
     seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds <= 0:
+    if seconds <= 0 and not zero:
         raise SettingError(f"{name}: {text!r} must be longer than zero")
+    if most is not None and seconds > most:
+        raise SettingError(f"{name}: {str(text)[:64]!r} is longer than the most allowed, {most:,.0f}s")
     return seconds
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .limits import MAX_TARGET_BYTES
-from .settings import SettingError, parse_duration
+from .settings import MAX_DURATION, SettingError, parse_duration
 from .tasks import registry
 
 # How many jobs one submission may run after (submit_waiting says the same).
@@ -74,7 +74,7 @@ def parse_signals(names: object, timeout: object) -> tuple[list[str], float | No
         return names, None
     if not names:
         raise InvalidSubmission(422, "invalid_request", "signal_timeout needs await_signals")
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout < 10**9:
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= MAX_DURATION:
         return names, float(timeout)
     try:
         return names, parse_duration(str(timeout) if isinstance(timeout, str) else "", "signal_timeout")
@@ -164,13 +164,12 @@ def parse_run_at(value: object) -> dt.datetime:
 
 def parse_delay(value: object) -> float:
     """A duration such as 90s or 5m, or 0."""
-    if isinstance(value, str) and value.strip() in ("0", "0s"):
+    if isinstance(value, str) and value.strip() == "0":
         return 0.0
     try:
-        return parse_duration(value if isinstance(value, str) else "", "delay")
-    except SettingError:
-        raise InvalidSubmission(422, "invalid_delay",
-                                f"delay {str(value)[:64]!r} is not a duration (write e.g. 90s, 5m, 1h)") from None
+        return parse_duration(value if isinstance(value, str) else "", "delay", zero=True)
+    except SettingError as exc:
+        raise InvalidSubmission(422, "invalid_delay", str(exc)) from None
 
 
 def check_schedule(run_at: object = None, delay: object = None, priority: object = None,
