@@ -60,6 +60,22 @@ async def test_no_position_unless_due_queued_and_never_started(pool, queue, line
     assert await position(queue, later) == 0  # due now, and earlier than `now`
 
 
+async def test_every_answer_about_one_job_carries_its_position(pool, queue, line):
+    """The public view gains position wherever one job's view is answered: its
+    read, the admin's view, a request leaving, a signal arriving."""
+    await queue.submit("line", "first")
+    asked = await queue.submit("line", "asked", request=True)
+    await queue.submit("line", "asked", request=True)  # a second requester: the first's leaving keeps the job
+    signalled = (await queue.submit("line", "signalled", await_signals=["go", "later"])).id
+    assert (await queue.admin_get_job(asked.id))["position"] == 1
+    assert (await queue.leave(asked.request_id))["position"] == 1
+    assert (await queue.leave(asked.request_id))["position"] == 1  # again: the same answer
+    first, view = await queue.signal(signalled, "go")
+    assert first and view["position"] is None  # still waiting for "later": not in line
+    first, view = await queue.signal(signalled, "later")
+    assert first and view["position"] == 2
+
+
 async def test_positions_of_many_watched_jobs_in_one_query(pool, queue, line):
     items = [(f"t{n:05}", None) for n in range(3000)]
     made = await queue.submit_many("line", items, priority=0)

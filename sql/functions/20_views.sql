@@ -102,12 +102,18 @@ language sql stable security definer set search_path = jobfeed, pg_temp as $$
     select p.id, p."position" from jobfeed.queue_positions(p_ids, now()) p
 $$;
 
--- A job's public view with its queue position (null unless due and never started).
+-- A view of one job with its queue position added (null unless due and never
+-- started): the answers about one job (its read, the admin's, a request
+-- leaving, a signal) carry it; the feed's re-reads get theirs in one pass.
+create or replace function jobfeed.with_position(p_view jsonb, p_id uuid)
+returns jsonb language sql stable as $$
+    select p_view || jsonb_build_object(
+        'position', (select p."position" from jobfeed.queue_positions(array[p_id], now()) p))
+$$;
+
 create or replace function jobfeed.get_job(p_id uuid)
 returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
-    select jobfeed.public_view(j)
-           || jsonb_build_object('position', (select p."position" from jobfeed.queue_positions(array[p_id], now()) p))
-      from jobfeed.jobs j where j.id = p_id
+    select jobfeed.with_position(jobfeed.public_view(j), j.id) from jobfeed.jobs j where j.id = p_id
 $$;
 
 -- Public views of many jobs at once (the feed re-reads after a notification),
@@ -133,7 +139,7 @@ $$;
 create or replace function jobfeed.admin_get_job(p_id uuid)
 returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
     -- finished attempts from the log, and the one under way from the job row
-    select jobfeed.admin_view(j) || jsonb_build_object(
+    select jobfeed.with_position(jobfeed.admin_view(j), j.id) || jsonb_build_object(
         'children', coalesce((
             select jsonb_agg(jsonb_build_object('id', c.id, 'kind', c.kind, 'target', c.target, 'state', c.state)
                              order by c.id)

@@ -400,13 +400,13 @@ begin
         if not found then
             perform jobfeed.raise_error('JF404', 'not_found', 'no such request');
         end if;
-        return (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_job_id);
+        return (select jobfeed.with_position(jobfeed.public_view(j), j.id) from jobfeed.jobs j where j.id = v_job_id);
     end if;
     update jobfeed.jobs j set requesters = greatest(j.requesters - 1, 0)
      where j.id = v_job_id and j.state not in ('completed', 'failed', 'canceled')
     returning j.* into v_job;
     if not found then  -- final already: nothing to count
-        return (select jobfeed.public_view(j) from jobfeed.jobs j where j.id = v_job_id);
+        return (select jobfeed.with_position(jobfeed.public_view(j), j.id) from jobfeed.jobs j where j.id = v_job_id);
     end if;
     select k.on_abandon into v_policy from jobfeed.kinds k where k.kind = v_job.kind;
     if v_job.requesters = 0 and coalesce(v_policy, 'cancel') = 'cancel' then
@@ -424,7 +424,7 @@ begin
     else
         perform jobfeed.notify_requesters(array[v_job.id], array[v_job.version]);
     end if;
-    return jobfeed.public_view(v_job);
+    return jobfeed.with_position(jobfeed.public_view(v_job), v_job.id);
 end $$;
 
 -- JOBFEED_JOB_ACCESS=requesters: may this caller see the job? Yes for anyone

@@ -215,7 +215,7 @@ begin
     if v_first then
         perform jobfeed.settle_waiting(p_id, v_now);
     end if;
-    return query select v_first, jobfeed.public_view(j) from jobfeed.jobs j where j.id = p_id;
+    return query select v_first, jobfeed.with_position(jobfeed.public_view(j), j.id) from jobfeed.jobs j where j.id = p_id;
 end $$;
 
 -- Fail waiting jobs whose signals did not all arrive by their deadline
