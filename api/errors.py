@@ -8,6 +8,8 @@ import json
 import logging
 from typing import Any
 
+import asyncpg
+
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -59,6 +61,18 @@ async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
     return error_response(400, "client_disconnected", "the client closed the connection")
 
 
+# The database is down, restarting or full: a 503 that says so (a load
+# balancer or client retries it), not a 500 that reads as a bug.
+_DATABASE_GONE = (ConnectionError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
+                  asyncpg.AdminShutdownError, asyncpg.CrashShutdownError, asyncpg.TooManyConnectionsError)
+
+
+async def _database_gone(request: Request, exc: Exception) -> Response:
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+    return error_response(503, "database_unavailable", "the database is not reachable; try again shortly",
+                          {"Retry-After": "1"})
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return error_response(500, "internal_error", "internal error")
@@ -69,6 +83,7 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {  # Starlette types each handler by its ex
     QueueError: _queue_error,
     HTTPException: _http_error,
     ClientDisconnect: _client_gone,
+    **{kind: _database_gone for kind in _DATABASE_GONE},
     Exception: _unexpected,
 }
 

@@ -1,0 +1,87 @@
+"""The database goes away under a running API: its answers say so with a 503
+(retry shortly), not a 500 that reads as a bug, and it serves again once the
+database is back. The API reaches the test database through a TCP relay the
+test shuts, as a network failure or a restarting server would."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+import uuid
+
+from jobfeed import create_pool
+from jobfeed.api.app import create_app
+from servers import asgi_client, make_settings
+from waiting import eventually
+
+
+class Relay:
+    """127.0.0.1:<port> relayed to the database; shut() refuses new connections
+    and cuts the open ones, open() serves again on the same port."""
+
+    def __init__(self, dsn: str):
+        url = urllib.parse.urlsplit(dsn)
+        host = urllib.parse.parse_qs(url.query).get("host", [url.hostname or "127.0.0.1"])[0]
+        self.upstream = host, url.port or 5432  # a directory: the server's Unix socket there
+        self.port = 0
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def open(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, reuse_address=True)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def shut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for w in self.writers:
+            w.close()
+        self.writers.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = self.upstream
+        up_reader, up_writer = await (asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}") if host.startswith("/")
+                                      else asyncio.open_connection(host, port))
+        self.writers += [writer, up_writer]
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                w.close()
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_a_lost_database_answers_503_and_the_api_recovers(dsn):
+    relay = Relay(dsn)
+    await relay.open()
+    url = urllib.parse.urlsplit(dsn)
+    relayed = url._replace(netloc=f"{url.username}@127.0.0.1:{relay.port}", query="").geturl()
+    pool = await create_pool(relayed, min_size=1, max_size=4, name="jobfeed-test-relayed")
+    try:
+        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
+            unknown = f"/api/jobs/{uuid.uuid4()}"
+            assert (await client.get(unknown)).status_code == 404
+            assert (await client.get("/readyz")).status_code == 200
+
+            await relay.shut()
+            for r in (await client.get(unknown),
+                      await asyncio.wait_for(client.post("/api/jobs", json={"kind": "demo", "target": "t"}), 10)):
+                assert r.status_code == 503, r.text
+                assert r.json()["error"]["code"] == "database_unavailable"
+                assert r.headers["retry-after"] == "1"
+            assert (await client.get("/readyz")).status_code == 503
+
+            await relay.open()
+
+            async def served() -> bool:
+                return (await client.get(unknown)).status_code == 404
+            await eventually(served, timeout=10, what="the API serves again")
+            assert (await client.post("/api/jobs", json={"kind": "demo", "target": "t"})).status_code == 201
+    finally:
+        await relay.shut()
+        await pool.close()
