@@ -216,8 +216,8 @@ SERVICE_EDITS: list[Edit] = [
           "    perform jobfeed.queue_deliveries(array(select v_requests[k] from generate_series(1, 0) k"),
          (WEBHOOKS,), "a submission answered with a reused final job gets its webhook too"),
     Edit("waiting-ignores-run-at", "sql/functions/45_workflows.sql",
-         "set state = 'queued', run_after = greatest(p_now, j.run_after) where j.id = p_id;",
-         "set state = 'queued', run_after = p_now where j.id = p_id;",
+         "set state = 'queued', run_after = greatest(p_now, j.run_after), updated_at",
+         "set state = 'queued', run_after = p_now, updated_at",
          (WAITING,), "a job waiting on dependencies that also has a run_at is due at the later of the two"),
     # ------------------------------------------------------------ files in and out
     Edit("upload-limit-off-by-a-chunk", "api/uploads.py",

@@ -4,6 +4,7 @@ waiting on dependencies that also has a run_at is due at the later of the two.""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 
@@ -104,6 +105,23 @@ async def test_signals_with_a_later_run_at_wait_for_both(client, queue, pool):
     assert job["state"] == "queued" and job["run_after"] > dt.datetime.now(dt.timezone.utc) + HOUR / 2
     assert r.json()["scheduled_for"] is not None  # waiting, and scheduled too
     assert (await queue.get_job(r.json()["id"]))["scheduled_for"] == r.json()["scheduled_for"]
+
+
+async def test_a_waiting_job_due_at_once_shows_no_scheduled_for(client, queue, pool):
+    """Nothing asked for a later time: once its dependency or signal is there the
+    job is due now, and scheduled_for stays null (it is not "scheduled")."""
+    dep, _ = await queue.submit("k", "dep")
+    after = (await client.post("/api/jobs", json={"kind": "k", "target": "a", "after": [str(dep)]})).json()
+    signalled = (await client.post("/api/jobs", json={"kind": "k", "target": "s", "await_signals": ["go"]})).json()
+    assert after["scheduled_for"] is None and signalled["scheduled_for"] is None
+    await asyncio.sleep(0.01)  # the release comes measurably later than the submission
+    await finish(queue, dep)
+    _, view = await queue.signal(signalled["id"], "go", {})
+    assert view["status"] == "queued" and view["scheduled_for"] is None
+    for job_id in (after["id"], signalled["id"]):
+        assert (await row(pool, job_id))["state"] == "queued"
+        view = await queue.get_job(job_id)
+        assert view["status"] == "queued" and view["scheduled_for"] is None and view["position"] is not None
 
 
 async def test_after_with_priority_and_concurrency_key(client, queue, pool):

@@ -65,8 +65,11 @@ begin
     if not v_open then
         -- becoming due is not a public change (still 'queued' or 'processing');
         -- a run_at/delay asked for with the submission still holds: due at the
-        -- later of the two
-        update jobfeed.jobs j set state = 'queued', run_after = greatest(p_now, j.run_after) where j.id = p_id;
+        -- later of the two. updated_at moves with run_after, so that a job due
+        -- now shows no scheduled_for (run_after > updated_at is "scheduled").
+        update jobfeed.jobs j
+           set state = 'queued', run_after = greatest(p_now, j.run_after), updated_at = greatest(j.updated_at, p_now)
+         where j.id = p_id;
         perform jobfeed.notify_due(v_job.kind, 1);
     end if;
 end $$;
