@@ -145,4 +145,4 @@ def require_api_token(request: Request, token: str | None) -> None:
         return
     given = _bearer(request)
     if given is None or not _same(given, token):
-        raise ApiError(401, "unauthorized", "a valid API token is required to submit jobs", _CHALLENGE)
+        raise ApiError(401, "unauthorized", "a valid API token (JOBFEED_API_TOKEN) is required", _CHALLENGE)

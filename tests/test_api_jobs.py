@@ -122,6 +122,7 @@ BAD = [
     (b'{"kind": "demo", "target": "a", "await_signals": ["go"], "signal_timeout": "99999999999d"}', 422,
      "invalid_request"),
     (b'{"kind": "demo", "target": "a", "await_signals": ["go"], "signal_timeout": 1e300}', 422, "invalid_request"),
+    (b'{"kind": "demo", "target": "a", "await_signals": ["s/x"]}', 422, "invalid_request"),  # undeliverable
     # a lone surrogate quoted back in the message still makes a 422, not a 500
     (b'{"kind": "demo", "target": "a", "\\ud800": 1}', 422, "invalid_request"),
     (b'{"kind": "demo", "target": "a", "after": ["\\ud800"]}', 422, "unknown_dependency"),

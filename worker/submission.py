@@ -66,10 +66,13 @@ def parse_after(values: list) -> list[uuid.UUID]:
 def parse_signals(names: object, timeout: object) -> tuple[list[str], float | None]:
     """A submission's await_signals (names) and signal_timeout (a duration such
     as "10m", or seconds as a number)."""
+    # a name is a path segment of POST /api/jobs/{id}/signals/{name}: no "/"
     if not isinstance(names, list) or len(names) > MAX_AFTER or not all(
-            isinstance(n, str) and storable(n) and 1 <= len(n.encode("utf-8")) <= 100 for n in names):
+            isinstance(n, str) and storable(n) and "/" not in n and 1 <= len(n.encode("utf-8")) <= 100
+            for n in names):
         raise InvalidSubmission(422, "invalid_request",
-                                f"await_signals must be a list of at most {MAX_AFTER} names of 1 to 100 bytes")
+                                f"await_signals must be a list of at most {MAX_AFTER} names of 1 to 100 bytes"
+                                " without '/'")
     if timeout is None:
         return names, None
     if not names:
@@ -77,7 +80,7 @@ def parse_signals(names: object, timeout: object) -> tuple[list[str], float | No
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= MAX_DURATION:
         return names, float(timeout)
     try:
-        return names, parse_duration(str(timeout) if isinstance(timeout, str) else "", "signal_timeout")
+        return names, parse_duration(timeout if isinstance(timeout, str) else repr(timeout), "signal_timeout")
     except SettingError as exc:
         raise InvalidSubmission(422, "invalid_request", str(exc)) from None
 
