@@ -145,6 +145,9 @@ select jobfeed.release($1, $2, $3, $4, $5);
 -- name: sweep_expired
 select jobfeed.sweep_expired();
 
+-- name: next_signal_deadline
+select jobfeed.next_signal_deadline();
+
 -- name: delete_finished
 select jobfeed.delete_finished($1, $2);
 

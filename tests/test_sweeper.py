@@ -4,11 +4,13 @@ expired leases with no attempts left; several sweepers may run at once."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import json
+import subprocess
+import time
 
 from conftest import JOBFEED, worker_env
 from jobfeed.worker.sweeper import Sweeper
+from waiting import eventually
 
 
 async def plant(pool, n: int, state: str, age: str, kind: str = "demo") -> None:
@@ -96,3 +98,27 @@ async def test_old_periodic_slots_go_but_each_kinds_newest_stays(queue, pool):
     assert by_kind["hourly"]["n"] == 168  # the slots of the last 7 days (g 0..167)
     assert by_kind["monthly"]["n"] == 1
     assert await pool.fetchval("select now() - $1 > interval '8 days'", by_kind["monthly"]["oldest"])
+
+
+async def test_a_signal_timeout_is_kept_under_a_long_sweep_interval(queue, pool, demo_kind):
+    """The sweeper's round comes every minute; a 1 s signal_timeout is failed
+    within about a second of its deadline all the same, also one submitted while
+    the sweeper rests, and a signal that arrived in time is left alone."""
+    sweeper = Sweeper(queue, retention=86400, interval=60.0)
+    task = asyncio.create_task(sweeper.run())
+    try:
+        await asyncio.sleep(0.1)  # the first round is over: what follows is the rest between rounds
+        late = (await queue.submit("demo", "late", await_signals=["paid"], signal_timeout=1.0)).id
+        on_time = (await queue.submit("demo", "on-time", await_signals=["paid"], signal_timeout=1.0)).id
+        await queue.signal(on_time, "paid")
+        submitted = time.monotonic()
+
+        async def failed():
+            return await pool.fetchval("select last_error_code from jobfeed.jobs where id = $1 and state = 'failed'",
+                                       late)
+        assert await eventually(failed, timeout=10, what="the signal timeout") == "signal_timeout"
+        assert time.monotonic() - submitted < 5  # not the next round, a minute on
+        assert await pool.fetchval("select state from jobfeed.jobs where id = $1", on_time) == "queued"
+    finally:
+        sweeper.stop()
+        await asyncio.wait_for(task, 5)

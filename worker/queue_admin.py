@@ -90,6 +90,10 @@ class AdminCalls(QueueCalls):
     async def sweep_expired(self) -> int:
         return await self._fetchval("sweep_expired")
 
+    async def next_signal_deadline(self) -> float | None:
+        """Seconds until the next signal_timeout falls due, None when none is ahead."""
+        return await self._fetchval("next_signal_deadline")
+
     async def delete_finished(self, retention: float, limit: int = 1000) -> int:
         return await self._fetchval("delete_finished", _seconds(retention), limit)
 

@@ -23,6 +23,8 @@ class Sweeper:
     # short. bench/README.md has what that costs the drain and latency.
     BATCH = 200
     REST = 3.0
+    SIGNAL_LOOK = 1.0
+    SIGNAL_SLACK = 0.05  # wake just after a signal deadline, so it is past when checked
 
     def __init__(self, queue: Queue, *, retention: float, interval: float = 60.0, batch: int = BATCH):
         self.queue = queue
@@ -67,7 +69,25 @@ class Sweeper:
                 await self.sweep_once()
             except Exception as exc:  # the database may be restarting: try again next round
                 log.warning("sweeper: round failed (%s)", exc)
+            await self._until_next_round()
+
+    async def _until_next_round(self) -> None:
+        """Rest for the interval, looking every SIGNAL_LOOK seconds for a signal
+        deadline about to fall and waking for it (failing just those jobs, as a
+        round would): a signal_timeout is kept to within a second whatever
+        --sweep-interval says, for one index probe a second."""
+        next_round = time.monotonic() + self.interval
+        while not self._stop.is_set() and (left := next_round - time.monotonic()) > 0:
             try:
-                await asyncio.wait_for(self._stop.wait(), self.interval)
-            except asyncio.TimeoutError:
-                pass
+                due = await self.queue.next_signal_deadline()
+            except Exception as exc:  # as for a round: try again at the next look
+                log.warning("sweeper: reading the next signal deadline failed (%s)", exc)
+                due = None
+            if due is None or due >= min(left, self.SIGNAL_LOOK):
+                await self._rest(min(left, self.SIGNAL_LOOK))
+                continue
+            await self._rest(due + self.SIGNAL_SLACK)
+            try:
+                metrics.SWEPT.labels("expired").inc(await self.queue.sweep_expired())
+            except Exception as exc:
+                log.warning("sweeper: failing overdue signals failed (%s)", exc)

@@ -7,6 +7,17 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
     select jobfeed.fail_expired(null, jobfeed.clock(p_now)) + jobfeed.fail_signal_timeouts(jobfeed.clock(p_now))
 $$;
 
+-- Seconds until the next signal deadline still ahead (null: none), so the
+-- sweeper wakes for it instead of at its next round: a short signal_timeout
+-- is kept to within a moment, whatever --sweep-interval says. Deadlines
+-- already past are the round's (their jobs may be final: never waited for).
+create or replace function jobfeed.next_signal_deadline(p_now timestamptz default null)
+returns double precision language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select extract(epoch from min(s.deadline) - jobfeed.clock(p_now))::double precision
+      from jobfeed.job_signals s
+     where s.arrived_at is null and s.deadline > jobfeed.clock(p_now)
+$$;
+
 -- Delete up to p_limit jobs that finished more than p_retention ago, with their
 -- attempts log. Returns how many went; call again until it returns < p_limit.
 -- Unfinished jobs are never touched, nor finished ones an unfinished job

@@ -110,6 +110,7 @@ grant execute on function jobfeed.sample_depth(timestamptz) to jobfeed_sweeper;
 
 grant execute on function
     jobfeed.sweep_expired(timestamptz),
+    jobfeed.next_signal_deadline(timestamptz),
     jobfeed.delete_finished(interval, int, timestamptz),
     jobfeed.delete_old_slots(interval, int, timestamptz)
 to jobfeed_sweeper;
