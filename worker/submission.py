@@ -131,9 +131,11 @@ def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
     try:
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
+        parts.port  # noqa: B018  (raises ValueError for a port out of range)
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and bool(host) and host in hosts
+    # no user:password@ either: credentials would sit in the database and logs
+    return parts.scheme in ("http", "https") and bool(host) and host in hosts and "@" not in parts.netloc
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """When and how a job runs: not before run_after, priority (None: the
