@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from conftest import JOBFEED, path_with_tests, worker_env
+from jobfeed.worker import db
 from jobfeed.worker.startup import GC_YOUNG
 from servers import ADMIN_TOKEN, Process
 
@@ -82,14 +83,85 @@ def test_a_bad_payload_is_refused_before_any_database(tmp_path, payload, message
     assert not any(tmp_path.iterdir())  # no database was made
 
 
+def one_line(out: subprocess.CompletedProcess) -> str:
+    """The one line a refused command writes on stderr."""
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    return out.stderr
+
+
 @pytest.mark.parametrize("setting, value", [
     ("JOBFEED_LEASE", "soon"), ("JOBFEED_BACKOFF", "1m,,x"), ("JOBFEED_MAX_ATTEMPTS", "0"),
     ("JOBFEED_RETENTION", "-1d"), ("JOBFEED_RETENTION", "99999999999d"), ("JOBFEED_PORT", "http"),
+    ("JOBFEED_BACKOFF", "1s,,2s"), ("JOBFEED_HOST", "not..a..host"), ("JOBFEED_LOG_LEVEL", "bogus"),
+    ("JOBFEED_WEBHOOK_HOSTS", "http://x.com/"), ("JOBFEED_WEBHOOK_HOSTS", ",,,"), ("DATABASE_URL", "notaurl"),
+    ("DATABASE_URL", "postgresql://u:s3c/ret@host/db"),
 ])
-async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, setting, value):
+async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, value):
     out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})
     assert out.returncode == 2
-    assert setting in out.stderr and "Traceback" not in out.stderr
+    assert setting in one_line(out) and "s3c" not in out.stderr
+    assert await job_count(pool) == 0
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--log-level", "bogus", "sweeper", "--once"], "--log-level"),
+    (["api", "--host", "not..a..host"], "--host"),
+])
+async def test_a_bad_flag_is_refused_naming_it(dsn, args, flag):
+    out = jobfeed(dsn, *args)
+    assert out.returncode == 2
+    assert flag in out.stderr and "Traceback" not in out.stderr
+
+
+UNREACHABLE = "postgresql://postgres:s3cret@127.0.0.1:1/jobfeed"
+ANY_ID = str(uuid.UUID(int=1))
+
+
+@pytest.mark.parametrize("args", [
+    ["submit", "demo", "t"], ["show", ANY_ID], ["pause", "demo"], ["resume", "demo"], ["schedules"],
+    ["leave", ANY_ID], ["worker"], ["sweeper"], ["api", "--port", "0"], ["migrate"], ["up", "--port", "0"],
+])
+def test_an_unreachable_database_is_one_line_naming_it(tmp_path, args):
+    out = jobfeed(UNREACHABLE, *args, JOBFEED_DATA_DIR=str(tmp_path), JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN)
+    assert out.returncode == 3
+    line = one_line(out)
+    assert "DATABASE_URL: cannot connect to postgresql://postgres:***@127.0.0.1:1/jobfeed" in line
+    assert "s3cret" not in line
+
+
+async def test_a_database_that_does_not_exist_is_one_line_naming_it(dsn):
+    out = jobfeed(db.with_database(dsn, "no_such_database"), "submit", "demo", "t")
+    assert out.returncode == 3
+    assert "DATABASE_URL" in one_line(out) and 'database "no_such_database" does not exist' in out.stderr
+
+
+@pytest.mark.parametrize("args", [["worker"], ["api", "--port", "0"]])
+async def test_a_missing_tasks_module_is_named(dsn, args):
+    out = jobfeed(dsn, *args, JOBFEED_TASKS="jobfeed.demo,no.such.module")
+    assert out.returncode == 2
+    assert "JOBFEED_TASKS: no module named 'no.such.module'" in one_line(out)
+
+
+async def test_a_tasks_module_that_fails_to_import_says_what_and_where(dsn, tmp_path):
+    (tmp_path / "broken_tasks.py").write_text("import os\nraise RuntimeError('boom')\n")
+    out = jobfeed(dsn, "worker", JOBFEED_TASKS="broken_tasks", PYTHONPATH=f"{tmp_path}{os.pathsep}{path_with_tests()}")
+    assert out.returncode == 2
+    assert "JOBFEED_TASKS: importing broken_tasks failed: RuntimeError: boom" in one_line(out)
+    assert f"{tmp_path / 'broken_tasks.py'}:2" in out.stderr
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+async def test_a_worker_with_no_kinds_says_to_set_jobfeed_tasks(dsn, processes):
+    out = jobfeed(dsn, "worker", "--processes", processes, JOBFEED_TASKS="")
+    assert out.returncode == 2
+    assert "no kinds to run: set JOBFEED_TASKS" in one_line(out)
+
+
+async def test_top_without_a_terminal_says_so(dsn):
+    out = subprocess.run(JOBFEED + ["top"], env=worker_env(dsn), stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2
+    assert "jobfeed top needs a terminal" in one_line(out)
 
 
 async def test_follow_shows_progress_and_exits_by_outcome(dsn, pool):
@@ -182,6 +254,6 @@ async def test_leave_a_request(dsn, pool, queue, demo_kind):
     assert (view["id"], view["status"], view["requesters"]) == (str(s.id), "canceled", 0)
     again = jobfeed(dsn, "leave", str(s.request_id))
     assert again.returncode == 0 and "canceled" in again.stdout
-    for bad, message in ((str(uuid.uuid4()), "not_found"), ("nope", "not a request id")):
+    for bad, message, code in ((str(uuid.uuid4()), "not_found", 1), ("nope", "not a request id", 2)):
         out = jobfeed(dsn, "leave", bad)
-        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+        assert out.returncode == code and message in one_line(out)

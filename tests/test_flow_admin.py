@@ -66,8 +66,9 @@ async def test_cli_pause_resume(dsn, pool):
     r = jobfeed(dsn, "resume", "demo")
     assert r.returncode == 0, r.stderr
     assert await pool.fetchval("select paused from jobfeed.kinds where kind = 'demo'") is False
-    r = jobfeed(dsn, "pause", "nope")
-    assert r.returncode == 2 and "not_found" in r.stderr
+    for command in ("pause", "resume"):  # not found: exit 1 (README, "Commands")
+        r = jobfeed(dsn, command, "nope")
+        assert r.returncode == 1 and "not_found" in r.stderr
 
 
 # ---------------------------------------------------------------- bulk

@@ -57,6 +57,10 @@ def test_a_database_url_is_printed_without_its_password():
     assert logs.without_password("postgresql://bob:s3cret@db:5432/jobs?sslmode=require") == \
         "postgresql://bob:***@db:5432/jobs?sslmode=require"
     assert logs.without_password("postgresql://postgres:@/t?host=/tmp/x") == "postgresql://postgres:@/t?host=/tmp/x"
+    # an @ in the password, and libpq's ?password=
+    assert logs.without_password("postgresql://bob:s3@cret@db/jobs") == "postgresql://bob:***@db/jobs"
+    assert logs.without_password("postgresql://bob@db/jobs?password=s3cret&sslmode=require") == \
+        "postgresql://bob@db/jobs?password=***&sslmode=require"
 
 
 def json_lines(output: list[str]) -> list[dict]:

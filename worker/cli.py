@@ -7,36 +7,45 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any, Callable
 
-from . import logs, migrate as migrations
+from . import db, logs, migrate as migrations
 from .flow_commands import cmd_pause, cmd_resume, cmd_schedules
 from .job_commands import cmd_leave, cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
-from .settings import SettingError, Settings, parse_duration, parse_positive_int
+from .settings import (LOG_LEVELS, SettingError, Settings, parse_choice, parse_duration, parse_host,
+                       parse_positive_int)
 from .startup import UsageError, run
 from .submission import InvalidSubmission
 from .top import cmd_top
 from .up import cmd_up
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except SettingError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _flag(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a settings parser: what it refuses is a usage error (exit 2)."""
+    def check(text: str) -> Any:
+        try:
+            return parse(text)
+        except SettingError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return check
 
 
-def _count(text: str) -> int:
-    try:
-        return parse_positive_int(text, "value")
-    except SettingError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+_duration = _flag(parse_duration)
+_count = _flag(lambda text: parse_positive_int(text, "value"))
+
+
+def _log_level(args) -> str:
+    """--log-level, else JOBFEED_LOG_LEVEL, else info; refused naming whichever gave it."""
+    if args.log_level is not None:
+        return parse_choice(args.log_level, "--log-level", LOG_LEVELS)
+    return parse_choice(os.environ.get("JOBFEED_LOG_LEVEL") or "info", "JOBFEED_LOG_LEVEL", LOG_LEVELS)
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jobfeed", description="A PostgreSQL job service with live progress.")
-    p.add_argument("--log-level", default=os.environ.get("JOBFEED_LOG_LEVEL", "INFO"))
+    p.add_argument("--log-level", help=f"{', '.join(LOG_LEVELS)} (JOBFEED_LOG_LEVEL, default info)")
     sub = p.add_subparsers(dest="command", required=True)
 
     sub.add_parser("migrate", help="apply the database migrations")
@@ -54,7 +63,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--sweep-interval", type=_duration, default=60.0, help="time between sweeps")
 
     def server_flags(sp):
-        sp.add_argument("--host", help="listen address (JOBFEED_HOST, default 127.0.0.1)")
+        sp.add_argument("--host", type=_flag(lambda text: parse_host(text, "value")),
+                        help="listen address (JOBFEED_HOST, default 127.0.0.1)")
         sp.add_argument("--port", type=int, help="listen port (JOBFEED_PORT, default 8000)")
 
     worker = sub.add_parser("worker", help="run jobs")
@@ -115,19 +125,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     args.argv = argv  # `worker --processes N` starts its children with the same command line
-    logs.configure(args.log_level)
     try:
+        level = _log_level(args)
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))
-        logs.configure(args.log_level, settings.log_format)
+        logs.configure(level, settings.log_format)
         if args.command == "api":
             return cmd_api(settings, args)
         return run(COMMANDS[args.command](settings, args))
     except (SettingError, UsageError, migrations.SchemaError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except db.DatabaseUnreachable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except (QueueError, InvalidSubmission) as exc:
         print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 2
+        return 1 if exc.code == "not_found" else 2
     except KeyboardInterrupt:
         return 130
 

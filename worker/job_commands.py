@@ -136,7 +136,7 @@ async def cmd_show(settings: Settings, args) -> int:
 
 async def cmd_leave(settings: Settings, args) -> int:
     request_id = _uuid(args.request_id, "request id")
-    # QueueError not_found: exit 2
+    # QueueError not_found: exit 1, as for show
     view = await _one_call(settings, "jobfeed-leave", lambda queue: queue.leave(request_id))
     if args.json:
         print(json.dumps(view))

@@ -22,11 +22,14 @@ current_job: contextvars.ContextVar[dict[str, Any] | None] = contextvars.Context
 
 # user:password@ in URLs, and query strings (they carry API keys), never reach a
 # log line: redact() is the one the stored errors use too.
-_PASSWORD = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s@:]*):[^/\s@]*@")
+# (to the last @ of the authority: a password may hold an unescaped @)
+_PASSWORD = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s@:]*):[^/\s]*@")
+_PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&#\s]*")  # libpq's ?password=, which asyncpg reads too
 
 
 def without_password(url: str) -> str:
     """A database URL fit to print: its password, if any, replaced by ***."""
+    url = _PASSWORD_PARAMETER.sub(r"\1***", url)
     return _PASSWORD.sub(lambda m: m.group(1) + (":***@" if m.group(0)[len(m.group(1)) + 1:-1] else ":@"), url)
 
 

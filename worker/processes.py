@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
-from .startup import admin_token, make_runner, make_sweeper, on_signals, prepare, run, settle_gc
+from .startup import admin_token, make_runner, make_sweeper, on_signals, prepare, run, runner_specs, settle_gc
 from .supervisor import supervise
 
 
@@ -63,7 +63,9 @@ async def run_until_stopped(settings: Settings, part) -> None:
 
 async def cmd_worker(settings: Settings, args) -> int:
     if args.processes > 1:
-        return await supervise(settings, args, await prepare(settings))
+        dsn = await prepare(settings)
+        runner_specs(settings, args)  # refused here once, not by every child
+        return await supervise(settings, args, dsn)
     async with prepared_pool(settings, max(4, min(args.concurrency + 2, 20)), "jobfeed-worker") as (dsn, pool):
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -42,11 +43,35 @@ def parse_duration(text: str, name: str = "duration", *, zero: bool = False,
     return seconds
 
 
+def parse_list(text: str, name: str, example: str) -> list[str]:
+    """A comma-separated setting's parts, stripped. An empty part is refused, not
+    dropped: "1s,,2s" more likely lost a value than meant two."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if "" in parts:
+        raise SettingError(f"{name}: {str(text)[:64]!r} has an empty part (write e.g. {example})")
+    return parts
+
+
 def parse_durations(text: str, name: str) -> tuple[float, ...]:
-    parts = [p for p in str(text).split(",") if p.strip()]
-    if not parts:
-        raise SettingError(f"{name}: {text!r} needs at least one duration, e.g. 1m,5m,15m,60m")
-    return tuple(parse_duration(p, name) for p in parts)
+    return tuple(parse_duration(p, name) for p in parse_list(text, name, "1m,5m,15m,60m"))
+
+
+# A host name's labels (RFC 1123; "_" too, as in some container names).
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def parse_host(text: str, name: str) -> str:
+    """An IP address (IPv6 without brackets) or a host name."""
+    host = str(text).strip()
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    labels = host.removesuffix(".").split(".")
+    if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise SettingError(f"{name}: {host[:64]!r} is not an IP address or a host name")
+    return host
 
 
 def check_webhook_secret(text: str) -> str:
@@ -112,6 +137,7 @@ def parse_port(text: str, name: str) -> int:
 
 
 LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def parse_choice(text: str, name: str, choices: tuple[str, ...]) -> str:
@@ -176,7 +202,7 @@ class Settings:
         if env.get("JOBFEED_DATA_DIR"):
             values["data_dir"] = Path(env["JOBFEED_DATA_DIR"]).expanduser()
         if env.get("JOBFEED_HOST"):
-            values["host"] = env["JOBFEED_HOST"]
+            values["host"] = parse_host(env["JOBFEED_HOST"], "JOBFEED_HOST")
         if env.get("JOBFEED_PORT"):
             values["port"] = parse_port(env["JOBFEED_PORT"], "JOBFEED_PORT")
         for key, field in (("JOBFEED_ADMIN_TOKEN", "admin_token"), ("JOBFEED_API_TOKEN", "api_token")):
@@ -230,8 +256,8 @@ class Settings:
         if env.get("JOBFEED_METRICS_TOKEN"):
             values["metrics_token"] = env["JOBFEED_METRICS_TOKEN"]
         if env.get("JOBFEED_WEBHOOK_HOSTS"):
-            values["webhook_hosts"] = tuple(h.strip().lower() for h in env["JOBFEED_WEBHOOK_HOSTS"].split(",")
-                                            if h.strip())
+            hosts = parse_list(env["JOBFEED_WEBHOOK_HOSTS"], "JOBFEED_WEBHOOK_HOSTS", "hooks.example.com,10.0.0.5")
+            values["webhook_hosts"] = tuple(parse_host(h, "JOBFEED_WEBHOOK_HOSTS").lower() for h in hosts)
         if env.get("JOBFEED_WEBHOOK_SECRET"):
             values["webhook_secret"] = check_webhook_secret(env["JOBFEED_WEBHOOK_SECRET"])
         if env.get("JOBFEED_METRICS_PORT"):

@@ -110,10 +110,13 @@ BUDGET_SECONDS = 240.0
 BUDGET_MAX_JOBS = 3
 
 
-def make_runner(queue: Queue, dsn: str, settings: Settings, args):
-    from .runner import Runner
-
+def runner_specs(settings: Settings, args) -> list[tasks.TaskSpec]:
+    """The kinds a worker runs: every registered one, or those --kinds names
+    (UsageError when it names an unknown kind, or when there is none to run)."""
     specs = tasks.registry.specs(settings)
+    if not specs:
+        raise UsageError("no kinds to run: set JOBFEED_TASKS to the modules that register handlers "
+                         "(e.g. JOBFEED_TASKS=myapp.jobs)")
     if args.kinds:
         wanted = [k.strip() for k in args.kinds.split(",") if k.strip()]
         unknown = sorted(set(wanted) - {s.kind for s in specs})
@@ -121,6 +124,13 @@ def make_runner(queue: Queue, dsn: str, settings: Settings, args):
             raise UsageError(f"--kinds: no handler registered for {', '.join(unknown)} "
                              f"(known: {', '.join(s.kind for s in specs)}; add modules with JOBFEED_TASKS)")
         specs = [s for s in specs if s.kind in wanted]
+    return specs
+
+
+def make_runner(queue: Queue, dsn: str, settings: Settings, args):
+    from .runner import Runner
+
+    specs = runner_specs(settings, args)
     budget, max_jobs = args.budget, args.max_jobs
     if budget is not None or max_jobs is not None:  # budget mode: what is not given takes the contract's default
         budget = BUDGET_SECONDS if budget is None else budget

@@ -10,6 +10,7 @@ import dataclasses
 import email.utils
 import importlib
 import time
+import traceback
 import uuid
 from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 
@@ -206,9 +207,21 @@ task = registry.task
 
 def load_tasks(modules: Sequence[str]) -> Registry:
     """Import every module named in JOBFEED_TASKS (the built-in demo kind is
-    `jobfeed.demo`); their @task decorators fill the registry."""
+    `jobfeed.demo`); their @task decorators fill the registry. One that is
+    missing, or fails to import, is a SettingError naming JOBFEED_TASKS: what
+    failed and where, in one line."""
     for name in modules:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            if isinstance(exc, ModuleNotFoundError) and exc.name and f"{name}.".startswith(f"{exc.name}."):
+                raise SettingError(f"JOBFEED_TASKS: no module named {name!r} "
+                                   "(is its folder on the Python path?)") from None
+            # The innermost frame that is not the import machinery's (a SyntaxError says where itself).
+            frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                      if f.filename not in (__file__, importlib.__file__) and not f.filename.startswith("<frozen")]
+            where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+            raise SettingError(f"JOBFEED_TASKS: importing {name} failed: {type(exc).__name__}: {exc}{where}") from exc
     return registry
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import curses
 import datetime as dt
+import sys
 
 from . import db
 from .queue import Queue
 from .settings import Settings
-from .startup import prepare
+from .startup import UsageError, prepare
 from .states import STATES
 
 REFRESH = 1.0  # seconds between redraws
@@ -80,6 +81,10 @@ async def _run(screen, queue: Queue) -> None:
 
 
 async def cmd_top(settings: Settings, args) -> int:
+    # curses needs a terminal to draw on and read keys from; without one it
+    # fails half-way through taking it over.
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("jobfeed top needs a terminal (its input and output are not one)")
     dsn = await prepare(settings)
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-top")
     try:
