@@ -12,3 +12,14 @@ def _validate(payload: dict) -> None:
 @task("typed", validate=_validate)
 async def typed(job, ctx):
     return None
+
+
+# Request policies, which `jobfeed submit` applies as a POST /api/jobs does.
+@task("cached", reuse_for="10m")
+async def cached(job, ctx):
+    return None
+
+
+@task("strict", on_duplicate="reject_different")
+async def strict(job, ctx):
+    return None

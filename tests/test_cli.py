@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from conftest import JOBFEED, path_with_tests, worker_env
-from jobfeed.worker import db
+from jobfeed.worker import db, tasks
+from jobfeed.worker.settings import Settings
 from jobfeed.worker.startup import GC_YOUNG
 from servers import ADMIN_TOKEN, Process
 
@@ -37,6 +38,31 @@ async def test_submit_prints_the_id_and_dedupes(dsn, pool):
     view = json.loads(again.stdout)
     assert view["id"] == str(job_id) and view["deduplicated"] is True and view["status"] == "queued"
     assert await job_count(pool) == 1
+
+
+async def test_submit_is_a_request_with_the_kinds_request_policies(dsn, pool, queue):
+    """As over HTTP: --json carries request_id (for `jobfeed leave`) and the
+    view's position; reuse_for and on_duplicate="reject_different" apply."""
+    env = {"JOBFEED_TASKS": "jobfeed.demo,cli_tasks", "PYTHONPATH": path_with_tests()}
+    # a worker of these kinds has started: it writes their policies (a producer never does)
+    own = tasks.Registry()
+    for kind, policy in (("cached", {"reuse_for": "10m"}), ("strict", {"on_duplicate": "reject_different"})):
+        own.task(kind, **policy)(None)
+        await tasks.register_kind(queue, own.get(kind).resolved(Settings()), overwrite=True)
+    first = json.loads(jobfeed(dsn, "submit", "cached", "c", "--json", **env).stdout)
+    assert first["position"] == 0 and first["requesters"] == 1 and first["deduplicated"] is False
+    (job,) = await queue.claim(["cached"], 1, "w")
+    await queue.complete(job.id, job.generation, None)
+    again = json.loads(jobfeed(dsn, "submit", "cached", "c", "--json", **env).stdout)
+    assert (again["id"], again["reused"], again["status"]) == (first["id"], True, "completed")
+    forced = json.loads(jobfeed(dsn, "submit", "cached", "c", "--json", "--force", **env).stdout)
+    assert forced["id"] != first["id"] and forced["reused"] is False
+
+    assert jobfeed(dsn, "submit", "strict", "s", "--payload", '{"a": 1}', **env).returncode == 0
+    differs = jobfeed(dsn, "submit", "strict", "s", "--payload", '{"a": 2}', **env)
+    assert differs.returncode == 2 and "payload_conflict" in differs.stderr
+    left = jobfeed(dsn, "leave", forced["request_id"], "--json", **env)
+    assert left.returncode == 0 and json.loads(left.stdout)["status"] == "canceled"  # the last requester left
 
 
 @pytest.mark.parametrize("args, message", [

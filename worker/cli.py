@@ -97,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
     when.add_argument("--delay", help="run after this long, e.g. 90s, 5m")
     s.add_argument("--priority", type=int, help="higher runs first (default: the kind's)")
     s.add_argument("--key", help="concurrency key (the kind's max_running_per_key applies per key)")
+    s.add_argument("--force", action="store_true", help="a new job even if the kind's reuse_for would reuse one")
 
     for name, what in (("pause", "stop claiming jobs of a kind (submissions are still taken)"),
                        ("resume", "claim jobs of a paused kind again")):

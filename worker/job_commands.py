@@ -27,6 +27,10 @@ async def cmd_submit(settings: Settings, args) -> int:
     inputs = _inputs(args.file, settings.max_upload)
     dsn = await prepare(settings)
     kind, target, payload = check_submission(args.kind, args.target, payload)
+    # A request, as over HTTP: the kind's request policies (reuse_for,
+    # on_duplicate="reject_different") apply, and `jobfeed leave` takes its id.
+    asked = {"request": True, "force": args.force, "max_payload": settings.max_payload, "after": after,
+             **schedule.kwargs()}
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-submit")
     try:
         queue = Queue(pool)
@@ -47,16 +51,14 @@ async def cmd_submit(settings: Settings, args) -> int:
                         while data := f.read(files.CHUNK_SIZE):
                             await staging.write(data)
                     await staging.end()
-                job_id, created, view_text = await Queue(conn, settings=settings).submit_json(
-                    kind, target, payload, max_payload=settings.max_payload, after=after, **schedule.kwargs())
-                await staging.attach(job_id, created)
+                s = await Queue(conn, settings=settings).submit(kind, target, payload, **asked)
+                await staging.attach(s.id, s.created)
         else:
-            job_id, created, view_text = await queue.submit_json(kind, target, payload,
-                                                                 max_payload=settings.max_payload, after=after,
-                                                                 **schedule.kwargs())
+            s = await queue.submit(kind, target, payload, **asked)
+        job_id, created = s.id, s.created
         if not args.follow:
-            if args.json:
-                print(json.dumps({**json.loads(view_text), "deduplicated": not created}))
+            if args.json:  # the view as GET shows it (its position too), and what HTTP adds
+                print(json.dumps({**(await queue.get_job(job_id) or {}), **_answer(s)}))
             else:
                 print(job_id)
             return 0
@@ -67,10 +69,15 @@ async def cmd_submit(settings: Settings, args) -> int:
         from .follow import follow
         view = await follow(queue, dsn, job_id)
         if args.json:
-            print(json.dumps({**view, "deduplicated": not created}))
+            print(json.dumps({**view, **_answer(s)}))
         return 0 if view["status"] == "completed" else 1
     finally:
         await pool.close()
+
+
+def _answer(s) -> dict[str, Any]:
+    """What a POST /api/jobs answer adds to the job's view."""
+    return {"deduplicated": not s.created and not s.reused, "reused": s.reused, "request_id": str(s.request_id)}
 
 
 def _inputs(specs: list[str], limit: int) -> list[tuple[str, str]]:
