@@ -89,6 +89,7 @@ CALLS = {
     "set_traceparent": "select jobfeed.set_traceparent(gen_random_uuid(), 'x')",
     "sample_depth": "select jobfeed.sample_depth()",
     "sweep_expired": "select jobfeed.sweep_expired()",
+    "next_signal_deadline": "select jobfeed.next_signal_deadline()",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
     "delete_old_slots": "select jobfeed.delete_old_slots('7 days')",
     # internal helpers: nobody outside the queue's functions
@@ -130,6 +131,7 @@ CALLS = {
     "reusable": "select jobfeed.reusable('k', 't', null, now())",
     "dedupe_scope": "select jobfeed.dedupe_scope('global', null)",
     "queue_positions": "select * from jobfeed.queue_positions(array[gen_random_uuid()], now())",
+    "with_position": "select jobfeed.with_position('{}', gen_random_uuid())",
     "take_duplicate": "select jobfeed.take_duplicate(gen_random_uuid(), 'rerun', '{}', now())",
     "start_rerun": "select jobfeed.start_rerun(gen_random_uuid(), 1, 'completed', null, null, now())",
     "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",
@@ -153,7 +155,8 @@ ALLOWED = {
                        "set_traceparent", "set_kind_request_policy", "set_kind_request_policy_v2", "submit_waiting",
                        "submit_waiting_v2", "signal", "signals_of", "output_begin", "output_finish", "file_put",
                        "files_of", "file_read", "child_id", "complete_spawning", "wait_for", "children_of"},
-    "jobfeed_sweeper": {"sweep_expired", "delete_finished", "delete_old_slots", "sample_depth"},
+    "jobfeed_sweeper": {"sweep_expired", "next_signal_deadline", "delete_finished", "delete_old_slots",
+                        "sample_depth"},
 }
 
 TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions", "admin_sessions",
