@@ -9,7 +9,7 @@ import uuid
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from jobfeed.worker.schedules import Periodic
+from jobfeed.worker.schedules import with_slots
 from jobfeed.worker.states import STATES
 from jobfeed.worker.submission import storable
 
@@ -211,6 +211,5 @@ async def schedules(request: Request) -> Response:
     now = dt.datetime.now(dt.timezone.utc)
     rows = await services(request).queue.list_schedules()
     for row in rows:
-        p = Periodic(row["kind"], row["schedule"], row["timezone"], row["every_seconds"])
-        row["next_slot"] = p.next(now).isoformat().replace("+00:00", "Z")
+        with_slots(row, now)
     return JSONResponse({"schedules": rows})

@@ -33,7 +33,7 @@ async def cmd_schedules(settings: Settings, args) -> int:
     """Each periodic kind with its last run (slot, job, status) and its next run."""
     import datetime as dt
 
-    from .schedules import Periodic
+    from .schedules import with_slots
 
     dsn = await db.resolve_dsn(settings)
     await migrations.require_schema(dsn)
@@ -44,8 +44,7 @@ async def cmd_schedules(settings: Settings, args) -> int:
         await pool.close()
     now = dt.datetime.now(dt.timezone.utc)
     for row in rows:
-        p = Periodic(row["kind"], row["schedule"], row["timezone"], row["every_seconds"])
-        row["next_slot"] = p.next(now).isoformat().replace("+00:00", "Z")
+        p = with_slots(row, now)
         if args.json:
             print(json.dumps(row))
         else:

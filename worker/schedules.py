@@ -72,6 +72,22 @@ def periodic(kind: str, schedule: str | None, timezone: str | None, every: float
     return Periodic(kind, schedule=schedule, timezone=tz)
 
 
+def slot_text(t: dt.datetime | str) -> str:
+    """A slot's time as its job's target writes it: RFC 3339 in UTC, with Z."""
+    when = dt.datetime.fromisoformat(t) if isinstance(t, str) else t
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def with_slots(row: dict, now: dt.datetime) -> Periodic:
+    """A list_schedules row given its next slot, both slots written as targets
+    are (jobfeed schedules and GET /api/admin/schedules agree); its Periodic."""
+    p = Periodic(row["kind"], row["schedule"], row["timezone"], row["every_seconds"])
+    row["next_slot"] = slot_text(p.next(now))
+    if row.get("last_slot"):
+        row["last_slot"] = slot_text(row["last_slot"])
+    return p
+
+
 async def register(queue, periodics: Sequence[Periodic]) -> None:
     for p in periodics:
         await queue.register_schedule(p.kind, p.schedule, p.timezone, p.every)
