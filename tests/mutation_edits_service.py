@@ -6,7 +6,7 @@ from __future__ import annotations
 from mutation_edit import (
     Edit, ADMIN, API_JOBS, CHILDREN, CLAIMS, COMPLETE_MANY_HEAD, DEDUPE, EXTEND_MANY_HEAD, FEED,
     HEARTBEAT, LIMITS, NO_SCANS, OUTPUTS, POSITION, PROCESS, Q_FENCE, Q_OUT, READS, RECOVERY,
-    REQUEST_BATCH, RERUN, RUNNER, SECURITY, SSE, SSE_SLOW, UPLOADS, WAITING, WAKE,
+    REQUEST_BATCH, RERUN, RUNNER, SECURITY, SSE, SSE_SLOW, SWEEP, UPLOADS, WAITING, WAKE,
     WEBHOOKS,
 )
 
@@ -293,4 +293,23 @@ SERVICE_EDITS: list[Edit] = [
     Edit("claim-v3-drops-children", "sql/functions/40_claim.sql",
          "         where exists (select from jobfeed.job_deps x\n", "         where false and exists (select from jobfeed.job_deps x\n",
          (CHILDREN,), "a claimed job carries its children's outcomes"),
+    # ------------------------------------------------------------ found by black-box passes (2026-12-04)
+    Edit("waiting-release-looks-scheduled", "sql/functions/45_workflows.sql",
+         "run_after = greatest(p_now, j.run_after), updated_at = greatest(j.updated_at, p_now)",
+         "run_after = greatest(p_now, j.run_after)",
+         (WAITING + "::test_a_waiting_job_due_at_once_shows_no_scheduled_for",),
+         "a waiting job released to run now shows no scheduled_for"),
+    Edit("sweeper-sleeps-through-signal-deadlines", "worker/sweeper.py",
+         "            if due is None or due >= min(left, self.SIGNAL_LOOK):",
+         "            if True:",
+         (SWEEP + "::test_a_signal_timeout_is_kept_under_a_long_sweep_interval",),
+         "a signal_timeout is kept to within a second under a long sweep interval"),
+    Edit("database-gone-is-500", "api/errors.py",
+         "    **{kind: _database_gone for kind in _DATABASE_GONE},\n", "",
+         ("tests/test_api_database_gone.py",), "an unreachable database answers 503, not 500"),
+    Edit("leave-answers-without-position", "sql/functions/35_requests.sql",
+         "    return jobfeed.with_position(jobfeed.public_view(v_job), v_job.id);",
+         "    return jobfeed.public_view(v_job);",
+         (POSITION + "::test_every_answer_about_one_job_carries_its_position",),
+         "a request leaving is answered with the job's view and its position"),
 ]
