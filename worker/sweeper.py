@@ -80,8 +80,8 @@ class Sweeper:
         while not self._stop.is_set() and (left := next_round - time.monotonic()) > 0:
             try:
                 due = await self.queue.next_signal_deadline()
-            except Exception as exc:  # as for a round: try again at the next look
-                log.warning("sweeper: reading the next signal deadline failed (%s)", exc)
+            except Exception as exc:  # the round says it (a warning); here, once a second, quieter
+                log.debug("sweeper: reading the next signal deadline failed (%s)", exc)
                 due = None
             if due is None or due >= min(left, self.SIGNAL_LOOK):
                 await self._rest(min(left, self.SIGNAL_LOOK))
