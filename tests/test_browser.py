@@ -129,6 +129,21 @@ async def test_submit_form_works_with_the_keyboard_only(api, new_page):
     await expect(page.locator("#status")).to_have_text("queued")  # no worker runs in this test
 
 
+async def test_following_our_own_link_keeps_the_job_and_a_resubmission_joins_it(api, new_page, http):
+    """The walkthrough in one tab: from the job page, "Submit another job", the
+    same target again: the same job, shared, never canceled on the way (only
+    closing, reloading or going back leaves)."""
+    page = await new_page()
+    url = await submit(page, "walk-1", '{"steps": 100, "step_ms": 200}')
+    job_id = JOB_URL.search(url).group(1)
+    await page.click("text=Submit another job")
+    await page.wait_for_url(lambda u: JOB_URL.search(u) is None)
+    again = await submit(page, "walk-1")
+    assert JOB_URL.search(again).group(1) == job_id and again.endswith("?shared=1")
+    view = (await http.get(f"/api/jobs/{job_id}")).json()
+    assert (view["status"], view["requesters"]) == ("queued", 2)
+
+
 async def test_errors_from_the_server_are_shown(api, new_page):
     page = await new_page(PHONE)
     await page.goto("/")
@@ -142,6 +157,12 @@ async def test_errors_from_the_server_are_shown(api, new_page):
     await expect(alert).to_contain_text("422")
     await expect(alert).to_have_attribute("role", "alert")
     await shot(page, "submit-server-error")
+    # an over-long target is the server's to refuse, never cut short by the field
+    await page.fill("#payload", "")
+    await page.fill("#target", "x" * 600)
+    await page.click("#submit")
+    await expect(alert).to_contain_text("512 bytes")
+    assert JOB_URL.search(page.url) is None
 
     await page.goto(f"/jobs/{uuid.uuid4()}")
     await expect(page.locator("#heading")).to_have_text("No such job")

@@ -152,10 +152,20 @@ async function leave() {
 
 function setUpLeaving() {
   $("leave").addEventListener("click", leave);
-  // Closing the tab leaves too (a beacon survives the page); a finished job
-  // has nobody to leave.
+  // Closing the tab (or reloading it, or going Back) leaves too: a beacon
+  // survives the page. Following one of our own links does not: the person is
+  // still here, maybe to submit this target again, which joins the job. A
+  // finished job has nobody to leave.
+  let following = false;
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest("a[href]");
+    if (link && link.origin === location.origin && !link.hasAttribute("download")) {
+      following = true;
+      setTimeout(() => { following = false; }, 2000);  // the click opened no page here
+    }
+  });
   addEventListener("pagehide", () => {
-    if (requestId && statusBadge.dataset.status && !FINAL.has(statusBadge.dataset.status)) {
+    if (!following && requestId && statusBadge.dataset.status && !FINAL.has(statusBadge.dataset.status)) {
       navigator.sendBeacon(leaveUrl());
       forget();
     }
