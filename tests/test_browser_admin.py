@@ -74,6 +74,9 @@ async def test_admin_signs_in_and_retries_a_failed_job(worker, new_page, http):
     await expect(page.locator("#dashboard")).to_be_visible()
     await page.click("#signout")
     await expect(page.locator("#signin")).to_be_visible()
+    # nothing of the dashboard stays in the page, hidden or not
+    await expect(page.locator("#dashboard tbody tr")).to_have_count(0)
+    await expect(page.locator("#attempts tbody tr")).to_have_count(0)
     await shot(page, "admin-signin")
 
 

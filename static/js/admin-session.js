@@ -56,7 +56,9 @@ async function signOut() {
   } catch {
     // Signed out or not, show the form.
   }
-  showSignIn();
+  // A fresh page: no admin data stays behind in the hidden dashboard (it
+  // starts at the sign-in form, the session cookie being gone).
+  location.replace(location.pathname);
 }
 
 export function listenToSession() {
