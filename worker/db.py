@@ -90,22 +90,21 @@ class DatabaseUnreachable(Exception):
 
 
 async def resolve_dsn(settings) -> str:
-    """DATABASE_URL if set (checked with one connection), else the embedded
-    server (started if need be)."""
+    """DATABASE_URL if set, else the embedded server (started if need be)."""
     if settings.database_url:
-        await check_database_url(settings.database_url)
         return settings.database_url
     return await embedded_dsn(settings.data_dir)
 
 
-async def check_database_url(url: str) -> None:
-    """Connect once, so every command that starts on a database it cannot use
-    says why in one line naming DATABASE_URL: SettingError when the URL is
-    malformed, DatabaseUnreachable when the server cannot be reached or refuses
-    (down, unknown host, no such database, bad login). Only at start: a
-    long-running process that loses the database later retries on its own."""
+async def connect_first(url: str, *, name: str) -> asyncpg.Connection:
+    """A command's first connection (its schema check, or its migration), so
+    every command that starts on a database it cannot use says why in one line
+    naming DATABASE_URL: SettingError when the URL is malformed,
+    DatabaseUnreachable when the server cannot be reached or refuses (down,
+    unknown host, no such database, bad login). Only at start: a long-running
+    process that loses the database later retries on its own."""
     try:
-        conn = await connect(url, name="jobfeed-start")
+        return await connect(url, name=name)
     except ValueError as exc:  # asyncpg's ClientConfigurationError is one
         # Other ValueErrors (a port that is no number) may quote a piece of the
         # password: not repeated.
@@ -115,7 +114,6 @@ async def check_database_url(url: str) -> None:
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # a timeout is an OSError
         raise DatabaseUnreachable(f"DATABASE_URL: cannot connect to {logs.without_password(url)}: "
                                   f"{str(exc) or type(exc).__name__}") from None
-    await conn.close()
 
 
 # ---------------------------------------------------------------- listening

@@ -86,7 +86,7 @@ async def require_schema(target) -> SchemaStatus:
     """Raise SchemaError unless this code may run on the database. target: a DSN,
     or a Connection or Pool."""
     if isinstance(target, str):
-        conn = await db.connect(target, name="jobfeed-schema-check")
+        conn = await db.connect_first(target, name="jobfeed-schema-check")
         try:
             status = await schema_status(conn)
         finally:
@@ -137,7 +137,7 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
 
 async def migrate_database(dsn: str) -> list[str]:
     """migrate() on a connection of its own."""
-    conn = await db.connect(dsn, name="jobfeed-migrate")
+    conn = await db.connect_first(dsn, name="jobfeed-migrate")
     try:
         return await migrate(conn)
     finally:
