@@ -104,6 +104,18 @@ def _cookie_path(request: Request) -> str:
     return request.scope.get("root_path", "") + "/"
 
 
+async def session(request: Request) -> Response:
+    """Whether this request has admin rights: the dashboard asks before it
+    shows the sign-in form, without a 401 in the browser's console."""
+    try:
+        await _admin(request)
+    except ApiError as exc:
+        if exc.status != 401:
+            raise
+        return JSONResponse({"signed_in": False})
+    return JSONResponse({"signed_in": True})
+
+
 async def sign_in(request: Request) -> Response:
     """Trade the admin token for an HttpOnly cookie (EventSource cannot send headers)."""
     svc = services(request)

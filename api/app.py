@@ -60,6 +60,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/admin/workers", admin.workers, methods=["GET"]),
         Route("/api/admin/charts", admin.charts, methods=["GET"]),
         Route("/api/admin/events", admin.events, methods=["GET"]),
+        Route("/api/admin/session", admin.session, methods=["GET"]),
         Route("/api/admin/session", admin.sign_in, methods=["POST"]),
         Route("/api/admin/session", admin.sign_out, methods=["DELETE"]),
         Route("/healthz", health.healthz, methods=["GET"]),

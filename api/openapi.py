@@ -237,6 +237,10 @@ OPERATIONS: dict[tuple[str, str], dict] = {
                        "event: resync when changes may have been missed (reload the list).",
         "security": _ADMIN,
         "responses": {"200": _SSE, **_UNAUTHORIZED, **_TOO_MANY_STREAMS}},
+    ("GET", "/api/admin/session"): {
+        "summary": "Whether the request has admin rights (a session cookie or the bearer token)",
+        "responses": {"200": _json({"type": "object", "required": ["signed_in"], "properties": {
+            "signed_in": {"type": "boolean"}}}, "signed in or not; never 401")}},
     ("POST", "/api/admin/session"): {
         "summary": "Sign in: trade the admin token for an HttpOnly, SameSite=Strict session cookie",
         "requestBody": {"required": True, "content": {"application/json": {"schema": {

@@ -67,6 +67,12 @@ async def test_bearer_token_lets_admin_in(client):
 
 
 async def test_session_cookie_signs_in_and_out(client):
+    async def signed_in(**kwargs) -> bool:
+        response = await client.get("/api/admin/session", **kwargs)
+        assert response.status_code == 200
+        return response.json()["signed_in"]
+
+    assert not await signed_in()
     wrong = await client.post("/api/admin/session", json={"token": "guess"})
     assert wrong.status_code == 401 and auth.SESSION_COOKIE not in client.cookies
     for body in ({"tok": ADMIN_TOKEN}, {"token": 5}, [ADMIN_TOKEN]):
@@ -83,6 +89,7 @@ async def test_session_cookie_signs_in_and_out(client):
     value = client.cookies[auth.SESSION_COOKIE]
     assert ADMIN_TOKEN not in value and ADMIN_TOKEN not in set_cookie
     assert (await client.get("/api/admin/stats")).status_code == 200
+    assert await signed_in()
 
     # A cookie with its expiry pushed out no longer matches its signature, and an
     # expired one is refused.
@@ -96,6 +103,8 @@ async def test_session_cookie_signs_in_and_out(client):
     assert signed_out.status_code == 204
     assert auth.SESSION_COOKIE not in client.cookies
     assert (await client.get("/api/admin/stats")).status_code == 401
+    assert not await signed_in()
+    assert await signed_in(headers=BEARER)
 
 
 async def test_admin_view_shows_true_state_and_attempts(client, queue):

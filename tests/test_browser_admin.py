@@ -30,8 +30,12 @@ async def test_admin_signs_in_and_retries_a_failed_job(worker, new_page, http):
     await eventually(failed, what="the job to fail")
 
     page = await new_page(DESKTOP)
+    refused: list[str] = []  # a signed-out visit makes no failing request (none in the console)
+    page.on("response", lambda response: refused.append(response.url) if response.status >= 400 else None)
     await page.goto("/admin")
+    await expect(page.locator("#signin")).to_be_visible()
     await expect(page.locator("#dashboard")).to_be_hidden()
+    assert refused == []
     await page.fill("#token", "not-the-token")
     await page.press("#token", "Enter")
     await expect(page.locator("#signin-error")).to_contain_text("wrong admin token")
@@ -74,6 +78,7 @@ async def test_admin_signs_in_and_retries_a_failed_job(worker, new_page, http):
     await expect(page.locator("#dashboard")).to_be_visible()
     await page.click("#signout")
     await expect(page.locator("#signin")).to_be_visible()
+    assert [url for url in refused if not url.endswith("/api/admin/session")] == []
     # nothing of the dashboard stays in the page, hidden or not
     await expect(page.locator("#dashboard tbody tr")).to_have_count(0)
     await expect(page.locator("#attempts tbody tr")).to_have_count(0)
