@@ -1,5 +1,9 @@
-"""A kind whose validate() fails with TypeError on a payload of the wrong type
-(as many hand-written validators do), for the command line's tests."""
+"""Kinds for the command line's tests: one whose validate() fails with
+TypeError on a payload of the wrong type (as many hand-written validators do),
+request policies, and a handler that ends its process (as a crashing native
+library would)."""
+
+import os
 
 from jobfeed import task
 
@@ -23,3 +27,8 @@ async def cached(job, ctx):
 @task("strict", on_duplicate="reject_different")
 async def strict(job, ctx):
     return None
+
+
+@task("exits")
+async def exits(job, ctx):
+    os._exit(job.payload["code"])

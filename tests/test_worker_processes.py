@@ -5,6 +5,7 @@ the set."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import subprocess
 import httpx
 import pytest
 
-from conftest import JOBFEED, worker_env
+from conftest import JOBFEED, path_with_tests, worker_env
 from queue_sql import ATTEMPTS
 from waiting import eventually, wait_state
 
@@ -118,6 +119,20 @@ async def test_a_child_that_dies_stops_the_others_and_the_parent_fails(dsn, pool
     assert gone(pids[1]), out
     # the survivor signed off; the killed child's row stays until it is seen lost
     assert [r["id"].split(":")[1] for r in await pool.fetch("select id from jobfeed.workers")] == [str(killed)]
+
+
+async def test_a_childs_own_exit_code_is_the_parents(dsn, queue, pool):
+    proc = start(dsn, "--kinds", "exits", "--poll", "200ms",
+                 JOBFEED_TASKS="jobfeed.demo,cli_tasks", PYTHONPATH=path_with_tests())
+    try:
+        pids = await children(pool)
+        await queue.submit("exits", "now", {"code": 7})
+        out = finish(proc)
+    finally:
+        finish(proc, 0)
+    assert proc.returncode == 7, out
+    assert re.search(r"worker process (\d+) exited with 7; stopping the others", out), out
+    assert all(gone(pid) for pid in pids), out
 
 
 async def test_a_usage_error_is_refused_once_by_the_parent(dsn):
