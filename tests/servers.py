@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -35,6 +36,13 @@ ADMIN_TOKEN = "admin-token-for-tests"
 # Short intervals, and the demo kind's timing as tests/conftest.py's demo_kind
 # registers it (the API registers kinds from these settings at start).
 FAST = dict(sse_ping=0.2, sse_retry=0.5, feed_batch=0.005, listener_health=1.0)
+
+
+def free_port() -> int:
+    """A port nothing listens on now (for a server in a subprocess)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def make_settings(dsn: str, **overrides) -> Settings:

@@ -8,7 +8,6 @@ import contextlib
 import gc
 import os
 import re
-import socket
 import sys
 import uuid
 
@@ -24,7 +23,7 @@ import jobfeed.api
 from jobfeed.worker.startup import GC_YOUNG
 from conftest import JOBFEED, worker_env
 from waiting import eventually
-from servers import ADMIN_TOKEN, ROOT, Process, ThreadServer, api_env, make_settings, read_events
+from servers import ADMIN_TOKEN, ROOT, Process, ThreadServer, api_env, free_port, make_settings, read_events
 
 try:
     from playwright.async_api import async_playwright, expect
@@ -140,16 +139,10 @@ async def _reconnected(listener, old_pid) -> bool:
 
 # ---------------------------------------------------------------- the example, in a browser
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 async def example(dsn):
     """examples/host/app.py under uvicorn, as its docstring runs it, plus a worker."""
-    port = _free_port()
+    port = free_port()
     host = Process([sys.executable, "-m", "uvicorn", "app:app", "--app-dir", str(ROOT / "examples" / "host"),
                     "--host", "127.0.0.1", "--port", str(port), "--timeout-graceful-shutdown", "2"],
                    api_env(dsn))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import sys
 from pathlib import Path
 
@@ -17,18 +16,12 @@ import pytest
 from conftest import JOBFEED, worker_env
 from jobfeed.worker import logs
 from log_tasks import SECRET_KEY, SECRET_PASSWORD
-from servers import Process
+from servers import Process, free_port
 from waiting import eventually
 
 ADMIN_TOKEN = "planted-admin-token-for-the-logs-test"
 DB_PASSWORD = "planted-database-password-55"
 SECRETS = (ADMIN_TOKEN, DB_PASSWORD, SECRET_PASSWORD, SECRET_KEY)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def record(message: str, *args) -> logging.LogRecord:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 
 import httpx
@@ -17,14 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import JOBFEED, worker_env
 from jobfeed.worker import metrics
-from servers import ROOT, Process
+from servers import ROOT, Process, free_port
 from waiting import eventually
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def samples(text: str) -> dict[tuple[str, frozenset], float]:

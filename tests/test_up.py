@@ -5,7 +5,6 @@ comes back with its jobs and token."""
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import sys
 import tempfile
@@ -13,16 +12,10 @@ import tempfile
 import httpx
 import pytest
 
-from servers import Process
+from servers import Process, free_port
 from waiting import eventually
 
 pytestmark = pytest.mark.full  # starts its own PostgreSQL
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def up_process(data_dir: str, port: int) -> Process:

@@ -11,7 +11,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -21,6 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import httpx
 import pytest
+
+from servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "wheel-test-admin-token"
@@ -62,12 +63,6 @@ def as_user(url: str, user: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, f"{user}@{parts.netloc.rpartition('@')[2]}", parts.path, parts.query,
                        parts.fragment))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Jobfeed:
