@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 
 import uvicorn
 from starlette.applications import Starlette
@@ -19,13 +20,35 @@ class ListenError(Exception):
     """The server could not listen on its address (uvicorn has logged why)."""
 
 
+class _Stopped(Exception):
+    """A stop signal, once uvicorn has shut down."""
+
+
+def _stopped(signum, frame) -> None:
+    raise _Stopped
+
+
 def serve_processes(settings: Settings, workers: int) -> None:
     """uvicorn's own loop and signal handling; each worker process builds the
     app from the environment. Limits go by name, read from the environment:
-    each of uvicorn's worker processes imports the protocol anew."""
-    uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=workers, log_level="info", timeout_graceful_shutdown=5, **uvicorn_options(),
-                log_config=logs.uvicorn_log_config(settings.log_format))
+    each of uvicorn's worker processes imports the protocol anew.
+
+    Once shut down, uvicorn raises the signal that stopped it again, with the
+    handlers it found; SIGTERM's default would end the process without running
+    atexit, where the embedded server learns that this process no longer uses
+    it (and stops with the last one). Ours makes it a normal return (exit 0,
+    as for a worker or sweeper)."""
+    stops = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, _stopped) for sig in stops}
+    try:
+        uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
+                    workers=workers, log_level="info", timeout_graceful_shutdown=5, **uvicorn_options(),
+                    log_config=logs.uvicorn_log_config(settings.log_format))
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class SharedLoopServer:

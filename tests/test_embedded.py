@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import tempfile
+import time
 
+import httpx
 import pytest
 
 from conftest import JOBFEED
+from servers import free_port
 
 pytestmark = pytest.mark.full  # starts its own PostgreSQL
 
@@ -66,3 +70,32 @@ def test_jobs_survive_a_restart_and_processes_share_the_server():
         worker.terminate()
         worker.wait(timeout=30)
     assert not server_running(data_dir)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_an_api_stopped_by_a_signal_stops_the_server(stop):
+    # uvicorn ends a signalled process by raising the signal again; by SIGTERM's
+    # default that skipped the step where the embedded server is let go.
+    data_dir = tempfile.mkdtemp(prefix="jobfeed-embedded-")
+    assert run(data_dir, "migrate").returncode == 0
+    port = free_port()
+    api = subprocess.Popen(JOBFEED + ["api", "--port", str(port)], env=env_for(data_dir),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers(port) and time.monotonic() < deadline and api.poll() is None:
+            time.sleep(0.1)
+        assert server_running(data_dir), "the API started the server"
+        api.send_signal(stop)
+        assert api.wait(timeout=30) == 0
+    finally:
+        api.kill()
+        errors = api.communicate()[1]
+    assert not server_running(data_dir), errors
+
+
+def _answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
