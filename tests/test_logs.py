@@ -46,6 +46,14 @@ def test_both_formats_redact_url_credentials_and_queries(log_format):
     assert "pw-1" not in line and "k-2" not in line and "https://***@h.example/p?***" in line
 
 
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_an_access_line_keeps_its_path_not_its_query(log_format):
+    # uvicorn's access line: a request id in ?request= opens a job under requesters access
+    line = logs.formatter(log_format).format(record('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET",
+                                                    "/api/jobs/j1/events?request=r-3&wait=1s", "1.1", 200))
+    assert "r-3" not in line and "GET /api/jobs/j1/events?*** HTTP/1.1" in line
+
+
 def test_a_database_url_is_printed_without_its_password():
     assert logs.without_password("postgresql://bob:s3cret@db:5432/jobs?sslmode=require") == \
         "postgresql://bob:***@db:5432/jobs?sslmode=require"
@@ -88,6 +96,8 @@ async def test_a_whole_run_logs_json_and_never_a_secret(dsn, queue):
                 view = (await client.get(location)).json()
                 return view if view["status"] == "completed" else None
             await eventually(done, what="the leaky job to complete on its second attempt")
+            request_id = answer.json()["request_id"]  # a capability: never logged
+            assert (await client.get(location, params={"request": request_id})).status_code == 200
             assert (await client.get("/api/admin/stats", headers=admin)).status_code == 200
             assert (await client.get("/api/admin/stats", headers={"Authorization": "Bearer wrong"})).status_code == 401
     finally:
@@ -108,7 +118,7 @@ async def test_a_whole_run_logs_json_and_never_a_secret(dsn, queue):
         outputs.append(up.output)
 
     everything = "\n".join(line for output in outputs for line in output)
-    for secret in SECRETS:
+    for secret in (*SECRETS, request_id):
         assert secret not in everything, f"{secret} was logged"
     api_entries, worker_entries, up_entries = (json_lines(o) for o in outputs)
     # uvicorn's own lines are JSON too: its start line and its access log

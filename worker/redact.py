@@ -1,7 +1,8 @@
 """What an attempt's error says, made fit to store: handlers' own errors keep
 their code and message; any other exception becomes `internal_error` (users see
 only that code, admins the detail). Messages lose URL credentials and query
-strings (where API keys travel) either way."""
+strings (where API keys and request ids travel) either way, also those of a
+request line in an access log."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ INTERNAL = "internal_error"
 # scheme://user:password@host  and  ?query (up to whitespace, a quote or a bracket)
 _CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"<>]*@")
 _QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?'\"<>]*)\?[^\s'\"<>)\]]*")
+# an HTTP request line's target, as in an access log: GET /path?query
+_TARGET_QUERY = re.compile(r"(\b(?:GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) /[^\s?'\"<>]*)\?[^\s'\"<>]*")
 
 
 def redact(text: str) -> str:
     text = _CREDENTIALS.sub(r"\1***@", text)
-    return _QUERY.sub(r"\1?***", text)
+    text = _QUERY.sub(r"\1?***", text)
+    return _TARGET_QUERY.sub(r"\1?***", text)
 
 
 def redacted(error: JobError) -> JobError:
