@@ -31,7 +31,7 @@ from jobfeed.worker.queue import Queue
 from jobfeed.worker.testsignal import Signal, Timer
 
 from .parse import digits
-from .subscriptions import AdminSubscription, JobSubscription, TooManyStreams, View
+from .subscriptions import AdminSubscription, JobSubscription, TooManyStreams, View, changed_at
 
 log = logging.getLogger("jobfeed.feed")
 
@@ -332,9 +332,10 @@ class Feed:
         for start in range(0, len(admin_list), REREAD_CHUNK):
             self.rereads += 1
             for text in await self.queue.admin_get_jobs_json(admin_list[start:start + REREAD_CHUNK]):
-                job_id = json.loads(text)["id"]
+                data = json.loads(text)
+                job_id, changed = data["id"], changed_at(data)
                 for admin in list(self._admins):
-                    admin.offer(job_id, text)
+                    admin.offer(job_id, text, changed)
 
     # ---------------------------------------------------------------- positions
     async def _refresh_positions(self) -> None:

@@ -120,7 +120,8 @@ async def _admin_events(svc: Services, sub: AdminSubscription, retry_ms: int) ->
                 resync, views = item
                 if resync:
                     yield ServerSentEvent("{}", event="resync", sep=SEP)
-                for text in views:
+                for text, changed in views:
                     yield ServerSentEvent(text, event="job", sep=SEP)
+                    svc.metrics.delivered("admin", changed)  # resumed once the event is written
         finally:
             sub.close()

@@ -27,6 +27,13 @@ class TooManyStreams(Exception):
         self.scope = scope
 
 
+def changed_at(view: dict) -> float | None:
+    """A view's updated_at as epoch seconds (the database's clock): where the
+    SSE lag metric starts."""
+    updated = view.get("updated_at")
+    return dt.datetime.fromisoformat(updated).timestamp() if isinstance(updated, str) else None
+
+
 class View:
     """A public view as PostgreSQL wrote it, with what the feed needs to know.
     One View is offered to every watcher of its job, so its SSE frame is encoded
@@ -48,10 +55,8 @@ class View:
     @classmethod
     def parse(cls, text: str) -> "View":
         data = json.loads(text)
-        updated = data.get("updated_at")
-        changed_at = dt.datetime.fromisoformat(updated).timestamp() if isinstance(updated, str) else None
         return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text,
-                   (data.get("requesters"), data.get("position")), changed_at, data["status"] == "queued")
+                   (data.get("requesters"), data.get("position")), changed_at(data), data["status"] == "queued")
 
     @property
     def position(self) -> int | None:
@@ -168,19 +173,19 @@ class AdminSubscription:
         self._feed = feed
         self._client = client
         self._limit = limit
-        self._pending: dict[str, str] = {}
+        self._pending: dict[str, tuple[str, float | None]] = {}  # job id: (view, changed_at)
         self._resync = False
         self._wake = asyncio.Event()
         self._closed = False
 
-    def offer(self, job_id: str, text: str) -> None:
+    def offer(self, job_id: str, text: str, changed: float | None = None) -> None:
         if self._closed or self._resync:
             return
         if job_id not in self._pending and len(self._pending) >= self._limit:
             self.resync()
             return
         self._pending.pop(job_id, None)  # keep the order of the latest change
-        self._pending[job_id] = text
+        self._pending[job_id] = (text, changed)
         self._wake.set()
 
     def resync(self) -> None:
@@ -188,8 +193,8 @@ class AdminSubscription:
         self._pending.clear()
         self._wake.set()
 
-    async def next(self) -> tuple[bool, list[str]] | None:
-        """(resync, views), or None once closed."""
+    async def next(self) -> tuple[bool, list[tuple[str, float | None]]] | None:
+        """(resync, [(view, changed_at)]), or None once closed."""
         while not self._pending and not self._resync:
             if self._closed:
                 return None

@@ -60,7 +60,7 @@ async def test_a_dashboard_is_told_to_resync_after_the_listener_reconnects(feed,
     admin = feed.subscribe_admin()
     job_id, _ = await queue.submit("demo", "seen")
     resync, views = await asyncio.wait_for(admin.next(), 5)
-    assert not resync and str(job_id) in views[0]
+    assert not resync and str(job_id) in views[0][0]
     # The listener's connection dies: notifications sent until it is back are lost.
     await pool.execute("select pg_terminate_backend($1)", feed.listener.backend_pid)
     await feed.signals.connected.wait()
@@ -97,7 +97,7 @@ async def test_a_failed_re_read_is_tried_again_with_the_same_ids(feed, queue):
     # No new notification comes: only a retry of the failed ids can deliver these.
     assert (await asyncio.wait_for(sub.next(), 5)).version == 2
     resync, views = await asyncio.wait_for(admin.next(), 5)
-    assert not resync and '"state": "running"' in views[0]
+    assert not resync and '"state": "running"' in views[0][0]
 
 
 async def test_a_resync_sends_no_view_a_stream_already_has(feed, pool, queue):

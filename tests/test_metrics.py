@@ -59,10 +59,20 @@ async def test_up_serves_every_part_and_the_histograms_move(dsn):
             jobs = {"ok": {"steps": 2, "step_ms": 20}, "retried": {"fail": ["transient"], "step_ms": 20},
                     "failed": {"fail": ["permanent"]}}
             locations = {}
-            for target, payload in jobs.items():
-                answer = await client.post("/api/jobs", json={"kind": "demo", "target": target, "payload": payload})
-                assert answer.status_code == 201, answer.text
-                locations[target] = answer.headers["location"]
+            admin = {"authorization": "Bearer an-admin-token-for-metrics"}
+            async with client.stream("GET", "/api/admin/events", headers=admin) as dashboard:
+                events = dashboard.aiter_lines()
+                async for line in events:
+                    if line == "event: ready":
+                        break
+                for target, payload in jobs.items():
+                    answer = await client.post("/api/jobs", json={"kind": "demo", "target": target,
+                                                                  "payload": payload})
+                    assert answer.status_code == 201, answer.text
+                    locations[target] = answer.headers["location"]
+                async for line in events:  # the dashboard's stream measures its lag too
+                    if line == "event: job":
+                        break
             # A stream open while the job runs: its events measure the SSE lag.
             async with client.stream("GET", locations["ok"] + "/events") as stream:
                 async for line in stream.aiter_lines():
@@ -100,6 +110,7 @@ async def test_up_serves_every_part_and_the_histograms_move(dsn):
         grew("jobfeed_job_end_to_end_seconds_count", 1, kind="demo", outcome="failed")
         grew("jobfeed_submit_seconds_count", 3, kind="demo")
         grew("jobfeed_sse_lag_seconds_count", 1, stream="job")
+        grew("jobfeed_sse_lag_seconds_count", 1, stream="admin")
         grew("jobfeed_http_requests_total", 3, method="POST", route="/api/jobs", status="201")
         # the run time is the handler's: 2 steps of 20 ms
         assert total(after, "jobfeed_job_run_seconds_sum", kind="demo", outcome="completed") >= 0.04

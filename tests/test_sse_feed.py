@@ -72,7 +72,7 @@ async def test_a_dashboard_far_behind_is_asked_to_resync(feed, queue):
     assert await admin.next() == (True, [])
     await queue.submit("demo", "after")
     resync, views = await asyncio.wait_for(admin.next(), 5)
-    assert not resync and len(views) == 1 and '"target": "after"' in views[0]
+    assert not resync and len(views) == 1 and '"target": "after"' in views[0][0]
 
 
 async def test_a_change_after_a_quiet_spell_is_read_at_once_and_a_stream_of_them_gathers(dsn, queue, demo_kind):
