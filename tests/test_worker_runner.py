@@ -202,3 +202,40 @@ async def test_a_claim_connection_that_dies_is_replaced(pool, queue, run):
     await eventually(lambda: pool.fetchval(
         "select count(*) = 1 from pg_stat_activity"
         " where application_name = 'jobfeed-worker-claim' and datname = current_database()"))
+
+
+async def test_a_database_blip_costs_a_reporting_handler_nothing(dsn, pool, queue):
+    """The pool's connections die (a server restart) just before the handler
+    reports progress, saves a checkpoint and names a child: each write is made
+    again on a new connection, and the attempt goes on to complete."""
+    from jobfeed.worker import db
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.runner import Runner
+
+    async def cut() -> None:
+        await pool.fetchval("select count(pg_terminate_backend(pid)) from pg_stat_activity"
+                            " where application_name = 'blip'")
+
+    async def reporting(job, ctx: Context):
+        await cut()
+        await ctx.progress(1, 3, "first")
+        await cut()
+        await ctx.checkpoint({"step": 1})
+        await cut()
+        await ctx.submit("reporting", f"{job.target}-child")
+        return {"checkpoint": job.checkpoint}
+
+    await queue.register_kind("reporting", max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0)
+    blip = await db.create_pool(dsn, min_size=2, max_size=2, name="blip")
+    runner = Runner(Queue(blip), dsn, [spec("reporting", reporting, lease=5.0)], poll_interval=0.2, grace=1.0)
+    task = asyncio.create_task(runner.run())
+    try:
+        job_id = (await queue.submit("reporting", "x")).id
+        await wait_state(pool, job_id, "completed", timeout=15)
+        job = await pool.fetchrow("select attempts, progress from jobfeed.jobs where id = $1", job_id)
+        assert job["attempts"] == 1, "the blip cost the handler its attempt"
+        assert json.loads(job["progress"])["message"] == "first"
+    finally:
+        runner.stop()
+        await asyncio.wait_for(task, 10)
+        await blip.close()

@@ -10,6 +10,7 @@ import logging
 import time
 
 from .queue import Job
+from .retrying import RETRYABLE
 from .tasks import Context, LeaseLost, TaskSpec, Transient
 
 log = logging.getLogger("jobfeed.worker")
@@ -26,9 +27,12 @@ class RunContext(Context):
     PROGRESS_INTERVAL (each is an UPDATE and a NOTIFY, and notifying commits
     run one at a time in the whole cluster); reports in between replace each
     other, and the last one is written when the interval is over, or by
-    flush() before the outcome, so it always lands."""
+    flush() before the outcome, so it always lands. A report the database
+    cannot take now (a restart, a lost connection) waits and is tried again,
+    later each time: the handler runs on."""
 
     PROGRESS_INTERVAL = 0.25
+    MAX_RETRY_WAIT = 2.0
 
     def __init__(self, queue, job: Job, lease: float):
         super().__init__(queue, job, lease)
@@ -44,10 +48,24 @@ class RunContext(Context):
         if self._later is not None:
             return  # a write is already planned; it takes this report
         wait = self._last_write + self.PROGRESS_INTERVAL - time.monotonic()
-        if wait <= 0:
+        if wait > 0:
+            self._plan(wait)
+            return
+        try:
             await self.flush()
-        else:
-            self._later = asyncio.create_task(self._write_later(wait), name=f"progress-{self.job.id}")
+        except RETRYABLE as exc:
+            self._not_yet(exc, self.PROGRESS_INTERVAL)
+
+    def _plan(self, wait: float) -> None:
+        self._later = asyncio.create_task(self._write_later(wait), name=f"progress-{self.job.id}")
+
+    def _not_yet(self, exc: BaseException, waited: float) -> None:
+        """flush() kept the report: try again later, twice as late each time."""
+        wait = min(waited * 2, self.MAX_RETRY_WAIT)
+        log.warning("job %s: could not write progress yet (%s: %s); trying again in %.2fs",
+                    self.job.id, type(exc).__name__, exc, wait)
+        if self._later is None:
+            self._plan(wait)
 
     async def _write_later(self, wait: float) -> None:
         await asyncio.sleep(wait)
@@ -56,6 +74,8 @@ class RunContext(Context):
             await self.flush()
         except LeaseLost:
             pass  # the handler hears of it at its next call, or from the heartbeat
+        except RETRYABLE as exc:
+            self._not_yet(exc, wait)
         except Exception as exc:
             log.warning("job %s: writing progress failed (%s)", self.job.id, exc)
 

@@ -18,6 +18,7 @@ import httpx
 
 from . import files
 from .queue import Job  # noqa: F401  (handlers import it from here)
+from .retrying import retrying
 from .schedules import Periodic, periodic
 from .settings import SettingError, Settings, parse_duration
 
@@ -272,7 +273,9 @@ class Context:
         try:
             kind, target, payload = check_submission(kind, target, {} if payload is None else payload)
             check_schedule(priority=priority, concurrency_key=concurrency_key)
-            child = await self._queue.child_id(self.job.id, self.job.generation, kind, target, payload)
+            child = await self._through_blips(
+                lambda: self._queue.child_id(self.job.id, self.job.generation, kind, target, payload),
+                f"name job {self.job.id}'s child")
         except (InvalidSubmission, QueueError) as exc:
             raise Permanent(exc.code, f"ctx.submit({kind!r}, {target!r}): {exc.message}") from None
         if child is None:
@@ -301,8 +304,15 @@ class Context:
 
     async def checkpoint(self, state: Any) -> None:
         """Save state the next attempt receives as job.checkpoint."""
-        if not await self._queue.checkpoint(self.job.id, self.job.generation, state):
+        if not await self._through_blips(lambda: self._queue.checkpoint(self.job.id, self.job.generation, state),
+                                         f"save job {self.job.id}'s checkpoint"):
             self._lose()
+
+    async def _through_blips(self, call: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """A call made again while the database is away for a moment (fenced by
+        generation, so a repeat is safe), for up to a lease: a blip must not
+        cost the handler its attempt."""
+        return await retrying(call, until=time.monotonic() + self.lease, what=what)
 
     async def extend(self) -> None:
         """Renew the lease now (the runner also does it in the background)."""
