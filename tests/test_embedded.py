@@ -99,3 +99,27 @@ def _answers(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_killed_process_does_not_keep_the_server_running_for_good():
+    data_dir = tempfile.mkdtemp(prefix="jobfeed-embedded-")
+    assert run(data_dir, "migrate").returncode == 0
+    worker = subprocess.Popen(JOBFEED + ["worker", "--kinds", "demo"], env=env_for(data_dir),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    users = os.path.join(data_dir, "pgdata", ".handle_pids.json")
+    try:
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(users) and worker.pid in json.load(open(users))) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        worker.kill()  # no chance to let the server go
+        worker.communicate()
+    try:
+        assert server_running(data_dir), "a crash leaves the server to the next process"
+        # the next process is the last one: it stops the server as it leaves
+        submitted = run(data_dir, "submit", "demo", "after-the-crash")
+        assert submitted.returncode == 0, submitted.stderr
+        assert not server_running(data_dir)
+    finally:
+        if server_running(data_dir):  # failed: stop it all the same
+            os.kill(int(open(os.path.join(data_dir, "pgdata", "postmaster.pid")).readline()), signal.SIGINT)

