@@ -85,6 +85,7 @@ class Feed:
         self._shutdown_task: asyncio.Task | None = None
         self.shutdown: anyio.Event | None = None
         self._streams = 0
+        self._ending = False  # the server is stopping: no stream stays open
         self._per_client: dict[str, int] = {}
         self.notifications = 0  # for /metrics
         self.bad_notifications = 0
@@ -128,7 +129,11 @@ class Feed:
 
     def end_streams(self) -> None:
         """End every open stream now (the server is stopping): each one sends
-        what it has pending and finishes, so nothing holds the server open."""
+        what it has pending and finishes, so nothing holds the server open.
+        A stream opened after this (a client reconnecting on its keep-alive
+        connection before the server closes it) ends at once, asking it to
+        come back in `retry` milliseconds."""
+        self._ending = True
         for subs in list(self._watch.values()):
             for sub in list(subs):
                 sub.close()
@@ -201,6 +206,8 @@ class Feed:
         self._admit(client, per_client, total)
         sub = JobSubscription(self, job_id, client)
         self._watch.setdefault(job_id, set()).add(sub)
+        if self._ending:
+            sub.close()
         return sub
 
     def seed(self, sub: JobSubscription, view: View) -> None:
@@ -222,6 +229,8 @@ class Feed:
         self._admit(client, per_client, total)
         sub = AdminSubscription(self, limit, client)
         self._admins.add(sub)
+        if self._ending:
+            sub.close()
         return sub
 
     def close_soon(self, sub: JobSubscription) -> None:

@@ -97,6 +97,8 @@ class JobStream:
             with self._metrics.stream("job"):
                 self._send = scope.get(BODY_SEND, send)
                 self._first(self._sub.attach(self))
+                if self._sub.closed:  # closed before it could attach (the server is stopping)
+                    self.end()
                 while True:  # returns once the response is complete or the client is gone
                     if (await receive())["type"] == "http.disconnect":
                         break

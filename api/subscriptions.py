@@ -114,6 +114,10 @@ class JobSubscription:
             if self._wake is not None:
                 self._wake.set()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def attach(self, writer) -> View | None:
         """From now on hand every newer view to writer.write_view(view), and
         writer.ping() on each ping; -> the pending view, to write first."""

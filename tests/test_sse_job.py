@@ -5,8 +5,10 @@ the stream, and a listener connection killed under it."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 
+from jobfeed.api.app import end_streams
 from jobfeed.worker.states import TERMINAL
 
 from servers import ADMIN_TOKEN, Watcher, read_events
@@ -216,3 +218,20 @@ async def test_admin_stream_sees_true_states(http, queue):
     last = [e.json() for e in events if e.event == "job"][-1]
     assert last["last_error"] == {"code": "oops", "message": "retry me"} and last["attempts"] == 1
     task.cancel()
+
+
+async def test_a_stream_opened_while_the_server_stops_ends_at_once(http, server):
+    """Between a stop signal, which ends every stream, and the server closing
+    its connections, a client may reconnect on its keep-alive connection: that
+    stream ends at once too, with retry: (come back later), instead of holding
+    the stop until the graceful timeout cancels it."""
+    job = await submit(http, "while-stopping")
+    stopped = threading.Event()
+    server.call(lambda: (end_streams(server.app), stopped.set()))
+    assert await asyncio.to_thread(stopped.wait, 5)
+    for path, headers in ((f"/api/jobs/{job['id']}/events", {}),
+                          ("/api/admin/events", {"authorization": f"Bearer {ADMIN_TOKEN}"})):
+        async with http.stream("GET", path, headers=headers) as response:
+            assert response.status_code == 200
+            body = await asyncio.wait_for(response.aread(), 5)  # the response ends by itself
+        assert b"retry:" in body and b"event: job" not in body, body
