@@ -41,6 +41,9 @@ async def test_a_multipart_submission_stores_its_files_in_chunks_with_the_job(ds
     # a slice reads only what it asks for, across a chunk boundary
     part = b"".join([c async for c in files.open_file(pool, job_id, "in", "video", CHUNK - 10, CHUNK + 20)])
     assert part == video[CHUNK - 10:CHUNK + 20]
+    # a negative offset is the caller's mistake, not a file gone
+    with pytest.raises(ValueError, match="count bytes from 0"):
+        [c async for c in files.open_file(pool, job_id, "in", "notes", -1)]
     with pytest.raises(files.FileNotFound, match="no input named 'nope'"):
         await input_bytes(pool, job_id, "nope")
 

@@ -113,6 +113,8 @@ async def find(db, job_id: uuid.UUID, direction: str, name: str) -> StoredFile:
 
 async def read(db, f: StoredFile, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
     """Bytes start..end-1 of a file (end None: to its end), one chunk per query."""
+    if start < 0 or (end is not None and end < 0):
+        raise ValueError(f"file {f.name!r}: start and end count bytes from 0 (got {start}, {end})")
     end = f.size if end is None else min(end, f.size)
     pos = start
     while pos < end:
