@@ -115,6 +115,8 @@ BAD = [
     (b'{"kind": "demo", "target": "a", "run_at": 1893456000}', 422, "invalid_run_at"),
     (b'{"kind": "demo", "target": "a", "delay": "soon"}', 422, "invalid_delay"),
     (b'{"kind": "demo", "target": "a", "delay": -5}', 422, "invalid_delay"),
+    (b'{"kind": "demo", "target": "a", "delay": true}', 422, "invalid_delay"),
+    (b'{"kind": "demo", "target": "a", "delay": 1e300}', 422, "invalid_delay"),
     # past what a date holds, or the longest duration: refused, not an overflow
     (b'{"kind": "demo", "target": "a", "delay": "99999999999d"}', 422, "invalid_delay"),
     (b'{"kind": "demo", "target": "a", "delay": "3000000d"}', 422, "invalid_delay"),

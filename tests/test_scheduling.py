@@ -58,10 +58,18 @@ async def test_run_at_waits_and_shows_scheduled_for_until_the_first_start(client
 
 async def test_delay_and_past_run_at(client, pool):
     before = dt.datetime.now(dt.timezone.utc)
-    r = await client.post("/api/jobs", json={"kind": "demo", "target": "d", "delay": "90s"})
-    assert r.status_code == 201, r.text
-    due = parse(r.json()["scheduled_for"])
-    assert before + dt.timedelta(seconds=89) <= due <= dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=91)
+    # a duration, or seconds as a number (as signal_timeout takes them)
+    for target, delay in (("d", "90s"), ("d-seconds", 90)):
+        r = await client.post("/api/jobs", json={"kind": "demo", "target": target, "delay": delay})
+        assert r.status_code == 201, r.text
+        due = parse(r.json()["scheduled_for"])
+        assert before + dt.timedelta(seconds=89) <= due <= dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=91)
+    # a refusal says what it wants
+    for delay in (True, {"s": 5}, [90]):
+        r = await client.post("/api/jobs", json={"kind": "demo", "target": "bad", "delay": delay})
+        assert r.status_code == 422 and 'such as "90s"' in r.json()["error"]["message"], r.text
+    r = await client.post("/api/jobs", json={"kind": "demo", "target": "bad", "priority": 10**12})
+    assert r.status_code == 422 and "from -2147483647 to 2147483647" in r.json()["error"]["message"], r.text
     # A time already past (or a zero delay) is "now": nothing is shown as scheduled.
     for body in ({"run_at": "2020-01-01T00:00:00+02:00"}, {"delay": "0s"}):
         r = await client.post("/api/jobs", json={"kind": "demo", "target": json.dumps(body), **body})

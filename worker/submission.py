@@ -77,12 +77,25 @@ def parse_signals(names: object, timeout: object) -> tuple[list[str], float | No
         return names, None
     if not names:
         raise InvalidSubmission(422, "invalid_request", "signal_timeout needs await_signals")
-    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= MAX_DURATION:
-        return names, float(timeout)
+    return names, duration_field(timeout, "signal_timeout", "invalid_request", zero=False)
+
+
+def duration_field(value: object, name: str, code: str, *, zero: bool) -> float:
+    """A submission's duration: a string such as "90s" or "5m" (or "0" where
+    zero is allowed), or seconds as a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if (0 <= value if zero else 0 < value) and value <= MAX_DURATION:
+            return float(value)
+        low = "0" if zero else "more than 0"
+        raise InvalidSubmission(422, code, f"{name} must be {low} and at most {MAX_DURATION} seconds")
+    if not isinstance(value, str):
+        raise InvalidSubmission(422, code, f'{name} must be a duration such as "90s" or "5m", or seconds')
+    if zero and value.strip() == "0":
+        return 0.0
     try:
-        return names, parse_duration(timeout if isinstance(timeout, str) else repr(timeout), "signal_timeout")
+        return parse_duration(value, name, zero=zero)
     except SettingError as exc:
-        raise InvalidSubmission(422, "invalid_request", str(exc)) from None
+        raise InvalidSubmission(422, code, str(exc)) from None
 
 
 def storable(text: str) -> bool:
@@ -167,16 +180,6 @@ def parse_run_at(value: object) -> dt.datetime:
     return when
 
 
-def parse_delay(value: object) -> float:
-    """A duration such as 90s or 5m, or 0."""
-    if isinstance(value, str) and value.strip() == "0":
-        return 0.0
-    try:
-        return parse_duration(value if isinstance(value, str) else "", "delay", zero=True)
-    except SettingError as exc:
-        raise InvalidSubmission(422, "invalid_delay", str(exc)) from None
-
-
 def check_schedule(run_at: object = None, delay: object = None, priority: object = None,
                    concurrency_key: object = None) -> Schedule:
     """The scheduling fields of a submission (None: not given) -> Schedule."""
@@ -186,10 +189,11 @@ def check_schedule(run_at: object = None, delay: object = None, priority: object
     if run_at is not None:
         run_after = parse_run_at(run_at)
     elif delay is not None:
-        run_after = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=parse_delay(delay))
+        seconds = duration_field(delay, "delay", "invalid_delay", zero=True)
+        run_after = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
                                  or not -_INT32 <= priority <= _INT32):
-        raise InvalidSubmission(422, "invalid_priority", "priority must be a whole number")
+        raise InvalidSubmission(422, "invalid_priority", f"priority must be a whole number from {-_INT32} to {_INT32}")
     if concurrency_key is not None and (not isinstance(concurrency_key, str) or not storable(concurrency_key)
                                         or not 1 <= len(concurrency_key.encode("utf-8")) <= MAX_TARGET_BYTES):
         raise InvalidSubmission(422, "invalid_concurrency_key",
