@@ -330,8 +330,9 @@ SCHEMAS = {
                                                  "description": "POSTed the final view (Standard Webhooks); "
                                                                 "its host must be in JOBFEED_WEBHOOK_HOSTS"},
                                   "run_at": {**_TIME, "description": "RFC 3339 with an offset; not with delay"},
-                                  "delay": {"type": "string", "example": "90s",
-                                            "description": "a duration (500ms, 90s, 5m, 1h, 7d); not with run_at"},
+                                  "delay": {"oneOf": [{"type": "string"}, {"type": "number"}], "example": "90s",
+                                            "description": "a duration (500ms, 90s, 5m, 1h, 7d) or seconds; "
+                                                           "not with run_at"},
                                   "priority": {"type": "integer", "description": "higher is claimed first; "
                                                "default: the kind's"},
                                   "concurrency_key": {"type": "string", "minLength": 1,
