@@ -4,11 +4,16 @@ owner with a pinned search_path. Proven by logging in as each role."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+
+from conftest import JOBFEED
 
 ROLES = ("jobfeed_api", "jobfeed_worker", "jobfeed_sweeper")
 
@@ -343,3 +348,17 @@ async def test_files_round_trip_through_functions_only(login, pool):
     sweeper = await login("jobfeed_sweeper")
     assert await sweeper.fetchval("select jobfeed.delete_finished('0', 10, now() + interval '1 second')") == 1
     assert await pool.fetchval("select count(*) from jobfeed.file_chunks") == 0
+
+
+async def test_a_command_run_as_the_wrong_role_says_so_in_one_line(dsn, pool):
+    user = f"sec_{uuid.uuid4().hex[:12]}"
+    await pool.execute(f"create role {user} login in role jobfeed_sweeper")
+    try:
+        env = dict(os.environ, DATABASE_URL=as_user(dsn, user))
+        done = await asyncio.to_thread(subprocess.run, JOBFEED + ["show", str(uuid.uuid4())], env=env,
+                                       capture_output=True, text=True, timeout=60)
+    finally:
+        await pool.execute(f"drop role {user}")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "permission denied" in done.stderr and "may not do this" in done.stderr

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import Any, Callable
 
+import asyncpg
+
 from . import db, logs, migrate as migrations
 from .flow_commands import cmd_pause, cmd_resume, cmd_schedules
 from .job_commands import cmd_leave, cmd_show, cmd_submit
@@ -142,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     except (QueueError, InvalidSubmission) as exc:
         print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
         return 1 if exc.code == "not_found" else 2
+    except asyncpg.InsufficientPrivilegeError as exc:
+        print(f"error: {exc}: the login role of DATABASE_URL may not do this (jobfeed migrate needs the"
+              " schema's owner; the other commands a member of jobfeed_api)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
