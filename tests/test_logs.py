@@ -147,3 +147,16 @@ def test_an_unknown_log_format_is_refused_at_start():
     done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", "sweeper", "--once"], env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "JOBFEED_LOG_FORMAT" in done.stderr
+
+
+def test_a_fatal_error_is_a_json_line_in_json_mode():
+    import os
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_")}
+    env.update(JOBFEED_LOG_FORMAT="json", JOBFEED_LEASE="soon")
+    done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", "sweeper", "--once"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    entry = json.loads(line)
+    assert entry["level"] == "error" and entry["logger"] == "jobfeed" and "JOBFEED_LEASE" in entry["message"]

@@ -124,6 +124,11 @@ COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper
             "schedules": cmd_schedules, "leave": cmd_leave}
 
 
+def _fail(message: str, code: int) -> int:
+    print(logs.fatal_line(message), file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
@@ -136,18 +141,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_api(settings, args)
         return run(COMMANDS[args.command](settings, args))
     except (SettingError, UsageError, migrations.SchemaError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc), 2)
     except db.DatabaseUnreachable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
+        return _fail(str(exc), 3)
     except (QueueError, InvalidSubmission) as exc:
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 1 if exc.code == "not_found" else 2
+        return _fail(f"{exc.code}: {exc.message}", 1 if exc.code == "not_found" else 2)
     except asyncpg.InsufficientPrivilegeError as exc:
-        print(f"error: {exc}: the login role of DATABASE_URL may not do this (jobfeed migrate needs the"
-              " schema's owner; the other commands a member of jobfeed_api)", file=sys.stderr)
-        return 2
+        return _fail(f"{exc}: the login role of DATABASE_URL may not do this (jobfeed migrate needs the"
+                     " schema's owner; the other commands a member of jobfeed_api)", 2)
     except KeyboardInterrupt:
         return 130
 

@@ -8,6 +8,7 @@ import contextvars
 import datetime as dt
 import json
 import logging
+import os
 import re
 import sys
 from typing import Any
@@ -73,6 +74,16 @@ class JsonFormatter(logging.Formatter):
 
 def formatter(log_format: str) -> logging.Formatter:
     return JsonFormatter() if log_format == "json" else TextFormatter()
+
+
+def fatal_line(message: str) -> str:
+    """A command's last word on stderr: `error: ...`, or a JSON line when
+    JOBFEED_LOG_FORMAT=json (read as given: the error may be that a setting,
+    this one among them, is bad), so a log collector parses it too."""
+    if os.environ.get("JOBFEED_LOG_FORMAT", "").strip().lower() == "json":
+        return JsonFormatter().format(logging.makeLogRecord(
+            {"name": "jobfeed", "levelname": "ERROR", "levelno": logging.ERROR, "msg": message}))
+    return f"error: {message}"
 
 
 def configure(level: str = "info", log_format: str = "text") -> None:
