@@ -64,6 +64,15 @@ def test_short_admin_token_setting_is_refused(value):
     assert Settings.from_env({"JOBFEED_ADMIN_TOKEN": "x" * 16}).admin_token == "x" * 16
 
 
+@pytest.mark.parametrize("name", ["JOBFEED_ADMIN_TOKEN", "JOBFEED_API_TOKEN", "JOBFEED_METRICS_TOKEN"])
+@pytest.mark.parametrize("value", [" ", "a-token-of-length-20 ", "a token of length 20", "a-token-of-len\t20"])
+def test_a_token_no_header_could_carry_is_refused(name, value):
+    # a header value loses its surrounding spaces: such a token could never be presented
+    with pytest.raises(SettingError, match=f"{name}: a token is printable ASCII without spaces"):
+        Settings.from_env({name: value})
+    assert getattr(Settings.from_env({name: "a-token-of-length-20"}), name[8:].lower()) == "a-token-of-length-20"
+
+
 def test_short_admin_token_stops_the_command_at_start():
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_")}
     env.update({"JOBFEED_ADMIN_TOKEN": "tooshort", "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})

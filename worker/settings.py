@@ -125,8 +125,17 @@ def parse_payload_limit(text: str, name: str = "JOBFEED_MAX_PAYLOAD") -> int:
 
 
 def check_admin_token(token: str | None, name: str = "JOBFEED_ADMIN_TOKEN") -> None:
+    check_token(token, name)
     if token is not None and len(token) < MIN_ADMIN_TOKEN:
         raise SettingError(f"{name}: the admin token must be at least {MIN_ADMIN_TOKEN} characters long")
+
+
+def check_token(token: str | None, name: str) -> None:
+    """A token travels in an Authorization header, whose value loses the spaces
+    around it and cannot carry control characters: a token with either could
+    never be presented, so it is refused at start."""
+    if token is not None and (not token or any(not "!" <= c <= "~" for c in token)):
+        raise SettingError(f"{name}: a token is printable ASCII without spaces")
 
 
 def parse_port(text: str, name: str) -> int:
@@ -192,6 +201,8 @@ class Settings:
 
     def __post_init__(self):
         check_admin_token(self.admin_token)
+        check_token(self.api_token, "JOBFEED_API_TOKEN")
+        check_token(self.metrics_token, "JOBFEED_METRICS_TOKEN")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
