@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sys
 
 import httpx
@@ -157,6 +158,18 @@ async def test_api_processes_answer_metrics_for_all_of_them(dsn):
             assert total(found, "jobfeed_http_requests_total", method="GET", route="/api/kinds") == 20
     finally:
         assert await proc.stop(timeout=15) == 0, proc.log
+
+
+@pytest.mark.full
+async def test_a_taken_metrics_port_is_said_once_and_the_sweeper_runs_on(dsn):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = worker_env(dsn, JOBFEED_METRICS_PORT=str(taken.getsockname()[1]))
+        proc = await Process(JOBFEED + ["sweeper"], env).start(ready=r"metrics could not listen", timeout=60)
+        assert await proc.stop(timeout=15) == 0, proc.log
+    # never announced as served: the port was someone else's
+    assert not any("metrics on http://" in line for line in proc.output), proc.log
 
 
 @pytest.mark.full

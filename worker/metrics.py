@@ -10,6 +10,7 @@ outcomes and error codes: sets the operator controls, never job ids or targets."
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import time
@@ -146,12 +147,19 @@ class MetricsServer:
 
     async def serve(self) -> None:
         config = self.server.config
-        log.info("metrics on http://%s:%d/metrics", config.host, config.port)
+        announce = asyncio.create_task(self._announce())  # once listening, not before: the port may be taken
         try:
             await self.server.serve()
         except SystemExit:  # uvicorn exits when it cannot bind; it has logged why
             log.error("metrics could not listen on %s:%d; the process runs on without them", config.host, config.port)
             raise OSError(f"metrics could not listen on {config.host}:{config.port}") from None
+        finally:
+            announce.cancel()
+
+    async def _announce(self) -> None:
+        while not self.server.started:
+            await asyncio.sleep(0.05)
+        log.info("metrics on http://%s:%d/metrics", self.server.config.host, self.server.config.port)
 
     def stop(self) -> None:
         self.server.should_exit = True
