@@ -1,8 +1,8 @@
 """Who may see a job (JOBFEED_JOB_ACCESS). `link`: anyone who has its id.
 `requesters`: only those who requested it, by identity or by presenting one
 of its request ids (X-Jobfeed-Request, or ?request= where headers cannot be
-sent, as by EventSource). Anyone else gets 404, never 403: a private job's
-existence is not revealed."""
+sent, as by EventSource), and admins. Anyone else gets 404, never 403: a
+private job's existence is not revealed."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import uuid
 
 from starlette.requests import Request
 
+from . import auth
 from .errors import ApiError
 from .state import Services
 
@@ -25,10 +26,21 @@ def presented_request(request: Request) -> uuid.UUID | None:
 
 
 async def require_view(svc: Services, request: Request, job_id: uuid.UUID) -> None:
-    """Raise 404 unless this caller may see the job."""
+    """Raise 404 unless this caller may see the job: one of its requesters, or
+    an admin (who sees every job in the admin views anyway, and has no other
+    way to download its outputs)."""
     if svc.settings.job_access != "requesters":
         return
     requester = svc.requester(request)
     presented = presented_request(request)
     if (requester is None and presented is None) or not await svc.queue.may_view(job_id, requester, presented):
-        raise ApiError(404, "not_found", "no such job")
+        if not await _admin(svc, request):
+            raise ApiError(404, "not_found", "no such job")
+
+
+async def _admin(svc: Services, request: Request) -> bool:
+    try:
+        await auth.require_admin(request, svc.settings.admin_token, svc.pool)
+    except ApiError:
+        return False
+    return True

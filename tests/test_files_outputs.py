@@ -21,7 +21,7 @@ from jobfeed.worker.queue import Queue
 from jobfeed.worker.tasks import Context, LeaseLost
 
 from file_parts import CHUNK, claim_demo, input_bytes, job_part
-from servers import Watcher, serve, start_api_process
+from servers import ADMIN_TOKEN, Watcher, serve, start_api_process
 from waiting import eventually
 
 
@@ -181,9 +181,14 @@ async def test_outputs_follow_the_job_views_access_rules(dsn, pool, demo_kind):
         assert (await client.get(url, headers={"x-user": "ann"})).content == b"secret"
         assert (await client.get(url, headers={"x-jobfeed-request": request_id})).content == b"secret"
         assert (await client.get(url + f"?request={request_id}")).content == b"secret"
-        for headers in ({}, {"x-user": "bob"}, {"x-jobfeed-request": str(uuid.uuid4())}):
+        for headers in ({}, {"x-user": "bob"}, {"x-jobfeed-request": str(uuid.uuid4())},
+                        {"authorization": "Bearer not-the-admin-token"}):
             r = await client.get(url, headers=headers)
             assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
+        # an admin sees every job in the admin views, and downloads its outputs here
+        admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+        assert (await client.get(url, headers=admin)).content == b"secret"
+        assert (await client.get(f"/api/jobs/{job_id}", headers=admin)).json()["id"] == str(job_id)
 
 
 class PeakRss:
