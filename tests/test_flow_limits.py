@@ -49,6 +49,10 @@ async def race(pool, kind: str, check_sql: str, cap: int, total: int) -> None:
                                kind) == total
 
 
+
+async def _noop(job, ctx):
+    return None
+
 async def test_max_running_is_never_exceeded_across_claimers(pool, queue):
     await queue.register_kind("capped", max_attempts=3, lease=60, backoff=(1,), max_running=3)
     await plant(pool, "capped", 60)
@@ -164,6 +168,6 @@ def test_task_flow_settings_are_checked_at_registration():
     for kwargs in ({"max_running": 0}, {"max_running_per_key": -1}, {"priority": "high"}, {"rate": "lots"}):
         with pytest.raises(ValueError):
             reg.task("bad", **kwargs)
-    reg.task("fine", priority=3, max_running=2, max_running_per_key=1, rate="10/1m")(lambda job, ctx: None)
+    reg.task("fine", priority=3, max_running=2, max_running_per_key=1, rate="10/1m")(_noop)
     spec = reg.get("fine")
     assert (spec.priority, spec.max_running, spec.max_running_per_key, spec.rate) == (3, 2, 1, (10, 60.0))

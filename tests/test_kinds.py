@@ -1,7 +1,15 @@
 """Kinds live in the database. Workers (which run a kind) set its settings;
-other processes only add a kind nobody has registered, never undo a worker's."""
+other processes only add a kind nobody has registered, never undo a worker's.
+And @task refuses at decoration what would fail a worker's start or a job's
+every attempt."""
 
 from __future__ import annotations
+
+import functools
+
+import pytest
+
+from jobfeed.worker.tasks import Registry
 
 
 async def lease_of(pool, kind: str):
@@ -24,3 +32,75 @@ async def test_a_new_kinds_settings_apply_to_jobs_submitted_after(queue, pool):
     await queue.register_kind("mail", max_attempts=2, lease=60, backoff=(1,))
     job_id, _ = await queue.submit("mail", "m1")
     assert (await queue.admin_get_job(job_id))["max_attempts"] == 2
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"lease": -1}, "lease must be longer than zero"),
+    ({"lease": "soon"}, "lease"),
+    ({"lease": [5]}, "neither seconds nor a duration"),
+    ({"backoff": ()}, "at least one delay"),
+    ({"backoff": (-1,)}, "none below zero"),
+    ({"backoff": "1m,,5m"}, "backoff"),
+    ({"jitter": 2}, "jitter must be a number from 0 to 1"),
+    ({"max_attempts": 0}, "max_attempts must be a whole number of at least 1"),
+    ({"max_attempts": True}, "max_attempts"),
+])
+def test_retry_options_are_refused_at_decoration(options, message):
+    with pytest.raises(ValueError, match=message):
+        Registry().task("k", **options)
+
+
+@pytest.mark.parametrize("kind", ["", " k", "a/b", "jobfeed.webhook"])
+def test_a_kind_name_no_route_could_name_is_refused(kind):
+    with pytest.raises(ValueError, match="a kind's name"):
+        Registry().task(kind)
+
+
+def test_durations_are_taken_for_lease_and_backoff():
+    reg = Registry()
+    reg.task("k", lease="5m", backoff="1m,5m")(_run)
+    reg.task("j", lease=30, backoff=("1s", 60))(_run)
+    assert (reg.get("k").lease, reg.get("k").backoff) == (300.0, (60.0, 300.0))
+    assert (reg.get("j").lease, reg.get("j").backoff) == (30.0, (1.0, 60.0))
+
+
+async def _run(job, ctx):
+    return None
+
+
+class _Callable:
+    async def __call__(self, job, ctx):
+        return None
+
+
+def test_a_handler_that_cannot_be_awaited_as_handler_job_ctx_is_refused():
+    reg = Registry()
+
+    def sync(job, ctx):
+        return None
+
+    async def one(job):
+        return None
+
+    for handler, message in ((sync, "must be an async function"), (lambda job, ctx: None, "must be an async function"),
+                             (one, "called with two arguments")):
+        with pytest.raises(TypeError, match=message):
+            reg.task("k")(handler)
+    assert reg.get("k") is None
+    with pytest.raises(TypeError, match="needs the kind's name first"):
+        reg.task(_run)  # a bare @task
+    reg.task("k")(_Callable())  # an object with an async __call__ is a handler too
+    reg.task("p")(functools.partial(_run))
+
+
+def test_registering_a_kind_twice_says_which_handler_won(caplog):
+    reg = Registry()
+    reg.task("k")(_run)
+    reg.task("k")(_run)  # the same handler again (a module imported twice): nothing to say
+    assert not caplog.records
+
+    async def second(job, ctx):
+        return None
+    reg.task("k")(second)
+    assert reg.get("k").handler is second
+    assert "@task('k') registered again" in caplog.text and "second replaces" in caplog.text

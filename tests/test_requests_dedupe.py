@@ -14,6 +14,10 @@ from jobfeed.worker.queue import Queue, Submission
 from queue_sql import register
 
 
+
+async def _noop(job, ctx):
+    return None
+
 @pytest.fixture
 async def mine(pool):
     await register(pool, "mine")
@@ -136,9 +140,9 @@ def test_task_takes_dedupe():
     reg = Registry()
     with pytest.raises(ValueError):
         reg.task("x", dedupe="person")
-    reg.task("ok", dedupe="requester")(lambda job, ctx: None)
+    reg.task("ok", dedupe="requester")(_noop)
     assert reg.get("ok").dedupe == "requester"
-    reg.task("plain")(lambda job, ctx: None)
+    reg.task("plain")(_noop)
     assert reg.get("plain").dedupe == "global"
 
 
@@ -146,7 +150,7 @@ async def test_a_worker_records_the_kinds_dedupe(pool, queue):
     from jobfeed.worker.settings import Settings
     from jobfeed.worker.tasks import Registry, register_kind
     reg = Registry()
-    reg.task("scoped", dedupe="requester")(lambda job, ctx: None)
+    reg.task("scoped", dedupe="requester")(_noop)
     (spec,) = reg.specs(Settings.from_env({}))
     await register_kind(queue, spec, overwrite=True)
     assert await pool.fetchval("select dedupe from jobfeed.kinds where kind = 'scoped'") == "requester"

@@ -16,6 +16,10 @@ from request_kinds import k  # noqa: F401  (a fixture: the kinds these tests sub
 
 from queue_sql import ATTEMPTS
 
+
+async def _noop(job, ctx):
+    return None
+
 async def test_reject_different_refuses_a_different_payload_and_changes_nothing(pool, queue, k):
     first = await queue.submit("strict", "t", {"v": 1}, request=True)
     same = await queue.submit("strict", "t", {"v": 1}, request=True)
@@ -105,6 +109,6 @@ def test_task_refuses_bad_request_policies():
                    {"reuse_for": "soon"}, {"reuse_for": -1}):
         with pytest.raises(ValueError):
             reg.task("x", **kwargs)
-    reg.task("ok", reuse_for="10m", on_duplicate="reject_different", on_abandon="keep")(lambda job, ctx: None)
+    reg.task("ok", reuse_for="10m", on_duplicate="reject_different", on_abandon="keep")(_noop)
     spec = reg.get("ok")
     assert (spec.reuse_for, spec.on_duplicate, spec.on_abandon) == (600, "reject_different", "keep")

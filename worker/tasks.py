@@ -9,6 +9,8 @@ import copy
 import dataclasses
 import email.utils
 import importlib
+import inspect
+import logging
 import time
 import traceback
 import uuid
@@ -20,7 +22,7 @@ from . import files
 from .queue import Job  # noqa: F401  (handlers import it from here)
 from .retrying import retrying
 from .schedules import Periodic, periodic
-from .settings import SettingError, Settings, parse_duration
+from .settings import SettingError, Settings, parse_duration, parse_durations
 
 
 class JobError(Exception):
@@ -70,6 +72,8 @@ class WaitFor:
     def __repr__(self) -> str:
         return f"WaitFor({len(self.ids)} jobs)"
 
+
+log = logging.getLogger("jobfeed.worker")
 
 Handler = Callable[["Job", "Context"], Awaitable[Any]]
 
@@ -124,8 +128,8 @@ class Registry:
     def __init__(self):
         self._specs: dict[str, TaskSpec] = {}
 
-    def task(self, kind: str, *, max_attempts: int | None = None, lease: float | None = None,
-             backoff: Sequence[float] | None = None, jitter: float = 0.1, description: str = "",
+    def task(self, kind: str, *, max_attempts: int | None = None, lease: float | str | None = None,
+             backoff: Sequence[float | str] | str | None = None, jitter: float = 0.1, description: str = "",
              validate: Callable[[dict], None] | None = None, on_abandon: str = "cancel",
              on_duplicate: str = "join", reuse_for: float | str | None = None, priority: int = 0,
              max_running: int | None = None, max_running_per_key: int | None = None, rate: str | None = None,
@@ -147,7 +151,9 @@ class Registry:
         the submissions' default; max_running, max_running_per_key and rate
         ("100/1m") are enforced by the claim across all workers. `timeout`
         ("10m", or seconds): a run that takes longer is canceled and counts as
-        a transient failure with code "timeout"."""
+        a transient failure with code "timeout". `lease` and `backoff` take
+        seconds or durations ("5m"; backoff also "1m,5m,15m")."""
+        lease, backoff = _check_retries(kind, max_attempts, lease, backoff, jitter)
         if on_abandon not in ("cancel", "keep"):
             raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
         if dedupe not in ("global", "requester"):
@@ -180,6 +186,11 @@ class Registry:
             raise ValueError(f"@task({kind!r}): timeout must be longer than zero")
 
         def register(handler: Handler) -> Handler:
+            _check_handler(kind, handler)
+            earlier = self._specs.get(kind)
+            if earlier is not None and earlier.handler is not handler:
+                log.warning("@task(%r) registered again: %s replaces %s", kind,
+                            _name_of(handler), _name_of(earlier.handler))
             self._specs[kind] = TaskSpec(kind, handler, max_attempts, lease,
                                          tuple(backoff) if backoff else None, jitter, description, validate,
                                          on_abandon, on_duplicate, reuse_seconds,
@@ -200,6 +211,64 @@ class Registry:
 
     def specs(self, settings: Settings) -> list[TaskSpec]:
         return [self._specs[k].resolved(settings) for k in self.kinds()]
+
+
+def _check_retries(kind: object, max_attempts: object, lease: object, backoff: Sequence[float | str] | str | None,
+                   jitter: object) -> tuple[float | None, tuple[float, ...] | None]:
+    """@task's name and retry options, refused at decoration rather than when
+    a worker registers the kind or a job first runs; -> (lease, backoff) in
+    seconds."""
+    if not isinstance(kind, str):  # also a bare @task, which hands over the function
+        raise TypeError('@task needs the kind\'s name first: @task("fetch_email", ...)')
+    # a kind is a path segment of /api/admin/kinds/{kind}/pause; jobfeed.* are jobfeed's own
+    if kind != kind.strip() or not kind or "/" in kind or "\x00" in kind or kind.startswith("jobfeed."):
+        raise ValueError(f"@task({kind!r}): a kind's name is not empty, has no '/' and no spaces around it, "
+                         "and does not start with 'jobfeed.'")
+    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+                                     or max_attempts < 1):
+        raise ValueError(f"@task({kind!r}): max_attempts must be a whole number of at least 1")
+    if not (isinstance(jitter, (int, float)) and not isinstance(jitter, bool) and 0 <= jitter <= 1):
+        raise ValueError(f"@task({kind!r}): jitter must be a number from 0 to 1")
+    try:
+        seconds = None if lease is None else _seconds(lease, f"@task({kind!r}) lease")
+        if seconds is not None and seconds <= 0:
+            raise ValueError(f"@task({kind!r}): lease must be longer than zero")
+        if backoff is None:
+            return seconds, None
+        delays = parse_durations(backoff, f"@task({kind!r}) backoff") if isinstance(backoff, str) \
+            else tuple(_seconds(d, f"@task({kind!r}) backoff") for d in backoff)
+    except (SettingError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+    if not delays or any(d < 0 for d in delays):
+        raise ValueError(f"@task({kind!r}): backoff needs at least one delay, none below zero")
+    return seconds, delays
+
+
+def _seconds(value: object, name: str) -> float:
+    if isinstance(value, str):
+        return parse_duration(value, name, zero=True)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: {value!r} is neither seconds nor a duration such as \"5m\"")
+    return float(value)
+
+
+def _check_handler(kind: str, handler: object) -> None:
+    """A handler is awaited as handler(job, ctx): anything else would fail each
+    of a job's attempts, found only when the last has failed."""
+    if not (inspect.iscoroutinefunction(handler)
+            or callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)):  # async __call__
+        raise TypeError(f"@task({kind!r}): {_name_of(handler)} must be an async function: "
+                        "async def handler(job, ctx)")
+    try:
+        inspect.signature(handler).bind(None, None)
+    except TypeError:
+        raise TypeError(f"@task({kind!r}): {_name_of(handler)} is called with two arguments, (job, ctx)") from None
+    except ValueError:
+        pass  # no signature to read (a builtin): trusted
+
+
+def _name_of(handler: object) -> str:
+    return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', repr(handler))}"
 
 
 registry = Registry()
