@@ -109,9 +109,11 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
             await svc.feed.start()
             if host_pool is None:  # serving alone: the process is ours to tune
                 settle_gc()
+            svc.running = True
             try:
                 yield
             finally:
+                svc.running = False
                 await svc.feed.close()
         finally:
             if host_pool is None:  # a host's pool is the host's to close

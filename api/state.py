@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Callable
 
 import asyncpg
@@ -12,8 +13,11 @@ from jobfeed.worker.queue import Queue
 from jobfeed.worker.settings import Settings
 
 from .batching import SubmitBatcher
+from .errors import ApiError
 from .feed import Feed
 from .metrics import Metrics
+
+log = logging.getLogger("jobfeed.api")
 
 # The host's hook naming who sent a request (its user id, say), or None for
 # nobody in particular. Called per request on the event loop: keep it cheap.
@@ -30,6 +34,8 @@ class Services:
     queue: Queue = dataclasses.field(init=False)
     feed: Feed = dataclasses.field(init=False)
     batcher: SubmitBatcher = dataclasses.field(init=False)
+    running: bool = dataclasses.field(init=False, default=False)  # between the lifespan's start and end
+    _said_not_running: bool = dataclasses.field(init=False, default=False)
 
     @property
     def body_limit(self) -> int:
@@ -47,5 +53,15 @@ class Services:
         return None
 
 
+NOT_RUNNING = ("jobfeed's lifespan is not running: a host app that mounts jobfeed.api.create_app() enters "
+               "jobfeed.api.lifespan(app) from its own lifespan (README, Embedding)")
+
+
 def services(request: Request) -> Services:
-    return request.app.state.services
+    svc = request.app.state.services
+    if not svc.running:
+        if not svc._said_not_running:  # once: the host's log needs the reason, not a flood
+            svc._said_not_running = True
+            log.error(NOT_RUNNING)
+        raise ApiError(503, "not_running", NOT_RUNNING)
+    return svc

@@ -254,3 +254,18 @@ async def test_an_app_on_a_host_pool_leaves_the_hosts_collector_alone(dsn, pool)
             assert gc.get_threshold()[0] == GC_YOUNG
     finally:
         gc.set_threshold(*before)
+
+
+async def test_a_host_that_forgets_the_lifespan_is_told_so(dsn, caplog):
+    jobs = jobfeed.api.create_app(make_settings(dsn))
+    host = Starlette(routes=[Mount("/jobs", app=jobs)])  # no lifespan entering jobfeed's
+    transport = httpx.ASGITransport(app=host)
+    async with httpx.AsyncClient(transport=transport, base_url="http://host.test") as client:
+        for path in ("/jobs/api/kinds", "/jobs/readyz"):
+            response = await client.get(path)
+            assert response.status_code == 503, response.text
+            error = response.json()["error"]
+            assert error["code"] == "not_running" and "jobfeed.api.lifespan" in error["message"]
+        assert (await client.post("/jobs/api/jobs", json={"kind": "demo", "target": "t"})).status_code == 503
+    said = [r for r in caplog.records if "lifespan is not running" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "ERROR"  # once, however many requests
