@@ -123,6 +123,8 @@ async def sign_in(request: Request) -> Response:
     token = body.get("token") if isinstance(body, dict) else None
     if not isinstance(token, str):
         raise ApiError(422, "invalid_request", 'the body must be {"token": "..."}')
+    if svc.settings.admin_token is None:
+        raise ApiError(401, "unauthorized", auth.ADMIN_DISABLED)
     if not auth.token_matches(token, svc.settings.admin_token):
         raise ApiError(401, "unauthorized", "wrong admin token")
     lifetime = svc.settings.session_lifetime

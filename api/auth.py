@@ -103,6 +103,9 @@ def check_same_origin(request: Request) -> None:
     raise ApiError(403, "csrf", "a signed-in write must come from this server's own pages (Origin mismatch)")
 
 
+ADMIN_DISABLED = "admin access is disabled: no admin token is configured (set JOBFEED_ADMIN_TOKEN)"
+
+
 async def open_session(pool, lifetime: float) -> uuid.UUID:
     return await pool.fetchval(sql.query("open_admin_session"), float(lifetime))
 
@@ -116,9 +119,7 @@ async def require_admin(request: Request, token: str | None, pool) -> None:
     cookie (writes from our own origin only). With no admin token configured,
     admin routes stay closed."""
     if token is None:
-        raise ApiError(401, "unauthorized",
-                       "admin access is disabled: no admin token is configured (set JOBFEED_ADMIN_TOKEN)",
-                       _CHALLENGE)
+        raise ApiError(401, "unauthorized", ADMIN_DISABLED, _CHALLENGE)
     given = _bearer(request)
     if given is not None:
         if token_matches(given, token):

@@ -11,6 +11,10 @@ def test_the_public_names_are_exported():
     for name in ("Queue", "task", "Transient", "Permanent", "Release", "LeaseLost", "create_pool"):
         assert name in jobfeed.__all__
     assert all((Queue, task, LeaseLost, create_pool))
+    # and what the README names besides (every name in __all__ is importable)
+    for name in ("Submission", "QueueError", "http_errors", "check_response", "FileNotFound", "FileGone"):
+        assert name in jobfeed.__all__
+    assert all(hasattr(jobfeed, name) for name in jobfeed.__all__)
 
 
 def test_errors_take_code_message_and_an_optional_retry_after():

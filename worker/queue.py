@@ -212,15 +212,15 @@ class Queue(LeaseCalls, AdminCalls):
                                       reuse_for: float | None = None, dedupe: str = "global") -> None:
         await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for), dedupe)
 
-    async def get_job_json(self, job_id: uuid.UUID) -> str | None:
+    async def get_job_json(self, job_id: uuid.UUID | str) -> str | None:
         """The public view as JSON text (relayed as is by the API)."""
         return await self._fetchval("get_job", job_id)
 
-    async def get_job(self, job_id: uuid.UUID) -> dict | None:
+    async def get_job(self, job_id: uuid.UUID | str) -> dict | None:
         text = await self.get_job_json(job_id)
         return None if text is None else json.loads(text)
 
-    async def wait(self, job_id: uuid.UUID, timeout: float) -> dict | None:
+    async def wait(self, job_id: uuid.UUID | str, timeout: float) -> dict | None:
         """The job's public view once it is final, or as it is after `timeout`
         seconds; None for an unknown job. Listens for the job's change
         notifications on one connection (of the pool, held meanwhile) and
