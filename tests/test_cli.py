@@ -40,6 +40,10 @@ async def test_submit_prints_the_id_and_dedupes(dsn, pool):
     assert await job_count(pool) == 1
 
 
+async def _unused(job, ctx):
+    return None
+
+
 async def test_submit_is_a_request_with_the_kinds_request_policies(dsn, pool, queue):
     """As over HTTP: --json carries request_id (for `jobfeed leave`) and the
     view's position; reuse_for and on_duplicate="reject_different" apply."""
@@ -47,7 +51,7 @@ async def test_submit_is_a_request_with_the_kinds_request_policies(dsn, pool, qu
     # a worker of these kinds has started: it writes their policies (a producer never does)
     own = tasks.Registry()
     for kind, policy in (("cached", {"reuse_for": "10m"}), ("strict", {"on_duplicate": "reject_different"})):
-        own.task(kind, **policy)(None)
+        own.task(kind, **policy)(_unused)
         await tasks.register_kind(queue, own.get(kind).resolved(Settings()), overwrite=True)
     first = json.loads(jobfeed(dsn, "submit", "cached", "c", "--json", **env).stdout)
     assert first["position"] == 0 and first["requesters"] == 1 and first["deduplicated"] is False
