@@ -211,11 +211,18 @@ class Feed:
         return sub
 
     def seed(self, sub: JobSubscription, view: View) -> None:
-        """Offer the snapshot read after subscribing."""
+        """Offer the snapshot read after subscribing. A snapshot newer than
+        what the feed knows is offered to every watcher of the job: once it is
+        known, the change's notification and re-read are skipped as old news,
+        so the job's other streams would otherwise never get it (a final
+        status among them)."""
         known = self._known.get(view.job_id)
         if known is None or view.newer_than(*known):
             self._known[view.job_id] = (view.version, view.extra)
             self._note_queued(view)
+            for watcher in list(self._watch.get(view.job_id, ())):
+                if watcher is not sub:
+                    watcher.offer(view)
         sub.offer(view)
 
     def _note_queued(self, view: View) -> None:

@@ -334,4 +334,9 @@ SERVICE_EDITS: list[Edit] = [
     Edit("access-line-keeps-query", "worker/redact.py",
          '    return _TARGET_QUERY.sub(r"\\1?***", text)', "    return text",
          ("tests/test_logs.py",), "an access line's query string (a request id) is never logged"),
+    Edit("seed-keeps-a-newer-view-to-itself", "api/feed.py",
+         "                if watcher is not sub:\n                    watcher.offer(view)\n",
+         "                if False:\n                    watcher.offer(view)\n",
+         (FEED + "::test_a_newcomers_newer_snapshot_reaches_the_jobs_other_watchers",),
+         "a newcomer's newer snapshot reaches the job's other watchers (else they miss the change)"),
 ]

@@ -109,3 +109,27 @@ async def test_a_change_after_a_quiet_spell_is_read_at_once_and_a_stream_of_them
         assert feed.rereads == before + 2 and [s.newest for s in subs] == [3 if j != first.id else 2 for j in ids]
     finally:
         await feed.close()
+
+
+async def test_a_newcomers_newer_snapshot_reaches_the_jobs_other_watchers(dsn, queue, demo_kind):
+    """A stream opening just as its job changes reads the change in its
+    snapshot before the feed has re-read it; the feed then knows that version
+    and skips the change's notification: the job's other streams must get it
+    from the snapshot (a final status they missed would hold them open)."""
+    feed = Feed(dsn, queue, batch=0.005, health_interval=1.0)
+    window = feed.signals.window.enable()
+    await feed.start()
+    try:
+        await window.asked()
+        window.fire()  # the first connect's resync
+        job_id, _ = await queue.submit("demo", "seen-late")
+        old = await watch(feed, queue, job_id)
+        assert (await old.next()).version == 1
+        await queue.claim(["demo"], 1, "w")  # version 2: heard, its re-read waits for the window
+        await window.asked()
+        new = await watch(feed, queue, job_id)
+        assert (await new.next()).version == 2
+        window.fire()
+        assert (await asyncio.wait_for(old.next(), 5)).version == 2
+    finally:
+        await feed.close()
