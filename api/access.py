@@ -34,13 +34,5 @@ async def require_view(svc: Services, request: Request, job_id: uuid.UUID) -> No
     requester = svc.requester(request)
     presented = presented_request(request)
     if (requester is None and presented is None) or not await svc.queue.may_view(job_id, requester, presented):
-        if not await _admin(svc, request):
+        if not await auth.is_admin(request, svc.settings.admin_token, svc.pool):
             raise ApiError(404, "not_found", "no such job")
-
-
-async def _admin(svc: Services, request: Request) -> bool:
-    try:
-        await auth.require_admin(request, svc.settings.admin_token, svc.pool)
-    except ApiError:
-        return False
-    return True

@@ -135,6 +135,17 @@ async def require_admin(request: Request, token: str | None, pool) -> None:
     raise ApiError(401, "unauthorized", "a valid admin token or session is required", _CHALLENGE)
 
 
+async def is_admin(request: Request, token: str | None, pool) -> bool:
+    """require_admin as a question: False where it would answer 401."""
+    try:
+        await require_admin(request, token, pool)
+    except ApiError as exc:
+        if exc.status != 401:
+            raise
+        return False
+    return True
+
+
 def bearer_matches(request: Request, token: str) -> bool:
     given = _bearer(request)
     return given is not None and _same(given, token)
