@@ -161,8 +161,7 @@ class Registry:
         if on_duplicate not in ("join", "reject_different", "rerun", "replace"):
             raise ValueError(f'@task({kind!r}): on_duplicate must be "join", "reject_different", "rerun" or '
                              f'"replace", not {on_duplicate!r}')
-        reuse_seconds = parse_duration(reuse_for, f"@task({kind!r}) reuse_for") if isinstance(reuse_for, str) \
-            else reuse_for
+        reuse_seconds = None if reuse_for is None else _seconds(reuse_for, f"@task({kind!r}) reuse_for")
         if reuse_seconds is not None and reuse_seconds <= 0:
             raise ValueError(f"@task({kind!r}): reuse_for must be longer than zero")
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -171,18 +170,9 @@ class Registry:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"@task({kind!r}): {name} must be a whole number of at least 1")
         parsed_rate = parse_rate(rate, f"@task({kind!r}) rate") if rate is not None else None
-        if isinstance(every, str):
-            try:
-                every = parse_duration(every, f"@task({kind!r}) every")
-            except SettingError as exc:
-                raise ValueError(str(exc)) from None
-        when = periodic(kind, schedule, timezone, every)
-        try:
-            timeout_seconds = parse_duration(timeout, f"@task({kind!r}) timeout") if isinstance(timeout, str) \
-                else timeout
-        except SettingError as exc:
-            raise ValueError(str(exc)) from None
-        if timeout_seconds is not None and (isinstance(timeout_seconds, bool) or timeout_seconds <= 0):
+        when = periodic(kind, schedule, timezone, None if every is None else _seconds(every, f"@task({kind!r}) every"))
+        timeout_seconds = None if timeout is None else _seconds(timeout, f"@task({kind!r}) timeout")
+        if timeout_seconds is not None and timeout_seconds <= 0:
             raise ValueError(f"@task({kind!r}): timeout must be longer than zero")
 
         def register(handler: Handler) -> Handler:
@@ -229,26 +219,29 @@ def _check_retries(kind: object, max_attempts: object, lease: object, backoff: S
         raise ValueError(f"@task({kind!r}): max_attempts must be a whole number of at least 1")
     if not (isinstance(jitter, (int, float)) and not isinstance(jitter, bool) and 0 <= jitter <= 1):
         raise ValueError(f"@task({kind!r}): jitter must be a number from 0 to 1")
-    try:
-        seconds = None if lease is None else _seconds(lease, f"@task({kind!r}) lease")
-        if seconds is not None and seconds <= 0:
-            raise ValueError(f"@task({kind!r}): lease must be longer than zero")
-        if backoff is None:
-            return seconds, None
-        delays = parse_durations(backoff, f"@task({kind!r}) backoff") if isinstance(backoff, str) \
-            else tuple(_seconds(d, f"@task({kind!r}) backoff") for d in backoff)
-    except (SettingError, TypeError) as exc:
-        raise ValueError(str(exc)) from None
+    seconds = None if lease is None else _seconds(lease, f"@task({kind!r}) lease")
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"@task({kind!r}): lease must be longer than zero")
+    if backoff is None:
+        return seconds, None
+    if isinstance(backoff, str):
+        delays = parse_durations(backoff, f"@task({kind!r}) backoff")
+    elif isinstance(backoff, (list, tuple)):
+        delays = tuple(_seconds(d, f"@task({kind!r}) backoff") for d in backoff)
+    else:
+        raise ValueError(f"@task({kind!r}): backoff is a list of delays or a string such as \"1m,5m\"")
     if not delays or any(d < 0 for d in delays):
         raise ValueError(f"@task({kind!r}): backoff needs at least one delay, none below zero")
     return seconds, delays
 
 
 def _seconds(value: object, name: str) -> float:
+    """An @task option given in seconds or as a duration ("5m"); ValueError
+    naming the option otherwise. Whether zero or less will do is the caller's."""
     if isinstance(value, str):
-        return parse_duration(value, name, zero=True)
+        return parse_duration(value, name, zero=True)  # a SettingError is a ValueError
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name}: {value!r} is neither seconds nor a duration such as \"5m\"")
+        raise ValueError(f"{name}: {value!r} is neither seconds nor a duration such as \"5m\"")
     return float(value)
 
 
