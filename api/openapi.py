@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse, Response
 
 from jobfeed.worker.limits import MAX_TARGET_BYTES
 from jobfeed.worker.states import STATES, STATUSES
+from jobfeed.worker.tasks import DEDUPE, ON_ABANDON, ON_DUPLICATE
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -369,7 +370,11 @@ SCHEMAS = {
         "max_running": {"type": "integer", "nullable": True},
         "max_running_per_key": {"type": "integer", "nullable": True},
         "rate": {"type": "object", "nullable": True, "properties": {
-            "count": {"type": "integer"}, "period_seconds": {"type": "number"}}}}},
+            "count": {"type": "integer"}, "period_seconds": {"type": "number"}}},
+        "dedupe": {"type": "string", "enum": list(DEDUPE)},
+        "on_duplicate": {"type": "string", "enum": list(ON_DUPLICATE)},
+        "on_abandon": {"type": "string", "enum": list(ON_ABANDON)},
+        "reuse_for_seconds": {"type": "number", "nullable": True}}},
     "BulkFilter": {"type": "object", "additionalProperties": False, "minProperties": 1,
                    "description": "at least one field; all given must match",
                    "properties": {"state": {"type": "string", "enum": list(STATES)}, "kind": {"type": "string"},

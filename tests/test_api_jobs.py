@@ -86,7 +86,8 @@ async def test_kinds_lists_registered_kinds(client, queue):
     assert kinds["fetch_email"] == {"kind": "fetch_email", "description": "from elsewhere", "max_attempts": 3,
                                     "lease_seconds": 60, "backoff_seconds": [1, 2], "jitter": 0,
                                     "priority": 0, "paused": False, "max_running": None,
-                                    "max_running_per_key": None, "rate": None}
+                                    "max_running_per_key": None, "rate": None, "dedupe": "global",
+                                    "on_duplicate": "join", "on_abandon": "cancel", "reuse_for_seconds": None}
 
 
 async def test_kind_known_only_to_the_database_is_accepted(client, queue):

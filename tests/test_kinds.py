@@ -28,6 +28,23 @@ async def test_only_an_overwriting_registration_changes_a_kind(queue, pool):
     assert kinds["mail"]["lease_seconds"] == 120 and kinds["video"]["max_attempts"] == 2
 
 
+async def test_the_kinds_list_shows_how_duplicates_and_leavers_are_handled(queue):
+    await queue.register_kind("mail", max_attempts=3, lease=60, backoff=(1,))
+    await queue.register_kind("video", max_attempts=3, lease=60, backoff=(1,))
+    await queue.set_kind_request_policy("video", on_abandon="keep", on_duplicate="rerun", reuse_for=600,
+                                        dedupe="requester")
+    kinds = {k["kind"]: k for k in await queue.list_kinds()}
+    policy = ("dedupe", "on_duplicate", "on_abandon", "reuse_for_seconds")
+    assert [kinds["mail"][p] for p in policy] == ["global", "join", "cancel", None]
+    assert [kinds["video"][p] for p in policy] == ["requester", "rerun", "keep", 600]
+
+
+@pytest.mark.parametrize("option, value", [("on_abandon", "stay"), ("dedupe", "person"), ("on_duplicate", "merge")])
+def test_a_choice_the_kinds_table_would_refuse_is_refused_at_decoration(option, value):
+    with pytest.raises(ValueError, match=f"{option} must be one of .*not '{value}'"):
+        Registry().task("k", **{option: value})
+
+
 async def test_a_new_kinds_settings_apply_to_jobs_submitted_after(queue, pool):
     await queue.register_kind("mail", max_attempts=2, lease=60, backoff=(1,))
     job_id, _ = await queue.submit("mail", "m1")

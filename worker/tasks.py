@@ -93,6 +93,12 @@ def parse_rate(text: str, name: str = "rate") -> tuple[int, float]:
     return n, seconds
 
 
+# A kind's choices, as the kinds table's CHECKs allow them (GET /api/kinds shows them).
+ON_ABANDON = ("cancel", "keep")
+DEDUPE = ("global", "requester")
+ON_DUPLICATE = ("join", "reject_different", "rerun", "replace")
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
     kind: str
@@ -154,13 +160,11 @@ class Registry:
         a transient failure with code "timeout". `lease` and `backoff` take
         seconds or durations ("5m"; backoff also "1m,5m,15m")."""
         lease, backoff = _check_retries(kind, max_attempts, lease, backoff, jitter)
-        if on_abandon not in ("cancel", "keep"):
-            raise ValueError(f'@task({kind!r}): on_abandon must be "cancel" or "keep", not {on_abandon!r}')
-        if dedupe not in ("global", "requester"):
-            raise ValueError(f'@task({kind!r}): dedupe must be "global" or "requester", not {dedupe!r}')
-        if on_duplicate not in ("join", "reject_different", "rerun", "replace"):
-            raise ValueError(f'@task({kind!r}): on_duplicate must be "join", "reject_different", "rerun" or '
-                             f'"replace", not {on_duplicate!r}')
+        for name, choice, choices in (("on_abandon", on_abandon, ON_ABANDON), ("dedupe", dedupe, DEDUPE),
+                                      ("on_duplicate", on_duplicate, ON_DUPLICATE)):
+            if choice not in choices:
+                raise ValueError(f"@task({kind!r}): {name} must be one of {', '.join(map(repr, choices))}, "
+                                 f"not {choice!r}")
         reuse_seconds = None if reuse_for is None else _seconds(reuse_for, f"@task({kind!r}) reuse_for")
         if reuse_seconds is not None and reuse_seconds <= 0:
             raise ValueError(f"@task({kind!r}): reuse_for must be longer than zero")

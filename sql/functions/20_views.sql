@@ -227,7 +227,9 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
         'jitter', k.jitter, 'priority', k.priority, 'paused', k.paused,
         'max_running', k.max_running, 'max_running_per_key', k.max_running_per_key,
         'rate', case when k.rate_count is not null then
-                    jsonb_build_object('count', k.rate_count, 'period_seconds', extract(epoch from k.rate_period)) end)
+                    jsonb_build_object('count', k.rate_count, 'period_seconds', extract(epoch from k.rate_period)) end,
+        'dedupe', k.dedupe, 'on_duplicate', k.on_duplicate, 'on_abandon', k.on_abandon,
+        'reuse_for_seconds', extract(epoch from k.reuse_for))
       from jobfeed.kinds k order by k.kind
 $$;
 
