@@ -141,11 +141,9 @@ Answer = tuple[uuid.UUID, bool, str, "uuid.UUID | None", bool]
 
 def answer(request: Request, job_id: uuid.UUID, created: bool, text: str, request_id: uuid.UUID | None,
            reused: bool) -> Response:
-    text = with_flag(text, "deduplicated", not created and not reused)
+    text = with_flag(with_flag(text, "deduplicated", not created and not reused), "reused", reused)
     if request_id is not None:
         text = with_field(text, "request_id", str(request_id))
-    if reused:
-        text = with_flag(text, "reused", True)
     return json_text(text, 201 if created else 200,
                      headers={"Location": f"{request.scope.get('root_path', '')}/api/jobs/{job_id}"})
 

@@ -30,7 +30,7 @@ async def test_submit_creates_then_shares_the_unfinished_job(client, queue):
     assert first.status_code == 201
     job = first.json()
     assert first.headers["location"] == f"/api/jobs/{job['id']}"
-    assert set(job) == PUBLIC_FIELDS | {"deduplicated", "request_id"}
+    assert set(job) == PUBLIC_FIELDS | {"deduplicated", "reused", "request_id"}
     assert job["deduplicated"] is False and job["requesters"] == 1
     assert (job["kind"], job["target"], job["status"], job["version"]) == ("demo", "video-1", "queued", 1)
 

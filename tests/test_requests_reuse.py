@@ -96,7 +96,7 @@ async def test_http_force_reused_and_payload_conflict(dsn, pool, queue):
             assert r.status_code == 200 and r.json()["reused"] is True and r.json()["id"] == a.json()["id"]
             assert r.json()["status"] == "completed" and r.json()["request_id"]
             r = await http.post("/api/jobs", json={"kind": "demo", "target": "h", "force": True})
-            assert r.status_code == 201 and "reused" not in r.json()
+            assert r.status_code == 201 and r.json()["reused"] is False and r.json()["deduplicated"] is False
             bad = await http.post("/api/jobs", json={"kind": "demo", "target": "h", "force": "yes"})
             assert bad.status_code == 422
 
