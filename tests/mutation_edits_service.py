@@ -4,7 +4,7 @@ its streams, auth and limits, the worker's runner, requests, files."""
 from __future__ import annotations
 
 from mutation_edit import (
-    Edit, ADMIN, API_JOBS, CHILDREN, CLAIMS, COMPLETE_MANY_HEAD, DEDUPE, EXTEND_MANY_HEAD, FEED,
+    Edit, ADMIN, API_JOBS, CHILDREN, CLAIMS, COMPLETE_MANY_HEAD, DEDUPE, EXTEND_MANY_HEAD, FEED, FENCED,
     HEARTBEAT, LIMITS, NO_SCANS, OUTPUTS, POSITION, PROCESS, Q_FENCE, Q_OUT, READS, RECOVERY,
     REQUEST_BATCH, RERUN, RUNNER, SECURITY, SSE, SSE_SLOW, SWEEP, UPLOADS, WAITING, WAKE,
     WEBHOOKS,
@@ -100,9 +100,16 @@ SERVICE_EDITS: list[Edit] = [
          "if r.stop_reason is None and not r.recording]",
          (HEARTBEAT, PROCESS), "a handler that turned its heartbeat off is not renewed"),
     Edit("lost-lease-not-cancelled", "worker/runner.py",
-         "                        entry.ctx.lost.set()\n                        entry.stop(\"lost\")\n",
-         "                        entry.ctx.lost.set()\n",
-         (RUNNER,), "a lost lease cancels the handler and discards its outcome"),
+         "        entry.ctx.lost.set()\n        entry.stop(\"lost\")\n",
+         "        entry.ctx.lost.set()\n",
+         (RUNNER, FENCED), "a lost lease cancels the handler and discards its outcome"),
+    Edit("fenced-not-listened-to", "worker/runner.py",
+         '"jobfeed_fenced": self._on_fenced}', "}",
+         (FENCED,), "a cancel, a replacing duplicate or the last requester leaving stops the handler at once"),
+    Edit("fenced-by-id-alone", "worker/runner.py",
+         "entry = self._running.get(key)",
+         "entry = next((e for k, e in self._running.items() if k[0] == key[0]), None)",
+         (FENCED,), "a late notification of an ended attempt never stops the job's next attempt"),
     Edit("unknown-exception-permanent", "worker/runner.py",
          "outcome = (\"error\", redact.unexpected(exc))",
          "outcome = (\"error\", Permanent(\"internal_error\", str(exc)[:2000]))",

@@ -129,6 +129,8 @@ CALLS = {
     "notify_due": "select jobfeed.notify_due('k', 1)",
     "notify_changed_one": "select jobfeed.notify_changed_one(gen_random_uuid(), 1)",
     "notify_freed": "select jobfeed.notify_freed(array['k'])",
+    "notify_pairs": "select jobfeed.notify_pairs('jobfeed_fenced', array[gen_random_uuid()], array[1::bigint])",
+    "notify_fenced": "select jobfeed.notify_fenced(array[gen_random_uuid()], array[1])",
     "sample_depth_from": "select jobfeed.sample_depth_from('{}', now())",
     "claim_kind_v2": "select * from jobfeed.claim_kind_v2('nothing', 1, 'w', null, now(), false)",
     "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",

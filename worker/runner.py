@@ -109,7 +109,8 @@ class Runner:
     async def run(self) -> None:
         if self.budget is not None:
             self._deadline = time.monotonic() + self.budget
-        listener = Listener(self.dsn, {"jobfeed_due": self._on_due}, on_connect=self._on_listen,
+        listener = Listener(self.dsn, {"jobfeed_due": self._on_due, "jobfeed_fenced": self._on_fenced},
+                            on_connect=self._on_listen,
                             name="jobfeed-worker-listen")
         await listener.start()
         heartbeat = asyncio.create_task(self._heartbeat(), name="jobfeed-heartbeat")
@@ -221,6 +222,25 @@ class Runner:
     def _on_due(self, _channel: str, payload: str) -> None:
         if self._seats.wakes_me(payload):
             self._wake.set()
+
+    def _on_fenced(self, _channel: str, payload: str) -> None:
+        """Attempts someone else ended (a cancel, a replacing duplicate, the
+        last requester leaving), as "id:generation,...": ours stop now rather
+        than at their next renewal, which would find them lost all the same."""
+        for pair in payload.split(","):
+            job_id, _, generation = pair.partition(":")
+            try:
+                key = (uuid.UUID(job_id), int(generation))
+            except ValueError:
+                continue
+            entry = self._running.get(key)
+            if entry is not None:
+                self._lose(entry)
+
+    @staticmethod
+    def _lose(entry: Running) -> None:
+        entry.ctx.lost.set()
+        entry.stop("lost")
 
     async def _on_listen(self) -> None:
         self._wake.set()  # (re)connected: something may have become due meanwhile
@@ -414,8 +434,7 @@ class Runner:
                 for key, entry in group:
                     renewed.append(key)
                     if key[0] in lost:
-                        entry.ctx.lost.set()
-                        entry.stop("lost")
+                        self._lose(entry)
                     else:
                         entry.renew_at = now + entry.renew_every
             if renewed:

@@ -83,24 +83,37 @@ returns void language sql as $$
     select pg_notify('jobfeed_changed', p_id::text || ':' || p_version::text)
 $$;
 
--- "These jobs changed": one NOTIFY per chunk of ids (a payload holds < 8000 bytes),
--- never one per row. Payload: "id:version,id:version,...". Listeners re-read state;
--- the version lets the public feed skip jobs whose public view did not change.
--- The chunks in one statement: a statement per chunk, each subscripting the
--- arrays, cost more than the NOTIFYs.
+-- Jobs with a number each, on p_channel as "id:n,id:n,...": one NOTIFY per chunk
+-- of 150 (a payload holds < 8000 bytes), never one per row. The chunks in one
+-- statement: a statement per chunk, each subscripting the arrays, cost more
+-- than the NOTIFYs.
+create or replace function jobfeed.notify_pairs(p_channel text, p_ids uuid[], p_numbers bigint[])
+returns void language sql as $$
+    select pg_notify(p_channel, string_agg(u.id::text || ':' || u.n::text, ',' order by u.k))
+      from unnest(p_ids, p_numbers) with ordinality u(id, n, k)
+     group by (u.k - 1) / 150
+$$;
+
+-- "These jobs changed", with their versions. Listeners re-read state; the
+-- version lets the public feed skip jobs whose public view did not change.
 create or replace function jobfeed.notify_changed(p_ids uuid[], p_versions bigint[])
 returns void language plpgsql as $$
-declare
-    chunk constant int := 150;
 begin
     if cardinality(p_ids) = 1 then  -- the common case, without the aggregate
         perform jobfeed.notify_changed_one(p_ids[1], p_versions[1]);
         return;
     end if;
-    perform pg_notify('jobfeed_changed', string_agg(u.id::text || ':' || u.version::text, ',' order by u.n))
-       from unnest(p_ids, p_versions) with ordinality u(id, version, n)
-      group by (u.n - 1) / chunk;
+    perform jobfeed.notify_pairs('jobfeed_changed', p_ids, p_versions);
 end $$;
+
+-- "These attempts were ended by someone else" (a cancel, a replacing duplicate,
+-- the last requester leaving), as "id:generation" on jobfeed_fenced: the worker
+-- running one stops its handler at once instead of at its next heartbeat
+-- (which stays the fallback: a notification is only a hint).
+create or replace function jobfeed.notify_fenced(p_ids uuid[], p_generations int[])
+returns void language sql as $$
+    select jobfeed.notify_pairs('jobfeed_fenced', p_ids, p_generations::bigint[])
+$$;
 
 -- "p_count jobs of p_kind became due", on jobfeed_due, as 'count:offset:kind'.
 -- Workers take turns: each holds a numbered seat per kind (an advisory lock on

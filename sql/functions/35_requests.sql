@@ -137,6 +137,7 @@ begin
     else
         perform jobfeed.finish_attempts(array[p_id], array[v_job.generation], 'replaced', 'replaced',
                                         'a duplicate submission replaced this attempt', p_now);
+        perform jobfeed.notify_fenced(array[p_id], array[v_job.generation]);
         update jobfeed.jobs j
            set state = 'queued', generation = j.generation + 1, attempts = greatest(j.attempts - 1, 0),
                lease_until = null, run_after = p_now, payload = p_payload, rerun_payload = null
@@ -419,6 +420,7 @@ begin
         if v_was_running then
             perform jobfeed.finish_attempts(array[v_job.id], array[v_job.generation], 'canceled', 'abandoned',
                                             'every requester left', v_now);
+            perform jobfeed.notify_fenced(array[v_job.id], array[v_job.generation]);
         end if;
         perform jobfeed.notify_changed(array[v_job.id], array[v_job.version]);
     else

@@ -37,8 +37,8 @@ begin
     return jobfeed.admin_get_job(p_id);
 end $$;
 
--- Cancel a waiting, queued or running job. A worker running it learns at its next
--- heartbeat (the lease is lost) and stops.
+-- Cancel a waiting, queued or running job. A worker running it is told at once
+-- (notify_fenced), or learns at its next heartbeat (the lease is lost), and stops.
 create or replace function jobfeed.cancel(p_id uuid, p_now timestamptz default null)
 returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
@@ -65,6 +65,7 @@ begin
         perform jobfeed.finish_attempts(array[p_id], array[v_gen], 'canceled', 'canceled',
                                         'canceled by an admin', v_now);
         perform jobfeed.notify_freed(array[v_kind]);
+        perform jobfeed.notify_fenced(array[p_id], array[v_gen]);
     end if;
     perform jobfeed.notify_changed(array[p_id], array[v_ver]);
     return jobfeed.admin_get_job(p_id);
@@ -195,6 +196,7 @@ begin
     if cardinality(v_running) > 0 then
         perform jobfeed.finish_attempts(v_running, v_gens, 'canceled', 'canceled', 'canceled by an admin', v_now);
         perform jobfeed.notify_freed(v_freed);
+        perform jobfeed.notify_fenced(v_running, v_gens);
     end if;
     if cardinality(v_done) > 0 then
         perform jobfeed.notify_changed(v_done, v_vers);
