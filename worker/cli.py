@@ -13,12 +13,13 @@ import asyncpg
 
 from . import db, logs, migrate as migrations
 from .flow_commands import cmd_pause, cmd_resume, cmd_schedules
-from .job_commands import cmd_leave, cmd_show, cmd_submit
+from .job_commands import cmd_cancel, cmd_leave, cmd_retry, cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
 from .settings import (LOG_LEVELS, SettingError, Settings, parse_choice, parse_duration, parse_host,
                        parse_positive_int)
 from .startup import UsageError, run
+from .states import STATES
 from .submission import InvalidSubmission
 from .top import cmd_top
 from .up import cmd_up
@@ -112,6 +113,16 @@ def parser() -> argparse.ArgumentParser:
     lv.add_argument("request_id")
     lv.add_argument("--json", action="store_true", help="print the job's public view as one JSON line")
 
+    for name, what in (("retry", "queue failed or canceled jobs again (attempts anew)"),
+                       ("cancel", "cancel unfinished jobs (a running handler is stopped)")):
+        a = sub.add_parser(name, help=what, description=f"{what}: one job by its id, or every job matching "
+                                                          "the ids and filters given (all must match)")
+        a.add_argument("ids", nargs="*", metavar="ID", help="job ids")
+        a.add_argument("--state", choices=STATES, help="only jobs in this state")
+        a.add_argument("--kind", help="only jobs of this kind")
+        a.add_argument("--error-code", help="only jobs whose last error has this code")
+        a.add_argument("--json", action="store_true", help="print the job's admin view, or {\"count\": N}")
+
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
@@ -121,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"migrate": cmd_migrate, "worker": cmd_worker, "sweeper": cmd_sweeper, "up": cmd_up,
             "submit": cmd_submit, "show": cmd_show, "top": cmd_top, "pause": cmd_pause, "resume": cmd_resume,
-            "schedules": cmd_schedules, "leave": cmd_leave}
+            "schedules": cmd_schedules, "leave": cmd_leave, "retry": cmd_retry, "cancel": cmd_cancel}
 
 
 def _fail(message: str, code: int) -> int:

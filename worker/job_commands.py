@@ -1,4 +1,5 @@
-"""The commands about one job: `jobfeed submit`, `jobfeed show` and `jobfeed leave`."""
+"""The commands about jobs: `jobfeed submit`, `jobfeed show`, `jobfeed leave`,
+and an admin's `jobfeed retry` and `jobfeed cancel`."""
 
 from __future__ import annotations
 
@@ -149,4 +150,32 @@ async def cmd_leave(settings: Settings, args) -> int:
         print(json.dumps(view))
     else:
         print(f"left; job {view['id']} is {view['status']} ({view['requesters']} requesters left)")
+    return 0
+
+
+async def cmd_retry(settings: Settings, args) -> int:
+    return await _admin_action(settings, args, "retry")
+
+
+async def cmd_cancel(settings: Settings, args) -> int:
+    return await _admin_action(settings, args, "cancel")
+
+
+async def _admin_action(settings: Settings, args, action: str) -> int:
+    """What the dashboard's buttons do. One job id alone: that job, refused
+    (not_found, invalid_state) as the admin route refuses it. Otherwise every
+    job the ids and filters all match, as the bulk route does."""
+    ids = [_uuid(text, "job id") for text in args.ids]
+    filters = {"state": args.state, "kind": args.kind, "error_code": args.error_code}
+    if len(ids) == 1 and not any(filters.values()):
+        view = await _one_call(settings, f"jobfeed-{action}",
+                               lambda queue: queue.retry(ids[0]) if action == "retry" else queue.cancel(ids[0]))
+        print(json.dumps(view) if args.json else f"job {view['id']}: {view['state']}")
+        return 0
+    if not ids and not any(filters.values()):
+        raise UsageError(f"jobfeed {action}: name job ids, or a filter (--state, --kind, --error-code)")
+    count = await _one_call(settings, f"jobfeed-{action}",
+                            lambda queue: queue.bulk(action, ids=ids or None, **filters))
+    done = "retried" if action == "retry" else "canceled"
+    print(json.dumps({"count": count}) if args.json else f"{count} job{'' if count == 1 else 's'} {done}")
     return 0
