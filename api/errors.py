@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from typing import Any
 
 import asyncpg
@@ -62,9 +63,13 @@ async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
 
 
 # The database is down, restarting or full: a 503 that says so (a load
-# balancer or client retries it), not a 500 that reads as a bug.
-_DATABASE_GONE = (ConnectionError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
-                  asyncpg.AdminShutdownError, asyncpg.CrashShutdownError, asyncpg.TooManyConnectionsError)
+# balancer or client retries it), not a 500 that reads as a bug. A server
+# reached by its Unix socket (the embedded one) that stopped has removed the
+# socket: FileNotFoundError (no route reads files of its own); a host name
+# that does not resolve for now: socket.gaierror.
+_DATABASE_GONE = (ConnectionError, FileNotFoundError, socket.gaierror, asyncpg.PostgresConnectionError,
+                  asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
+                  asyncpg.TooManyConnectionsError)
 
 
 async def _database_gone(request: Request, exc: Exception) -> Response:

@@ -6,8 +6,11 @@ test shuts, as a network failure or a restarting server would."""
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import urllib.parse
 import uuid
+
+import pytest
 
 from jobfeed import create_pool
 from jobfeed.api.app import create_app
@@ -16,24 +19,40 @@ from waiting import eventually
 
 
 class Relay:
-    """127.0.0.1:<port> relayed to the database; shut() refuses new connections
-    and cuts the open ones, open() serves again on the same port."""
+    """127.0.0.1:<port>, or a Unix socket in `socket_dir` (as the embedded
+    server is reached), relayed to the database; shut() refuses new
+    connections (the socket file is gone, as when its server stops) and cuts
+    the open ones, open() serves again at the same address."""
 
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, socket_dir: str | None = None):
         url = urllib.parse.urlsplit(dsn)
         host = urllib.parse.parse_qs(url.query).get("host", [url.hostname or "127.0.0.1"])[0]
         self.upstream = host, url.port or 5432  # a directory: the server's Unix socket there
-        self.port = 0
+        self.user, self.database = url.username, url.path
+        self.socket_dir = socket_dir
+        self.port = 0 if socket_dir is None else 5433
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
 
+    @property
+    def dsn(self) -> str:
+        if self.socket_dir is None:
+            return f"postgresql://{self.user}@127.0.0.1:{self.port}{self.database}"
+        return f"postgresql://{self.user}@{self.database}?host={self.socket_dir}&port={self.port}"
+
     async def open(self) -> None:
+        if self.socket_dir is not None:
+            path = f"{self.socket_dir}/.s.PGSQL.{self.port}"
+            self.server = await asyncio.start_unix_server(self._serve, path)
+            return
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, reuse_address=True)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def shut(self) -> None:
         assert self.server is not None
         self.server.close()
+        if self.socket_dir is not None:  # a stopped PostgreSQL removes its socket file
+            pathlib.Path(self.socket_dir, f".s.PGSQL.{self.port}").unlink(missing_ok=True)
         for w in self.writers:
             w.close()
         self.writers.clear()
@@ -56,12 +75,11 @@ class Relay:
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
-async def test_a_lost_database_answers_503_and_the_api_recovers(dsn):
-    relay = Relay(dsn)
+@pytest.mark.parametrize("over", ["tcp", "unix"])
+async def test_a_lost_database_answers_503_and_the_api_recovers(dsn, tmp_path, over):
+    relay = Relay(dsn, str(tmp_path) if over == "unix" else None)
     await relay.open()
-    url = urllib.parse.urlsplit(dsn)
-    relayed = url._replace(netloc=f"{url.username}@127.0.0.1:{relay.port}", query="").geturl()
-    pool = await create_pool(relayed, min_size=1, max_size=4, name="jobfeed-test-relayed")
+    pool = await create_pool(relay.dsn, min_size=1, max_size=4, name="jobfeed-test-relayed")
     try:
         async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
             unknown = f"/api/jobs/{uuid.uuid4()}"
