@@ -11,7 +11,7 @@ timeout either, and httptools is the faster parser.) This subclass adds both:
   JOBFEED_MAX_HEADER_BYTES the answer is 431 and the connection closes;
 - from a request's first byte (or the connection's opening) until its body is
   complete, JOBFEED_REQUEST_TIMEOUT runs: past it the connection closes, with a
-  408 when no response has started. Every _BODY_PROGRESS bytes of body that
+  408 when no response has started (a stalled body included). Every _BODY_PROGRESS bytes of body that
   arrive start it again, so a large upload on a slow but honest link finishes,
   while a client dribbling bytes never earns more time.
 
@@ -70,10 +70,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._deadline = None
         if self.transport.is_closing():
             return
-        if self.cycle is None or self.cycle.response_complete:  # nobody answers this request yet
-            self._refuse(_error(408, "Request Timeout", "request_timeout", "the request was not sent in time"))
-        else:
-            self.transport.close()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if cycle.response_started:  # too late for a 408: cut the answer short
+                self.transport.close()
+                return
+            # The app waits for the rest of the body: it now reads a disconnect,
+            # and whatever it answers to that is dropped, so the 408 is all
+            # the client gets.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self._refuse(_error(408, "Request Timeout", "request_timeout", "the request was not sent in time"))
 
     def _refuse(self, answer: bytes) -> None:
         """Answer and hang up. The answer goes out before the FIN, and reading
