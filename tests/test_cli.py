@@ -78,6 +78,10 @@ async def test_submit_is_a_request_with_the_kinds_request_policies(dsn, pool, qu
     (["submit", "demo", "t", "--payload", '{"steps": "many"}'], "invalid_payload"),
     (["submit", "demo", "t", "--payload", json.dumps({"pad": "x" * 70000})], "payload_too_large"),
     (["show", "not-a-uuid"], "not a job id"),
+    (["submit", "demo", "t", "--payload", '{"x": "\\u0000"}'], "invalid_input"),
+    (["submit", "demo", "t", "--payload", '{"x": "\\ud800"}'], "invalid_input"),
+    (["submit", "demo", "t", "--payload", '{"x": 1e400}'], "invalid_input"),
+    (["pause", "\udcff"], "invalid_input"),
 ])
 async def test_bad_input_is_refused_and_changes_nothing(dsn, pool, args, message):
     out = jobfeed(dsn, *args)
@@ -124,7 +128,8 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     ("JOBFEED_RETENTION", "-1d"), ("JOBFEED_RETENTION", "99999999999d"), ("JOBFEED_PORT", "http"),
     ("JOBFEED_BACKOFF", "1s,,2s"), ("JOBFEED_HOST", "not..a..host"), ("JOBFEED_LOG_LEVEL", "bogus"),
     ("JOBFEED_WEBHOOK_HOSTS", "http://x.com/"), ("JOBFEED_WEBHOOK_HOSTS", ",,,"), ("DATABASE_URL", "notaurl"),
-    ("DATABASE_URL", "postgresql://u:s3c/ret@host/db"),
+    ("DATABASE_URL", "postgresql://u:s3c/ret@host/db"), ("JOBFEED_MAX_ATTEMPTS", "2147483648"),
+    ("JOBFEED_PORT", "70000"),
 ])
 async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, value):
     out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})
@@ -136,6 +141,8 @@ async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, v
 @pytest.mark.parametrize("args, flag", [
     (["--log-level", "bogus", "sweeper", "--once"], "--log-level"),
     (["api", "--host", "not..a..host"], "--host"),
+    (["api", "--port", "70000"], "--port"),
+    (["up", "--port", "-1"], "--port"),
 ])
 async def test_a_bad_flag_is_refused_naming_it(dsn, args, flag):
     out = jobfeed(dsn, *args)

@@ -17,7 +17,7 @@ from .job_commands import cmd_cancel, cmd_leave, cmd_retry, cmd_show, cmd_submit
 from .processes import cmd_api, cmd_migrate, cmd_sweeper, cmd_worker
 from .queue import QueueError
 from .settings import (LOG_LEVELS, SettingError, Settings, parse_choice, parse_duration, parse_host,
-                       parse_positive_int)
+                       parse_port, parse_positive_int)
 from .startup import UsageError, run
 from .states import STATES
 from .submission import InvalidSubmission
@@ -68,7 +68,8 @@ def parser() -> argparse.ArgumentParser:
     def server_flags(sp):
         sp.add_argument("--host", type=_flag(lambda text: parse_host(text, "value")),
                         help="listen address (JOBFEED_HOST, default 127.0.0.1)")
-        sp.add_argument("--port", type=int, help="listen port (JOBFEED_PORT, default 8000)")
+        sp.add_argument("--port", type=_flag(lambda text: parse_port(text, "--port", free=True)),
+                        help="listen port (JOBFEED_PORT, default 8000; 0: any free port)")
 
     worker = sub.add_parser("worker", help="run jobs")
     runner_flags(worker)
@@ -157,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), 3)
     except (QueueError, InvalidSubmission) as exc:
         return _fail(f"{exc.code}: {exc.message}", 1 if exc.code == "not_found" else 2)
+    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError) as exc:
+        # e.g. "\u0000" or a lone surrogate in a payload or a name, which the
+        # API refuses with 422 for the same reason
+        return _fail(f"invalid_input: PostgreSQL cannot store it ({exc})", 2)
     except asyncpg.InsufficientPrivilegeError as exc:
         return _fail(f"{exc}: the login role of DATABASE_URL may not do this (jobfeed migrate needs the"
                      " schema's owner; the other commands a member of jobfeed_api)", 2)

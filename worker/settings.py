@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from .limits import MAX_PAYLOAD_BYTES
+from .limits import INT_MAX, MAX_PAYLOAD_BYTES
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
@@ -91,8 +91,8 @@ def parse_positive_int(text: str, name: str) -> int:
         value = int(str(text).strip())
     except ValueError:
         raise SettingError(f"{name}: {text!r} is not a whole number") from None
-    if value < 1:
-        raise SettingError(f"{name}: {text!r} must be at least 1")
+    if not 1 <= value <= INT_MAX:
+        raise SettingError(f"{name}: {text!r} must be from 1 to {INT_MAX}")
     return value
 
 
@@ -119,7 +119,7 @@ def parse_size(text: str, name: str = "size") -> int:
 def parse_payload_limit(text: str, name: str = "JOBFEED_MAX_PAYLOAD") -> int:
     """A size like the others ('65536', '64KiB'); the database takes it as an int."""
     value = parse_size(text, name)
-    if value > 2 ** 31 - 1:
+    if value > INT_MAX:
         raise SettingError(f"{name}: {text!r} is over 2 GiB")
     return value
 
@@ -138,9 +138,13 @@ def check_token(token: str | None, name: str) -> None:
         raise SettingError(f"{name}: a token is printable ASCII without spaces")
 
 
-def parse_port(text: str, name: str) -> int:
-    port = parse_positive_int(text, name)
-    if port > 65535:
+def parse_port(text: str, name: str, *, free: bool = False) -> int:
+    """A port number; free=True also takes 0, "any free port"."""
+    try:
+        port = int(str(text).strip())
+    except ValueError:
+        raise SettingError(f"{name}: {text!r} is not a port number") from None
+    if not (0 if free else 1) <= port <= 65535:
         raise SettingError(f"{name}: {port} is not a port number")
     return port
 

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from .limits import MAX_TARGET_BYTES
+from .limits import INT_MAX, MAX_TARGET_BYTES
 from .settings import MAX_DURATION, SettingError, parse_duration
 from .tasks import registry
 
@@ -163,7 +163,6 @@ class Schedule:
         return {"run_after": self.run_after, "priority": self.priority, "concurrency_key": self.concurrency_key}
 
 
-_INT32 = 2**31 - 1
 
 
 def parse_run_at(value: object) -> dt.datetime:
@@ -192,8 +191,8 @@ def check_schedule(run_at: object = None, delay: object = None, priority: object
         seconds = duration_field(delay, "delay", "invalid_delay", zero=True)
         run_after = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
-                                 or not -_INT32 <= priority <= _INT32):
-        raise InvalidSubmission(422, "invalid_priority", f"priority must be a whole number from {-_INT32} to {_INT32}")
+                                 or not -INT_MAX <= priority <= INT_MAX):
+        raise InvalidSubmission(422, "invalid_priority", f"priority must be a whole number from {-INT_MAX} to {INT_MAX}")
     if concurrency_key is not None and (not isinstance(concurrency_key, str) or not storable(concurrency_key)
                                         or not 1 <= len(concurrency_key.encode("utf-8")) <= MAX_TARGET_BYTES):
         raise InvalidSubmission(422, "invalid_concurrency_key",
