@@ -23,6 +23,7 @@ from .views import parse_job_id, parse_request_id, with_field, with_flag
 
 _FIELDS = {"kind", "target", "payload", "run_at", "delay", "priority", "concurrency_key", "force", "notify_url",
            "after", "await_signals", "signal_timeout"}
+NOT_NULLABLE = {"kind", "target", "payload"}
 RETRY_AFTER_TOO_MANY = 10  # seconds; when one of the requester's jobs ends is unknowable
 
 
@@ -43,12 +44,19 @@ def _notify_url(body, hosts: tuple[str, ...]) -> str | None:
     return url
 
 
-def _check_submission(body) -> tuple[str, str, dict, Schedule]:
+def _fields(body) -> dict:
+    """The body's fields, known ones only; an optional field given as null is
+    taken as absent (as serializers write a None). Not kind and target, nor
+    payload, which the contract wants a JSON object when given."""
     if not isinstance(body, dict):
         raise ApiError(422, "invalid_request", "the body must be a JSON object with kind, target and payload")
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
+    return {k: v for k, v in body.items() if v is not None or k in NOT_NULLABLE}
+
+
+def _check_submission(body: dict) -> tuple[str, str, dict, Schedule]:
     try:
         kind, target, payload = check_submission(body.get("kind"), body.get("target"), body.get("payload", {}))
         return kind, target, payload, check_schedule(body.get("run_at"), body.get("delay"), body.get("priority"),
@@ -81,6 +89,7 @@ class Submitting:
 
 
 def check_body(body, svc) -> Submitting:
+    body = _fields(body)
     kind, target, payload, schedule = _check_submission(body)
     force = _force(body)
     notify_url = _notify_url(body, svc.settings.webhook_hosts)

@@ -10,6 +10,8 @@ from jobfeed.worker.limits import MAX_TARGET_BYTES
 from jobfeed.worker.states import STATES, STATUSES
 from jobfeed.worker.tasks import DEDUPE, ON_ABANDON, ON_DUPLICATE
 
+from .jobs import NOT_NULLABLE
+
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
 
@@ -307,6 +309,7 @@ _PUBLIC = {
 SCHEMAS = {
     "Error": {"type": "object", "required": ["error"], "properties": {"error": _ERROR_OBJ}},
     "Submission": {"type": "object", "required": ["kind", "target"], "additionalProperties": False,
+                   "description": "an optional field but payload given as null is taken as absent",
                    "properties": {"kind": {"type": "string"},
                                   "target": {"type": "string", "minLength": 1,
                                              "description": f"1 to {MAX_TARGET_BYTES} bytes"},
@@ -390,6 +393,12 @@ SCHEMAS = {
         "oldest_due_seconds": {"type": "number", "nullable": True},
         "throughput": {"type": "array", "items": {"type": "object"}}}},
 }
+
+
+# null in an optional field of a submission is as if absent (api/jobs.py _fields)
+for _field, _schema in SCHEMAS["Submission"]["properties"].items():
+    if _field not in NOT_NULLABLE:
+        _schema["nullable"] = True
 
 
 def document() -> dict:

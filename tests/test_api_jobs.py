@@ -168,6 +168,17 @@ async def test_bad_submissions_are_refused_and_change_nothing(client, pool):
     assert await count_jobs(pool) == 0
 
 
+async def test_an_optional_field_given_as_null_is_taken_as_absent(client, queue):
+    """As a serializer writes a None: every optional field but payload (which
+    must be an object when given, see BAD)."""
+    nulls = {field: None for field in ("run_at", "delay", "priority", "concurrency_key", "force", "notify_url",
+                                       "after", "await_signals", "signal_timeout")}
+    response = await client.post("/api/jobs", json={"kind": "demo", "target": "nulls", **nulls})
+    assert response.status_code == 201, response.text
+    job = await queue.admin_get_job(response.json()["id"])
+    assert (job["state"], job["payload"], job["priority"]) == ("queued", {}, 0)
+
+
 async def test_target_of_exactly_512_bytes_is_accepted(client):
     response = await client.post("/api/jobs", json={"kind": "demo", "target": "\u00e9" * 256})
     assert response.status_code == 201
