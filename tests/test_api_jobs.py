@@ -200,6 +200,21 @@ async def test_payload_over_the_limit_is_413(dsn, pool):
     assert await count_jobs(pool) == 1
 
 
+async def test_a_payload_that_fits_is_taken_however_its_body_escapes_it(dsn, pool):
+    """json.dumps writes "é" as \u00e9: six bytes in the body for two stored.
+    The payload is measured as stored, and its body never refused for that."""
+    app = create_app(make_settings(dsn, max_payload=20_000))
+    async with asgi_client(app) as client:
+        body = json.dumps({"kind": "demo", "target": "accents", "payload": {"note": "\u00e9" * 9000}})
+        assert len(body) > 3 * 18_000
+        taken = await client.post("/api/jobs", content=body, headers={"content-type": "application/json"})
+        assert taken.status_code == 201, taken.text
+        too_big = json.dumps({"kind": "demo", "target": "more", "payload": {"note": "\u00e9" * 10_500}})
+        refused = await client.post("/api/jobs", content=too_big, headers={"content-type": "application/json"})
+        assert refused.status_code == 413 and "payload is over 20000 bytes" in refused.text
+    assert await count_jobs(pool) == 1
+
+
 async def test_api_token_guards_submissions_only(dsn, pool):
     app = create_app(make_settings(dsn, api_token="submit-secret"))
     async with asgi_client(app) as client:
