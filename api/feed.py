@@ -41,6 +41,7 @@ REREAD_CHUNK = 5000  # ids per get_jobs query (a resync may re-read every watche
 # notify_changed() writes it, is skipped (it would fail the re-read forever).
 _JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _BAD_LOG_EVERY = 10.0  # seconds between log lines about skipped notifications
+ADMIN_SENT_KEPT = 10_000  # jobs whose last admin view the feed remembers (a hash each), to send no repeat
 END_LINGER = 0.25  # seconds between a stream's final view and the end of its response (close_soon)
 
 
@@ -76,6 +77,10 @@ class Feed:
         # newest (version, extra) offered to the watchers of a job
         self._known: dict[str, tuple[int, tuple]] = {}
         self._admins: set[AdminSubscription] = set()
+        # hash of the admin view last offered of each job (newest last): a
+        # notification that changed nothing an admin sees (a requesters
+        # count's, a second one read in a later window) sends no repeat
+        self._admin_sent: dict[str, int] = {}
         self._closing: list[JobSubscription] = []  # see close_soon
         self._dirty: set[str] = set()
         self._admin_dirty: set[str] = set()
@@ -300,6 +305,7 @@ class Feed:
         # Anything may have changed while we were not listening.
         self.reconnects += 1
         self._resync = True
+        self._admin_sent.clear()
         for admin in self._admins:
             admin.resync()
         self._wake.set()
@@ -350,6 +356,13 @@ class Feed:
             for text in await self.queue.admin_get_jobs_json(admin_list[start:start + REREAD_CHUNK]):
                 data = json.loads(text)
                 job_id, changed = data["id"], changed_at(data)
+                sent = hash(text)
+                repeat = self._admin_sent.pop(job_id, None) == sent
+                self._admin_sent[job_id] = sent  # newest last
+                if len(self._admin_sent) > ADMIN_SENT_KEPT:
+                    del self._admin_sent[next(iter(self._admin_sent))]  # the longest unchanged
+                if repeat:
+                    continue
                 for admin in list(self._admins):
                     admin.offer(job_id, text, changed)
 

@@ -75,6 +75,23 @@ async def test_a_dashboard_far_behind_is_asked_to_resync(feed, queue):
     assert not resync and len(views) == 1 and '"target": "after"' in views[0][0]
 
 
+async def test_the_dashboard_never_gets_the_same_view_twice(feed, queue, pool):
+    """A notification that changed nothing an admin sees (a requesters count's,
+    or a second one read in a later window) sends no repeat; a change does."""
+    admin = feed.subscribe_admin()
+    job_id, _ = await queue.submit("demo", "once")
+    resync, views = await asyncio.wait_for(admin.next(), 5)
+    assert not resync and len(views) == 1
+    feed.signals.reread.enable()
+    for _ in range(2):  # each in a window of its own: re-read, and found unchanged
+        await pool.execute("select pg_notify('jobfeed_changed', $1)", f"{job_id}:1")
+        await feed.signals.reread.wait()
+        assert not admin._pending  # nothing offered
+    await queue.claim(["demo"], 1, "w")
+    resync, views = await asyncio.wait_for(admin.next(), 5)
+    assert not resync and len(views) == 1 and '"state": "running"' in views[0][0]
+
+
 async def test_a_change_after_a_quiet_spell_is_read_at_once_and_a_stream_of_them_gathers(dsn, queue, demo_kind):
     feed = Feed(dsn, queue, batch=30.0, health_interval=1.0)
     window, reread = feed.signals.window.enable(), feed.signals.reread.enable()
