@@ -396,7 +396,9 @@ SCHEMAS = {
 
 
 # null in an optional field of a submission is as if absent (api/jobs.py _fields)
-for _field, _schema in SCHEMAS["Submission"]["properties"].items():
+_submission = SCHEMAS["Submission"]
+assert isinstance(_submission, dict)
+for _field, _schema in _submission["properties"].items():
     if _field not in NOT_NULLABLE:
         _schema["nullable"] = True
 
