@@ -17,7 +17,7 @@ import asyncpg
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from jobfeed.worker import db, migrate, tasks
@@ -37,6 +37,24 @@ from .state import Identify, Services
 log = logging.getLogger("jobfeed.api")
 
 
+class _PathFirst(Route):
+    """A route whose path, matched, is its own whatever the method: any other
+    method is its 405 (with Allow), not a later route's match. For the bulk
+    paths, which /api/admin/jobs/{job_id} would read as a job id."""
+
+    def matches(self, scope):
+        match, child = super().matches(scope)
+        return (Match.FULL if match == Match.PARTIAL else match), child
+
+
+def _by_method(path: str, endpoints: dict[str, Callable]) -> Route:
+    """One route for a path several methods serve, so that another method's
+    405 names them all in Allow."""
+    async def dispatch(request):
+        return await endpoints[request.method](request)
+    return Route(path, dispatch, methods=list(endpoints))
+
+
 def routes() -> list[BaseRoute]:
     return [
         Route("/api/jobs", jobs.submit, methods=["POST"]),
@@ -48,8 +66,8 @@ def routes() -> list[BaseRoute]:
         Route("/api/requests/{request_id}/leave", jobs.leave_request, methods=["POST"]),
         Route("/api/kinds", jobs.list_kinds, methods=["GET"]),
         Route("/api/admin/jobs", admin.list_jobs, methods=["GET"]),
-        Route("/api/admin/jobs/retry", admin.bulk_retry, methods=["POST"]),
-        Route("/api/admin/jobs/cancel", admin.bulk_cancel, methods=["POST"]),
+        _PathFirst("/api/admin/jobs/retry", admin.bulk_retry, methods=["POST"]),
+        _PathFirst("/api/admin/jobs/cancel", admin.bulk_cancel, methods=["POST"]),
         Route("/api/admin/jobs/{job_id}", admin.get_job, methods=["GET"]),
         Route("/api/admin/jobs/{job_id}/retry", admin.retry, methods=["POST"]),
         Route("/api/admin/jobs/{job_id}/cancel", admin.cancel, methods=["POST"]),
@@ -60,9 +78,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/admin/workers", admin.workers, methods=["GET"]),
         Route("/api/admin/charts", admin.charts, methods=["GET"]),
         Route("/api/admin/events", admin.events, methods=["GET"]),
-        Route("/api/admin/session", admin.session, methods=["GET"]),
-        Route("/api/admin/session", admin.sign_in, methods=["POST"]),
-        Route("/api/admin/session", admin.sign_out, methods=["DELETE"]),
+        _by_method("/api/admin/session", {"GET": admin.session, "POST": admin.sign_in, "DELETE": admin.sign_out}),
         Route("/healthz", health.healthz, methods=["GET"]),
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", health.metrics, methods=["GET"]),

@@ -87,6 +87,18 @@ async def test_errors_are_json_everywhere(client, method, path, status, code):
         assert response.headers["allow"]
 
 
+@pytest.mark.parametrize("method, path, allowed", [
+    ("PUT", "/api/admin/session", {"GET", "HEAD", "POST", "DELETE"}),
+    ("GET", "/api/admin/jobs/retry", {"POST"}),  # not read as a job id "retry"
+    ("DELETE", "/api/admin/jobs/cancel", {"POST"}),
+    ("GET", "/api/requests/00000000-0000-0000-0000-000000000000/leave", {"POST"}),
+])
+async def test_a_wrong_method_is_405_naming_every_method_the_path_takes(client, method, path, allowed):
+    response = await client.request(method, path)
+    assert response.status_code == 405 and response.json()["error"]["code"] == "method_not_allowed"
+    assert set(response.headers["allow"].split(", ")) == allowed
+
+
 async def test_metrics_without_a_token_answer_loopback_only(dsn):
     app = create_app(make_settings(dsn))
     async with app.router.lifespan_context(app):
