@@ -82,6 +82,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             cycle.message_event.set()
         self._refuse(_error(408, "Request Timeout", "request_timeout", "the request was not sent in time"))
 
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn's answer to bytes that are not HTTP is plain text: the same
+        # JSON error shape as everywhere else instead
+        self._refuse(_error(400, "Bad Request", "bad_request", "the request is not valid HTTP"))
+
     def _refuse(self, answer: bytes) -> None:
         """Answer and hang up. The answer goes out before the FIN, and reading
         stops; the socket closes a moment later. Closing at once, with the

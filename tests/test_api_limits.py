@@ -211,6 +211,22 @@ async def test_slowloris_connections_are_closed_after_the_request_timeout(dsn):
                 assert pings >= 5
 
 
+@pytest.mark.parametrize("request_bytes", [
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nX-Nul: a\x00b\r\n\r\n",
+])
+async def test_bytes_that_are_not_http_get_the_json_error_shape(dsn, request_bytes):
+    async with serve(dsn) as server:
+        reader, writer = await connect(server.url)
+        writer.write(request_bytes)
+        answer = await closed_within(reader, 5)
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head
+    assert json.loads(body) == {"error": {"code": "bad_request", "message": "the request is not valid HTTP"}}
+
+
 async def test_a_slow_honest_upload_outlasts_the_request_timeout(dsn, pool):
     """The body's progress earns time: 1.5 MiB sent in 64 KiB pieces over about
     2.5 s passes a 1 s request timeout (a dribbling client earns nothing, above)."""
