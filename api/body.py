@@ -60,6 +60,8 @@ async def read_json(request: Request, limit: int, *, if_empty: Any = _REQUIRED) 
     try:
         data = b"".join(chunks)
         return JSON_DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))  # as json.loads does
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+    except ValueError:  # UnicodeDecodeError is one
         # A fixed message: the parser's own text describes our internals.
         raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
+    except RecursionError:
+        raise ApiError(400, "invalid_json", "the body's JSON is nested too deeply") from None

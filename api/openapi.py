@@ -403,6 +403,15 @@ for _field, _schema in _submission["properties"].items():
         _schema["nullable"] = True
 
 
+# Every route that reads the database may find it away, and every route of
+# jobfeed's own may be asked before its lifespan runs.
+_UNAVAILABLE = _err("the database is not reachable (database_unavailable; Retry-After: 1), or jobfeed's "
+                    "lifespan has not started in the host app (not_running)")
+for (_method, _path), _operation in OPERATIONS.items():
+    if _path.startswith("/api/") or _path == "/metrics":
+        _operation["responses"].setdefault("503", _UNAVAILABLE)
+
+
 def document() -> dict:
     paths: dict[str, dict] = {}
     for (method, path), operation in OPERATIONS.items():
