@@ -86,13 +86,15 @@ $$;
 -- Jobs with a number each, on p_channel as "id:n,id:n,...": one NOTIFY per chunk
 -- of 150 (a payload holds < 8000 bytes), never one per row. The chunks in one
 -- statement: a statement per chunk, each subscripting the arrays, cost more
--- than the NOTIFYs.
+-- than the NOTIFYs. PL/pgSQL, whose plan the session keeps: a completion batch
+-- calls it.
 create or replace function jobfeed.notify_pairs(p_channel text, p_ids uuid[], p_numbers bigint[])
-returns void language sql as $$
-    select pg_notify(p_channel, string_agg(u.id::text || ':' || u.n::text, ',' order by u.k))
-      from unnest(p_ids, p_numbers) with ordinality u(id, n, k)
-     group by (u.k - 1) / 150
-$$;
+returns void language plpgsql as $$
+begin
+    perform pg_notify(p_channel, string_agg(u.id::text || ':' || u.n::text, ',' order by u.k))
+       from unnest(p_ids, p_numbers) with ordinality u(id, n, k)
+      group by (u.k - 1) / 150;
+end $$;
 
 -- "These jobs changed", with their versions. Listeners re-read state; the
 -- version lets the public feed skip jobs whose public view did not change.
