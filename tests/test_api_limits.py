@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from jobfeed.api.app import create_app
+from jobfeed.api.state import body_limit
 from servers import ThreadServer, make_settings, serve
 
 JSON = {"content-type": "application/json"}
@@ -80,7 +81,7 @@ async def test_chunked_body_is_counted_while_it_streams(dsn, pool):
     requests: list[dict] = []
     app = create_app(make_settings(dsn, max_payload=1000))
     app.add_middleware(BodyMeter, requests=requests)
-    limit = 1000 + 16 * 1024  # the payload limit plus room for kind, target and JSON (api/state.py)
+    limit = body_limit(1000)
     async with ThreadServer(app) as server:
         host, port = server.url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
