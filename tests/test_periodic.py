@@ -29,9 +29,37 @@ def test_slots_from_cron_in_a_time_zone_and_from_every():
     assert five.latest(T0 + dt.timedelta(seconds=299)) == T0 and five.next(T0) == T0 + dt.timedelta(minutes=5)
 
 
+@pytest.mark.parametrize("zone, schedule, night", [
+    ("Europe/Paris", "*/30 * * * *", dt.datetime(2027, 10, 30, 22, tzinfo=UTC)),  # clocks back at 01:00Z
+    ("Europe/Paris", "0 * * * *", dt.datetime(2027, 10, 30, 22, tzinfo=UTC)),
+    ("Europe/Paris", "30 2 * * *", dt.datetime(2027, 10, 30, 22, tzinfo=UTC)),
+    ("Europe/Paris", "30 2 * * *", dt.datetime(2027, 3, 27, 22, tzinfo=UTC)),  # forward: 02:30 does not exist
+    ("America/New_York", "*/30 * * * *", dt.datetime(2027, 11, 7, 3, tzinfo=UTC)),
+    ("Australia/Lord_Howe", "0 * * * *", dt.datetime(2027, 4, 3, 12, tzinfo=UTC)),  # a half-hour shift
+])
+def test_the_latest_slot_is_right_through_a_clock_change(zone, schedule, night):
+    """Minute by minute through the night, latest() is the last slot cronsim's
+    own forward walk reaches at or before that minute, and next() the first
+    after it: no slot skipped in the hour the clock goes back through twice,
+    none run twice, none earlier than one already run."""
+    from cronsim import CronSim
+    from zoneinfo import ZoneInfo
+    p = Periodic("k", schedule=schedule, timezone=zone)
+    walk = CronSim(schedule, (night - dt.timedelta(days=2)).astimezone(ZoneInfo(zone)))
+    slots = []
+    while not slots or slots[-1] < night + dt.timedelta(hours=8):
+        slots.append(next(walk).astimezone(UTC))
+    for minute in range(0, 6 * 60):
+        now = night + dt.timedelta(minutes=minute, seconds=17)
+        assert p.latest(now) == max(s for s in slots if s <= now), now
+        assert p.next(now) == min(s for s in slots if s > now), now
+
+
 @pytest.mark.parametrize("args", [
     dict(schedule="61 * * * *", timezone=None, every=None), dict(schedule="0 3 * * *", timezone="Mars/Base", every=None),
-    dict(schedule="0 3 * * *", timezone=None, every=60.0), dict(schedule=None, timezone="UTC", every=None)])
+    dict(schedule="0 3 * * *", timezone=None, every=60.0), dict(schedule=None, timezone="UTC", every=None),
+    dict(schedule=None, timezone=None, every=0.0), dict(schedule=None, timezone=None, every=0.5),
+    dict(schedule=None, timezone=None, every=90.5)])
 def test_bad_schedules_are_refused_when_declared(args):
     with pytest.raises(ValueError):
         periodic("k", **args)
@@ -80,7 +108,10 @@ async def test_jobfeed_schedules_lists_last_and_next(dsn, pool, queue):
     assert row["last_slot"] == "2026-12-01T02:00:00Z"  # as the slot's job's target writes it
     assert dt.datetime.fromisoformat(row["next_slot"]) > dt.datetime.now(UTC)
     text = jobfeed(dsn, "schedules")
-    assert text.returncode == 0 and "hourly: every 3600s; last" in text.stdout
+    assert text.returncode == 0 and "hourly: every 3600s; last 2026-12-01T02:00:00Z (queued)" in text.stdout
+    await pool.execute("delete from jobfeed.jobs where kind = 'hourly'")  # as the sweeper would, once final
+    text = jobfeed(dsn, "schedules")
+    assert "last 2026-12-01T02:00:00Z (its job since deleted by the sweeper)" in text.stdout, text.stdout
 
 
 async def test_two_workers_run_each_slot_once(queue, pool, dsn):

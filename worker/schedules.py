@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import logging
 import math
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -36,16 +36,36 @@ class Periodic:
         if self.every is not None:
             return dt.datetime.fromtimestamp(math.floor(now.timestamp() / self.every) * self.every, UTC)
         assert self.schedule is not None
-        local = now.astimezone(ZoneInfo(self.timezone)).replace(microsecond=0) + dt.timedelta(seconds=1)
-        return next(CronSim(self.schedule, local, reverse=True)).astimezone(UTC)
+        zone = ZoneInfo(self.timezone)
+        # The second is added in UTC: wall-clock arithmetic would lose `fold`
+        # and read the hour a clock goes back through twice as its first pass.
+        after = (now.astimezone(UTC).replace(microsecond=0) + dt.timedelta(seconds=1)).astimezone(zone)
+        # cronsim, started inside that hour's second pass, reads it as the
+        # first: walking back it may skip a slot (never past now), walking
+        # forward it may give one from before. So: back, then forward from
+        # there, skipping any slot not after the one before it.
+        latest = next(CronSim(self.schedule, after, reverse=True)).astimezone(UTC)
+        for slot in self._after(latest):
+            if slot > now:
+                break
+            latest = slot
+        return latest
+
+    def _after(self, start: dt.datetime) -> Iterator[dt.datetime]:
+        """The cron slots after `start` (UTC), in order."""
+        assert self.schedule is not None
+        last = start
+        for slot in CronSim(self.schedule, start.astimezone(ZoneInfo(self.timezone))):
+            when = slot.astimezone(UTC)
+            if when > last:
+                last = when
+                yield when
 
     def next(self, now: dt.datetime) -> dt.datetime:
         """The first slot after now (UTC)."""
         if self.every is not None:
             return self.latest(now) + dt.timedelta(seconds=self.every)
-        assert self.schedule is not None
-        local = now.astimezone(ZoneInfo(self.timezone))
-        return next(CronSim(self.schedule, local)).astimezone(UTC)
+        return next(self._after(now.astimezone(UTC)))
 
 
 def periodic(kind: str, schedule: str | None, timezone: str | None, every: float | None) -> Periodic | None:
@@ -59,6 +79,10 @@ def periodic(kind: str, schedule: str | None, timezone: str | None, every: float
     if every is not None:
         if timezone is not None:
             raise ValueError(f"@task({kind!r}): every= runs in UTC; timezone is for schedule=")
+        # A slot's time is its job's target, written to the second: a slot
+        # shorter, or not a whole number of seconds, would share its target.
+        if every < 1 or every != int(every):
+            raise ValueError(f"@task({kind!r}): every must be a whole number of seconds, at least 1s")
         return Periodic(kind, every=every)
     tz = timezone or "UTC"
     try:
