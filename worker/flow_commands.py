@@ -48,7 +48,8 @@ async def cmd_schedules(settings: Settings, args) -> int:
         if args.json:
             print(json.dumps(row))
         else:
-            last = f"{row['last_slot']} ({row['last_status']})" if row["last_slot"] else "never"
+            status = row["last_status"] or "its job since deleted by the sweeper"
+            last = f"{row['last_slot']} ({status})" if row["last_slot"] else "never"
             print(f"{row['kind']}: {p.describe()}; last {last}; next {row['next_slot']}")
     if not rows and not args.json:
         print("no periodic kinds registered (a worker registers them when it starts)")
