@@ -170,7 +170,9 @@ async def test_a_request_that_left_is_not_notified(dsn, queue, pool, demo_kind, 
 
 @pytest.mark.parametrize("url", ["http://evil.example/x", "ftp://127.0.0.1/x", "not a url", 5,
                                  "http://127.0.0.1.evil.example/x", "http://user@evil.example/",
-                                 "http://user:secret@127.0.0.1/x", "http://127.0.0.1:99999/x"])
+                                 "http://user:secret@127.0.0.1/x", "http://127.0.0.1:99999/x",
+                                 "http://127.0.0.1/a\r\nX-Injected: 1", "http://127.0.0.1/a b",
+                                 "http://127.0.0.1/a\tb"])  # no request line carries these
 async def test_notify_url_hosts_are_allowed_by_name(dsn, pool, url):
     async with serve(dsn, webhook_hosts=("127.0.0.1",)) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:

@@ -147,8 +147,12 @@ def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
         parts.port  # noqa: B018  (raises ValueError for a port out of range)
     except ValueError:
         return False
-    # no user:password@ either: credentials would sit in the database and logs
-    return parts.scheme in ("http", "https") and bool(host) and host in hosts and "@" not in parts.netloc
+    # no user:password@ either: credentials would sit in the database and logs;
+    # no space or control character, which no request line can carry
+    return (parts.scheme in ("http", "https") and bool(host) and host in hosts and "@" not in parts.netloc
+            and not any(c.isspace() or not c.isprintable() for c in url))
+
+
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """When and how a job runs: not before run_after, priority (None: the
@@ -161,8 +165,6 @@ class Schedule:
     def kwargs(self) -> dict[str, Any]:
         """As keyword arguments of Queue.submit*."""
         return {"run_after": self.run_after, "priority": self.priority, "concurrency_key": self.concurrency_key}
-
-
 
 
 def parse_run_at(value: object) -> dt.datetime:
