@@ -108,6 +108,7 @@ async def test_a_final_job_is_posted_signed_and_retried_with_the_same_id(dsn, qu
     headers, body = receiver.got[-1]
     view = Webhook(SECRET).verify(body, headers)  # the reference library accepts the signature
     assert (view["id"], view["status"], view["result"]) == (sub["id"], "completed", {"steps": 3})
+    assert view == await queue.get_job(sub["id"])  # the final public view, as GET answers it
     with pytest.raises(WebhookVerificationError):
         Webhook("whsec_" + base64.b64encode(b"another secret of 32 bytes!!!!!").decode()).verify(body, headers)
     # one delivery for the one request that asked (the other had no notify_url)

@@ -473,7 +473,9 @@ begin
     insert into jobfeed.jobs as j (kind, target, payload, max_attempts, run_after, created_at, updated_at)
     select 'jobfeed.webhook', r.id::text,
            jsonb_build_object('url', r.notify_url, 'webhook_id', 'msg_' || replace(r.id::text, '-', ''),
-                              'job_id', f.id, 'body', jobfeed.public_view(f)),
+                              'job_id', f.id,
+                              -- the view as GET answers it; a final job has no position
+                              'body', jobfeed.public_view(f) || '{"position": null}'),
            v_max, now(), now(), now()
       from jobfeed.requests r join jobfeed.jobs f on f.id = r.job_id
      where r.id = any (p_requests) and r.notify_url is not null
