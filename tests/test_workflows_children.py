@@ -265,8 +265,8 @@ async def test_the_sweeper_keeps_children_of_an_unfinished_parent_and_jobs_waite
     fire = await queue.child_id(p, gen, "k", "fire-and-forget", None)
     # waits for a and for holder (not its child); fire is its child, not waited for
     assert await queue.wait_for(p, gen, [child(a, "a"), child(fire, "fire-and-forget")], [a, holder])
-    for job in await queue.claim(["k"], 2, "w"):
-        assert await queue.complete(job.id, job.generation, None)
+    claimed = {j.target: j for j in await queue.claim(["k"], 2, "w")}
+    assert await queue.complete(claimed["a"].id, claimed["a"].generation, None)
     old = "update jobfeed.jobs set finished_at = now() - interval '30 days' where finished_at is not null"
     await pool.execute(old)
     assert await queue.delete_finished(7 * 86400) == 0  # the parent still waits (for holder)
@@ -275,8 +275,13 @@ async def test_the_sweeper_keeps_children_of_an_unfinished_parent_and_jobs_waite
     await pool.execute(old)
     assert await queue.delete_finished(7 * 86400) == 0  # the parent runs: what it names stays
     assert await queue.complete(p, again.generation, None)
-    await pool.execute("update jobfeed.jobs set finished_at = now() - interval '30 days'")
-    assert await queue.delete_finished(7 * 86400) == 4
+    await pool.execute(old)
+    # all finished but the fire-and-forget child, which still names its parent
+    assert await queue.delete_finished(7 * 86400) == 2 and await state(pool, p) == "completed"
+    fire_job = claimed["fire-and-forget"]
+    assert await queue.complete(fire_job.id, fire_job.generation, None)
+    await pool.execute(old)
+    assert await queue.delete_finished(7 * 86400) == 2  # the parent and its child
 
 
 # ---------------------------------------------------------------- in the runner

@@ -22,7 +22,9 @@ $$;
 -- attempts log. Returns how many went; call again until it returns < p_limit.
 -- Unfinished jobs are never touched, nor finished ones an unfinished job
 -- names in its `after` or its ctx.wait_for (job_deps), nor children of an
--- unfinished parent.
+-- unfinished parent, nor a parent of an unfinished child (a fire-and-forget
+-- child's parent_id keeps naming a job; a probe of jobs_parent, empty for
+-- jobs that have no children).
 create or replace function jobfeed.delete_finished(
     p_retention interval, p_limit int default 1000, p_now timestamptz default null)
 returns int language sql security definer set search_path = jobfeed, pg_temp as $$
@@ -35,6 +37,8 @@ returns int language sql security definer set search_path = jobfeed, pg_temp as 
                              where d.dep_id = j.id and w.state not in ('completed', 'failed', 'canceled'))
            and not exists (select from jobfeed.jobs p
                             where p.id = j.parent_id and p.state not in ('completed', 'failed', 'canceled'))
+           and not exists (select from jobfeed.jobs c
+                            where c.parent_id = j.id and c.state not in ('completed', 'failed', 'canceled'))
          order by j.finished_at
          limit p_limit
          for update skip locked
