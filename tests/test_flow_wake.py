@@ -185,3 +185,21 @@ async def test_a_full_worker_claims_when_a_job_ends(queue, workers):
     await queue.submit("single", "b")
     workers.hold.set()  # a ends
     assert await workers.next_start() == "b"
+
+
+async def test_a_worker_woken_from_full_hears_a_slot_freed_during_its_claim(queue, pool, workers):
+    """One slot, one key: each job's end wakes the full worker, whose claim
+    finds the key still held (the end not yet written); the write's
+    notification then comes during that claim, and must wake it, not be
+    judged by the full worker's "not for me". Before, about one job in ten
+    waited for the poll."""
+    async def quick(job, ctx):
+        return {}
+    spec = TaskSpec("serial", quick, max_attempts=3, lease=LEASE, backoff=(1.0,), jitter=0.0, max_running_per_key=1)
+    await queue.register_kind("serial", max_attempts=3, lease=LEASE, backoff=(1.0,), jitter=0.0,
+                              max_running_per_key=1)
+    r = Runner(queue, workers.dsn, [spec], poll_interval=POLL, grace=1.0, concurrency=1)
+    workers.made.append((r, asyncio.create_task(r.run())))
+    ids = [(await queue.submit("serial", f"t{i}", concurrency_key="k")).id for i in range(60)]
+    for job_id in ids:  # each well before the poll, or fail
+        await wait_state(pool, job_id, "completed", timeout=10)

@@ -149,6 +149,11 @@ class Runner:
         while not self._stop.is_set():
             self._wake.clear()  # before claiming: a NOTIFY arriving meanwhile wakes the wait below
             limit = self._may_claim()
+            if limit > 0:
+                # Woken from a sleep while full (a slot freed): take turns again
+                # now, or a notification arriving during this claim would be
+                # judged by the full worker's "not for me" and lost.
+                self._seats.seated(True)
             claimed: list[Job] = []
             timings: list[ClaimTimes] = []
             try:
