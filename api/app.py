@@ -51,7 +51,7 @@ def _by_method(path: str, endpoints: dict[str, Callable]) -> Route:
     """One route for a path several methods serve, so that another method's
     405 names them all in Allow."""
     async def dispatch(request):
-        return await endpoints[request.method](request)
+        return await endpoints["GET" if request.method == "HEAD" else request.method](request)
     return Route(path, dispatch, methods=list(endpoints))
 
 

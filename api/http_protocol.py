@@ -11,9 +11,10 @@ timeout either, and httptools is the faster parser.) This subclass adds both:
   JOBFEED_MAX_HEADER_BYTES the answer is 431 and the connection closes;
 - from a request's first byte (or the connection's opening) until its body is
   complete, JOBFEED_REQUEST_TIMEOUT runs: past it the connection closes, with a
-  408 when no response has started (a stalled body included). Every _BODY_PROGRESS bytes of body that
-  arrive start it again, so a large upload on a slow but honest link finishes,
-  while a client dribbling bytes never earns more time.
+  408 when no response has started (a stalled body included). Every
+  _BODY_PROGRESS bytes of body that arrive start it again, so a large upload on
+  a slow but honest link finishes, while a client dribbling bytes never earns
+  more time.
 
 Every place that starts uvicorn passes `uvicorn_options(settings)`."""
 

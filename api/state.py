@@ -27,7 +27,7 @@ Identify = Callable[[Request], "str | None"]
 def body_limit(max_payload: int) -> int:
     """The largest JSON body taken. The payload limit is exact (checked in SQL
     on the stored form). The body may spell the payload six times longer (a
-    byte as \u0001; "é", two bytes, as \u00e9, as json.dumps writes it by
+    byte as \\u0001; "é", two bytes, as \\u00e9, as json.dumps writes it by
     default) and holds kind, target and the JSON around them: no payload that
     fits is refused for its body."""
     return 6 * max_payload + 16 * 1024

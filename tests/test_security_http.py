@@ -103,6 +103,11 @@ async def test_a_wrong_method_is_405_naming_every_method_the_path_takes(client, 
     assert set(response.headers["allow"].split(", ")) == allowed
 
 
+async def test_head_of_a_path_several_methods_serve_answers_as_get(client):
+    head, get = await client.head("/api/admin/session"), await client.get("/api/admin/session")
+    assert head.status_code == get.status_code == 200 and head.content == b""
+
+
 async def test_metrics_without_a_token_answer_loopback_only(dsn):
     app = create_app(make_settings(dsn))
     async with app.router.lifespan_context(app):
