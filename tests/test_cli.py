@@ -128,7 +128,8 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     ("JOBFEED_RETENTION", "-1d"), ("JOBFEED_RETENTION", "99999999999d"), ("JOBFEED_PORT", "http"),
     ("JOBFEED_BACKOFF", "1s,,2s"), ("JOBFEED_HOST", "not..a..host"), ("JOBFEED_LOG_LEVEL", "bogus"),
     ("JOBFEED_WEBHOOK_HOSTS", "http://x.com/"), ("JOBFEED_WEBHOOK_HOSTS", ",,,"), ("DATABASE_URL", "notaurl"),
-    ("DATABASE_URL", "postgresql://u:s3c/ret@host/db"), ("JOBFEED_MAX_ATTEMPTS", "2147483648"),
+    ("DATABASE_URL", "postgresql://u:s3c/ret@host/db"), ("DATABASE_URL", "postgresql://u:s3c@127.0.0.1:99999/db"),
+    ("JOBFEED_MAX_ATTEMPTS", "2147483648"),
     ("JOBFEED_PORT", "70000"),
 ])
 async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, value):

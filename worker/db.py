@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import urllib.parse
 import warnings
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -134,6 +135,7 @@ async def connect_first(url: str, *, name: str) -> asyncpg.Connection:
     unknown host, no such database, bad login). Only at start: a long-running
     process that loses the database later retries on its own."""
     try:
+        urllib.parse.urlsplit(url).port  # noqa: B018  (raises ValueError for a port out of range)
         return await connect(url, name=name)
     except ValueError as exc:  # asyncpg's ClientConfigurationError is one
         # Other ValueErrors (a port that is no number) may quote a piece of the
