@@ -86,9 +86,9 @@ class Listen:
         self.event = asyncio.Event()
 
     @classmethod
-    async def open(cls, dsn):
+    async def open(cls, dsn, channels=("jobfeed_changed", "jobfeed_due")):
         self = cls(await asyncpg.connect(dsn))
-        for ch in ("jobfeed_changed", "jobfeed_due"):
+        for ch in channels:
             await self.conn.add_listener(ch, self._on)
         return self
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import asyncpg
-
 from jobfeed.worker.tasks import TaskSpec
+from queue_sql import Listen
+from waiting import eventually
 
 
 def watched(entered: asyncio.Queue, stopped: asyncio.Queue):
@@ -81,17 +81,16 @@ async def test_a_bulk_cancel_names_every_running_attempt_in_payloads_that_fit(qu
     await queue.submit_many("k", [(f"t{i}", None) for i in range(400)])
     claimed = await queue.claim(["k"], 400, "w")
     assert len(claimed) == 400
-    payloads: list[str] = []
-    conn = await asyncpg.connect(dsn)
+    listen = await Listen.open(dsn, channels=("jobfeed_fenced",))
     try:
-        await conn.add_listener("jobfeed_fenced", lambda _c, _p, _ch, payload: payloads.append(payload))
         assert await queue.bulk("cancel", kind="k") == 400
-        for _ in range(100):
-            if sum(len(p.split(",")) for p in payloads) >= 400:
-                break
-            await asyncio.sleep(0.05)
+
+        async def all_named():
+            return sum(len(p.split(",")) for _, p in listen.got) >= 400
+        await eventually(all_named, timeout=5, what="every running attempt named")
     finally:
-        await conn.close()
+        await listen.conn.close()
+    payloads = [p for _, p in listen.got]
     named = {(uuid.UUID(i), int(g)) for p in payloads for i, g in (pair.split(":") for pair in p.split(","))}
     assert named == {(j.id, j.generation) for j in claimed}
     assert len(payloads) > 1 and all(len(p.encode()) < 8000 for p in payloads)
@@ -101,18 +100,16 @@ async def test_a_cancel_of_a_job_no_worker_runs_notifies_none(queue, dsn):
     await queue.register_kind("k", max_attempts=3, lease=60, backoff=(1,))
     queued, _ = await queue.submit("k", "queued")
     running, _ = await queue.submit("k", "running")
-    payloads: list[str] = []
-    conn = await asyncpg.connect(dsn)
+    listen = await Listen.open(dsn, channels=("jobfeed_fenced",))
     try:
-        await conn.add_listener("jobfeed_fenced", lambda _c, _p, _ch, payload: payloads.append(payload))
         await queue.cancel(queued)
         [job] = await queue.claim(["k"], 1, "w")
         assert job.id == running
         await queue.cancel(running)  # notifications come in commit order: this one marks the end
-        for _ in range(100):
-            if payloads:
-                break
-            await asyncio.sleep(0.05)
+
+        async def heard():
+            return listen.got
+        await eventually(heard, timeout=5, what="the running job's notification")
     finally:
-        await conn.close()
-    assert payloads == [f"{running}:{job.generation}"]
+        await listen.conn.close()
+    assert [p for _, p in listen.got] == [f"{running}:{job.generation}"]
