@@ -17,7 +17,8 @@ import asyncpg
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.responses import RedirectResponse
+from starlette.routing import BaseRoute, Match, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 
 from jobfeed.worker import db, migrate, tasks
@@ -91,6 +92,28 @@ def routes() -> list[BaseRoute]:
     ]
 
 
+def _relative_slash_redirects(router: Router) -> None:
+    """Starlette redirects a path with a slash too many or too few to a URL
+    that names the host the request's Host header gave (a cache or a link
+    could carry that elsewhere); a path alone sends the client back to the
+    host it asked."""
+    router.redirect_slashes = False
+
+    async def default(scope, receive, send):
+        path = scope["path"]
+        if scope["type"] == "http" and path != "/":
+            other = dict(scope, path=path.rstrip("/") if path.endswith("/") else path + "/")
+            if any(route.matches(other)[0] is not Match.NONE for route in router.routes):
+                location = other["path"]  # no route takes "//...": never another host's
+                if scope["query_string"]:
+                    location += "?" + scope["query_string"].decode("latin-1")
+                await RedirectResponse(location)(scope, receive, send)
+                return
+        await router.not_found(scope, receive, send)
+
+    router.default = default
+
+
 PoolSource = Union[asyncpg.Pool, Callable[[], asyncpg.Pool]]
 
 
@@ -147,6 +170,7 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
+    _relative_slash_redirects(app.router)
     app.state.services = svc
     return app
 

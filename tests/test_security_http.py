@@ -108,6 +108,22 @@ async def test_head_of_a_path_several_methods_serve_answers_as_get(client):
     assert head.status_code == get.status_code == 200 and head.content == b""
 
 
+@pytest.mark.parametrize("path, location", [
+    ("/api/kinds/", "/api/kinds"),
+    ("/admin/?tab=jobs&q=a%20b", "/admin?tab=jobs&q=a%20b"),
+    ("/static", "/static/"),
+])
+async def test_a_slash_too_many_or_too_few_redirects_to_a_path_not_the_host_header(client, path, location):
+    moved = await client.get(path, headers={"host": "attacker.example"})
+    assert moved.status_code == 307 and moved.headers["location"] == location
+
+
+@pytest.mark.parametrize("path", ["/api/nothing/", "/jobs/", "/static/app.js/"])
+async def test_a_path_no_route_takes_either_way_is_404(client, path):
+    response = await client.get(path, headers={"host": "attacker.example"})
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
 async def test_metrics_without_a_token_answer_loopback_only(dsn):
     app = create_app(make_settings(dsn))
     async with app.router.lifespan_context(app):
