@@ -94,6 +94,8 @@ async def test_a_host_mounts_jobfeed_under_a_prefix_with_its_pool(dsn, queue):
         assert (await client.get("/jobs/api/admin/stats")).status_code == 200  # the cookie works there
         moved = await client.get("/jobs")
         assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/jobs/")
+        moved = await client.get("/jobs/api/kinds/")  # jobfeed's own redirect keeps the prefix
+        assert moved.status_code == 307 and moved.headers["location"] == "/jobs/api/kinds"
 
         # identify is the host's hook, kept for the requests feature
         assert svc.requester(Request({"type": "http", "headers": [(b"x-user", b"ada")]})) == "ada"
