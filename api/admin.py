@@ -95,8 +95,9 @@ async def charts(request: Request) -> Response:
 
 
 async def events(request: Request) -> Response:
-    await _admin(request)
-    return await streams.admin_stream(request)
+    svc = services(request)
+    session = await auth.require_admin(request, svc.settings.admin_token, svc.pool)
+    return await streams.admin_stream(request, session)
 
 
 def _cookie_path(request: Request) -> str:

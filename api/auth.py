@@ -110,28 +110,33 @@ async def open_session(pool, lifetime: float) -> uuid.UUID:
     return await pool.fetchval(sql.query("open_admin_session"), float(lifetime))
 
 
+async def session_live(pool, sid: uuid.UUID) -> bool:
+    """Neither signed out (in any API process) nor expired."""
+    return bool(await pool.fetchval(sql.query("admin_session_valid"), sid))
+
+
 async def close_session(pool, sid: uuid.UUID) -> None:
     await pool.fetchval(sql.query("close_admin_session"), sid)
 
 
-async def require_admin(request: Request, token: str | None, pool) -> None:
+async def require_admin(request: Request, token: str | None, pool) -> uuid.UUID | None:
     """Let the request through with the admin token (Bearer) or a live session
-    cookie (writes from our own origin only). With no admin token configured,
-    admin routes stay closed."""
+    cookie (writes from our own origin only); answers the session, None for the
+    token. With no admin token configured, admin routes stay closed."""
     if token is None:
         raise ApiError(401, "unauthorized", ADMIN_DISABLED, _CHALLENGE)
     given = _bearer(request)
     if given is not None:
         if token_matches(given, token):
-            return
+            return None
     else:
         cookie = request.cookies.get(cookie_name(request))
         if cookie:
             if request.method in _WRITES:
                 check_same_origin(request)
             sid = session_id(cookie, token)
-            if sid is not None and await pool.fetchval(sql.query("admin_session_valid"), sid):
-                return
+            if sid is not None and await session_live(pool, sid):
+                return sid
     raise ApiError(401, "unauthorized", "a valid admin token or session is required", _CHALLENGE)
 
 

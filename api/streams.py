@@ -10,6 +10,7 @@ counts."""
 
 from __future__ import annotations
 
+import uuid
 from typing import AsyncIterator
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from . import auth
 from .errors import ApiError
 from .subscriptions import AdminSubscription, TooManyStreams, View
 from .jobstream import SEP, JobStream
@@ -96,7 +98,10 @@ async def job_stream(request: Request, job_id) -> Response | JobStream:
         raise
 
 
-async def admin_stream(request: Request) -> Response:
+async def admin_stream(request: Request, session: uuid.UUID | None) -> Response:
+    """`session`: the cookie's session the stream was opened with (None for the
+    token); the stream ends before its next events once it is signed out or
+    expired, whichever API process signed it out."""
     svc = services(request)
     try:
         sub = svc.feed.subscribe_admin(**_caps(request))
@@ -104,13 +109,14 @@ async def admin_stream(request: Request) -> Response:
         raise _refused(exc) from None
     try:
         retry_ms = int(svc.settings.sse_retry * 1000)
-        return _response(svc, _admin_events(svc, sub, retry_ms), sub)
+        return _response(svc, _admin_events(svc, sub, retry_ms, session), sub)
     except BaseException:
         sub.close()
         raise
 
 
-async def _admin_events(svc: Services, sub: AdminSubscription, retry_ms: int) -> AsyncIterator[ServerSentEvent]:
+async def _admin_events(svc: Services, sub: AdminSubscription, retry_ms: int,
+                        session: uuid.UUID | None) -> AsyncIterator[ServerSentEvent]:
     # 'ready' says the subscription is live: a dashboard loads its list after it,
     # and again after every 'resync' (changes may have been missed).
     with svc.metrics.stream("admin"):
@@ -118,6 +124,8 @@ async def _admin_events(svc: Services, sub: AdminSubscription, retry_ms: int) ->
             yield ServerSentEvent("{}", event="ready", retry=retry_ms, sep=SEP)
             while (item := await sub.next()) is not None:
                 resync, views = item
+                if session is not None and not await auth.session_live(svc.pool, session):
+                    return
                 if resync:
                     yield ServerSentEvent("{}", event="resync", sep=SEP)
                 for text, changed in views:

@@ -5,6 +5,7 @@ another origin are refused."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import subprocess
@@ -18,7 +19,8 @@ from jobfeed.api import auth
 from jobfeed.api.app import create_app
 from jobfeed.worker.startup import UsageError, admin_token
 from jobfeed.worker.settings import SettingError, Settings
-from servers import ADMIN_TOKEN, ROOT, asgi_client, make_settings, serve
+from servers import ADMIN_TOKEN, ROOT, Watcher, asgi_client, make_settings, serve
+from waiting import eventually
 
 ORIGIN = "http://jobfeed.test"
 
@@ -119,6 +121,41 @@ async def test_signing_out_revokes_the_cookie_in_every_api_process(dsn):
         for server in (a, b):
             async with httpx.AsyncClient(base_url=server.url, timeout=10) as other:
                 assert (await other.get("/api/admin/stats", headers=jar)).status_code == 401
+
+
+async def test_signing_out_ends_the_sessions_open_admin_streams_in_every_process(dsn):
+    """Before: a dashboard stream opened with the cookie went on delivering true
+    views (payloads included) of every job after its session was signed out."""
+    async with serve(dsn) as a, serve(dsn) as b:
+        async with httpx.AsyncClient(base_url=a.url, timeout=10) as client:
+            cookie = await sign_in(client)
+        jar = {"cookie": f"{auth.SESSION_COOKIE}={cookie}"}
+        watchers = {"cookie": Watcher(httpx.AsyncClient(base_url=b.url, timeout=10), "/api/admin/events", jar),
+                    "token": Watcher(httpx.AsyncClient(base_url=b.url, timeout=10), "/api/admin/events",
+                                     {"authorization": f"Bearer {ADMIN_TOKEN}"})}
+        tasks = [asyncio.create_task(w.run()) for w in watchers.values()]
+        try:
+            def targets(name: str) -> list[str]:
+                return [e.json()["target"] for e in watchers[name].events if e.event == "job"]
+
+            async with httpx.AsyncClient(base_url=a.url, timeout=10) as client:
+                await eventually(lambda: asyncio.sleep(0, all(w.events for w in watchers.values())),
+                                 timeout=10, what="both streams ready")
+                await client.post("/api/jobs", json={"kind": "demo", "target": "before"})
+                await eventually(lambda: asyncio.sleep(0, all(targets(n) == ["before"] for n in watchers)),
+                                 timeout=10, what="both streams saw the job")
+                out = await client.delete("/api/admin/session", headers={**jar, "origin": a.url})
+                assert out.status_code == 204
+                await client.post("/api/jobs", json={"kind": "demo", "target": "after"})
+            await eventually(lambda: asyncio.sleep(0, targets("token") == ["before", "after"]),
+                             timeout=10, what="the token's stream saw the next job")
+            await asyncio.wait_for(tasks[0], 10)  # the cookie's stream ended ...
+            assert targets("cookie") == ["before"]  # ... without the job submitted after sign-out
+        finally:
+            for task in tasks:
+                task.cancel()
+            for watcher in watchers.values():
+                await watcher.client.aclose()
 
 
 async def test_over_https_the_cookie_is_host_prefixed_and_secure(dsn):
