@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
 from waiting import eventually, wait_state
@@ -60,6 +61,48 @@ async def test_results_are_stored_as_the_handler_returned_them(queue, pool, run)
         assert await pool.fetchval("select result::text from jobfeed.jobs where id = $1", job_id) \
             == ("null" if results[target] is None else json.dumps(results[target]))
         assert (await queue.get_job(job_id))["result"] == results[target]
+
+
+async def test_results_json_cannot_hold_fail_the_attempt_at_once_and_alone(queue, pool, run):
+    """Before: a result json.dumps refused (a set; ctx.submit's UUID) or one
+    PostgreSQL refused (a NUL in a string) failed the write of its whole batch
+    of completions, and every job in it ran again after its lease (here a
+    minute) ran out, the bad one ending as lease_expired."""
+    results = {"ok1": {"n": 1}, "set": {"s": {1, 2}}, "nan": float("nan"), "nul": {"text": "a\x00b"},
+               "surrogate": "\ud800", "ok2": [2], "uuid": {"child": uuid.UUID(int=7)}}
+    go = asyncio.Event()
+
+    async def answer(job, ctx: Context):
+        await go.wait()  # all at once: their completions share a batch
+        return results[job.target]
+
+    runner = await run(spec("answer", answer, lease=60))
+    ids = {target: (await queue.submit("answer", target)).id for target in results}
+    await eventually(lambda: asyncio.sleep(0, runner.running_count == len(results)), what="every job running")
+    go.set()
+    for target in ("ok1", "ok2", "uuid"):
+        await wait_state(pool, ids[target], "completed")
+    assert (await queue.get_job(ids["uuid"]))["result"] == {"child": str(uuid.UUID(int=7))}
+    for target in ("set", "nan", "nul", "surrogate"):
+        async def failed(job_id=ids[target]):
+            log = (await queue.admin_get_job(job_id))["attempts_log"]
+            return bool(log) and log[0]["error"] is not None and log[0]["error"]["code"] == "invalid_result"
+        await eventually(failed, timeout=10, what=f"{target}'s attempt failed")
+
+
+async def test_a_result_postgresql_refuses_fails_a_spawning_attempt_without_its_children(queue, pool, run):
+    async def spawning(job, ctx: Context):
+        await ctx.submit("spawning", "child", {})
+        return "a\x00b"
+
+    await run(spec("spawning", spawning, lease=60))
+    job_id = (await queue.submit("spawning", "x")).id
+
+    async def failed():
+        log = (await queue.admin_get_job(job_id))["attempts_log"]
+        return bool(log) and log[0]["error"] is not None and log[0]["error"]["code"] == "invalid_result"
+    await eventually(failed, timeout=10, what="the attempt failed")
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where parent_id = $1", job_id) == 0
 
 
 async def test_checkpoint_reaches_the_next_attempt(queue, pool, run):

@@ -10,6 +10,7 @@ import time
 import uuid
 
 from .queue import Queue
+from .queue_calls import UNSTORABLE
 from .retrying import retrying
 
 log = logging.getLogger("jobfeed.worker")
@@ -33,12 +34,13 @@ class Completions:
         self.queue = queue
         self.on_written = on_written
         self.unwritten = 0
-        self._pending: list[tuple[uuid.UUID, int, object, float]] = []  # id, generation, result, lease
+        self._pending: list[tuple[uuid.UUID, int, str, float]] = []  # id, generation, result, lease
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def add(self, job_id: uuid.UUID, generation: int, result, lease: float) -> None:
+    def add(self, job_id: uuid.UUID, generation: int, result: str, lease: float) -> None:
+        """`result`: the handler's result as JSON text (result_json)."""
         self._pending.append((job_id, generation, result, lease))
         self.unwritten += 1
         self._idle.clear()
@@ -58,8 +60,11 @@ class Completions:
                 # jobs are someone else's and a write could only answer "lost".
                 until = time.monotonic() + max(lease for *_, lease in batch) + 1.0
                 try:
-                    completed = await retrying(functools.partial(self.queue.complete_many, triples),
-                                               until=until, what=f"write {len(batch)} completions")
+                    try:
+                        completed = await retrying(functools.partial(self.queue.complete_many_json, triples),
+                                                   until=until, what=f"write {len(batch)} completions")
+                    except UNSTORABLE:
+                        completed = await self._one_by_one(triples, until)
                     for job_id, generation, *_ in batch:
                         if job_id not in completed:
                             log.info("job %s gen %d: lease lost before its completion was recorded",
@@ -70,3 +75,20 @@ class Completions:
                 self.unwritten -= len(batch)
                 self.on_written()
             self._idle.set()
+
+    async def _one_by_one(self, triples: list[tuple[uuid.UUID, int, str]], until: float) -> set[uuid.UUID]:
+        """A result PostgreSQL refuses (a NUL or a lone surrogate in a string)
+        fails its batch: the others are written alone, and that attempt ends as
+        a transient failure, as if its handler had raised."""
+        completed: set[uuid.UUID] = set()
+        for job_id, generation, text in triples:
+            try:
+                completed |= await retrying(functools.partial(self.queue.complete_many_json,
+                                                              [(job_id, generation, text)]),
+                                            until=until, what=f"write job {job_id}'s completion")
+            except UNSTORABLE as exc:
+                log.warning("job %s: its result cannot be stored (%s)", job_id, exc)
+                if await retrying(functools.partial(self.queue.fail_unstorable, job_id, generation, exc),
+                                  until=until, what=f"write job {job_id}'s failure"):
+                    completed.add(job_id)  # its attempt is recorded, as a failure
+        return completed

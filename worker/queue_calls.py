@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from typing import Any, Sequence
 
 import asyncpg
@@ -39,9 +40,22 @@ def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[st
     return [t for t, _ in items], [json.dumps(p if p is not None else {}) for _, p in items]
 
 
-def _result_json(value: Any) -> str:
-    """A handler's result as JSON text; most return None, spared json.dumps."""
-    return "null" if value is None else json.dumps(value)
+# What PostgreSQL refuses in JSON it is given: a NUL or a lone surrogate in a
+# string (DataError), nesting past its stack (ProgramLimitExceededError).
+UNSTORABLE = (asyncpg.DataError, asyncpg.ProgramLimitExceededError)
+UNSTORABLE_CODE = "invalid_result"
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, uuid.UUID):  # job ids, as ctx.submit answers them
+        return str(value)
+    raise TypeError(f"a {type(value).__name__} is not JSON")
+
+
+def result_json(value: Any) -> str:
+    """A handler's result as JSON text; most return None, spared json.dumps.
+    TypeError or ValueError for what JSON cannot hold (a set, NaN)."""
+    return "null" if value is None else json.dumps(value, allow_nan=False, default=_plain)
 
 
 def _seconds(value: float | None) -> dt.timedelta | None:

@@ -10,7 +10,7 @@ import uuid
 from typing import Any, Sequence
 
 from .limits import MAX_PAYLOAD_BYTES
-from .queue_calls import QueueCalls, _result_json, _seconds
+from .queue_calls import UNSTORABLE_CODE, QueueCalls, result_json, _seconds
 from .queue_records import ClaimTimes, Job
 
 
@@ -73,13 +73,17 @@ class LeaseCalls(QueueCalls):
         return await self._fetchval("checkpoint", job_id, generation, json.dumps(state))
 
     async def complete(self, job_id: uuid.UUID, generation: int, result: Any) -> bool:
-        return await self._fetchval("complete", job_id, generation, _result_json(result))
+        return await self._fetchval("complete", job_id, generation, result_json(result))
 
     async def complete_many(self, jobs: Sequence[tuple[uuid.UUID, int, Any]]) -> set[uuid.UUID]:
         """Complete (id, generation, result) triples in one statement; returns the
         ids completed (the others had lost their lease)."""
+        return await self.complete_many_json([(i, g, result_json(r)) for i, g, r in jobs])
+
+    async def complete_many_json(self, jobs: Sequence[tuple[uuid.UUID, int, str]]) -> set[uuid.UUID]:
+        """complete_many() with each result already JSON text."""
         done = await self._fetchval("complete_many", [j[0] for j in jobs], [j[1] for j in jobs],
-                                    [_result_json(j[2]) for j in jobs])
+                                    [j[2] for j in jobs])
         return set(done)
 
     async def child_id(self, parent_id: uuid.UUID, generation: int, kind: str, target: str, payload: dict | None,
@@ -95,8 +99,13 @@ class LeaseCalls(QueueCalls):
                                 children: Sequence[dict]) -> bool:
         """Complete the job and write its children (dicts of id, kind, target,
         payload, priority, concurrency_key) in one fenced transaction."""
-        return await self._fetchval("complete_spawning", job_id, generation, _result_json(result),
+        return await self._fetchval("complete_spawning", job_id, generation, result_json(result),
                                     json.dumps(list(children), default=str))
+
+    async def fail_unstorable(self, job_id: uuid.UUID, generation: int, error: Exception) -> bool:
+        """The attempt whose result PostgreSQL refused (UNSTORABLE) ends as a
+        transient failure, as if its handler had raised."""
+        return await self.fail_transient(job_id, generation, UNSTORABLE_CODE, f"the result cannot be stored: {error}")
 
     async def wait_for(self, job_id: uuid.UUID, generation: int, children: Sequence[dict],
                        wait: Sequence[uuid.UUID]) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import datetime as dt
 import logging
 import os
@@ -22,8 +23,9 @@ from typing import Any, Sequence
 from . import logs, metrics, redact, schedules, tracing
 from .db import Listener
 from .queue import ClaimTimes, Job, Queue
+from .queue_calls import UNSTORABLE, UNSTORABLE_CODE, result_json
 from .retrying import retrying
-from .tasks import Abandon, JobError, LeaseLost, Permanent, Release, TaskSpec, WaitFor
+from .tasks import Abandon, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
 from .claimer import ClaimConnection
 from .completions import Completions
 from .run_context import Running, RunContext, call_handler, lease_of
@@ -317,16 +319,23 @@ class Runner:
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", redact.unexpected(exc))
             else:
-                if isinstance(result, WaitFor) or entry.ctx.children:
-                    # with its children, in one call of its own (not the batch)
-                    outcome = ("wait", result) if isinstance(result, WaitFor) else ("spawn", result)
+                if isinstance(result, WaitFor):
+                    outcome = ("wait", result)  # with its children, in one call of its own (not the batch)
                 else:
-                    self._observe_end(job, ("done", None), time.monotonic() - started)
-                    entry.recording = True  # from here on, a stop() must not cancel it
-                    await self._flush_progress(entry)
-                    with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
-                        self._completions.add(job.id, job.generation, result, entry.ctx.lease)  # in a batch
-                    return
+                    try:
+                        text = result_json(result)
+                    except (TypeError, ValueError, RecursionError) as exc:  # a set, NaN, a cycle
+                        outcome = ("error", Transient(UNSTORABLE_CODE, f"the result is not JSON: {exc}"))
+                    else:
+                        if entry.ctx.children:
+                            outcome = ("spawn", result)  # with its children, in one call of its own
+                        else:
+                            self._observe_end(job, ("done", None), time.monotonic() - started)
+                            entry.recording = True  # from here on, a stop() must not cancel it
+                            await self._flush_progress(entry)
+                            with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
+                                self._completions.add(job.id, job.generation, text, entry.ctx.lease)  # in a batch
+                            return
             label = self._observe_end(job, outcome, time.monotonic() - started)
             entry.recording = True
             if outcome[0] in ("error", "wait", "spawn"):
@@ -403,7 +412,15 @@ class Runner:
         else:
             call = lambda: q.fail_transient(*ident, value.code, value.message, value.retry_after)  # noqa: E731
         # Fenced, so repeating it after a passing error is safe (see worker/completions.py).
-        ok = await retrying(call, until=time.monotonic() + lease + 1.0, what=f"write job {job.id}'s {what}")
+        until = time.monotonic() + lease + 1.0
+        try:
+            ok = await retrying(call, until=until, what=f"write job {job.id}'s {what}")
+        except UNSTORABLE as exc:  # the result PostgreSQL refused, as Completions does
+            if what != "spawn":
+                raise
+            log.warning("job %s: its result cannot be stored (%s)", job.id, exc)
+            ok = await retrying(functools.partial(q.fail_unstorable, *ident, exc),
+                                until=until, what=f"write job {job.id}'s failure")
         if not ok:
             log.info("job %s gen %d: lease lost before its outcome (%s) was recorded", job.id, job.generation, what)
 
