@@ -55,7 +55,10 @@ def _plain(value: Any) -> str:
 def result_json(value: Any) -> str:
     """A handler's result as JSON text; most return None, spared json.dumps.
     TypeError or ValueError for what JSON cannot hold (a set, NaN)."""
-    return "null" if value is None else json.dumps(value, allow_nan=False, default=_plain)
+    return "null" if value is None else _RESULTS.encode(value)
+
+
+_RESULTS = json.JSONEncoder(allow_nan=False, default=_plain)  # one, as json.dumps keeps its default one
 
 
 def _seconds(value: float | None) -> dt.timedelta | None:
