@@ -179,6 +179,10 @@ async def test_wait_for_an_unknown_job_fails_the_parent_and_writes_no_child(queu
     view = await public(pool, p)
     assert view["status"] == "failed" and view["error"]["code"] == "unknown_dependency"
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 1
+    me, _ = await queue.submit("k", "itself")
+    got = await claim(queue, me)
+    assert await queue.wait_for(me, got.generation, [], [me])
+    assert (await public(pool, me))["error"] == {"code": "invalid_wait", "message": "a job cannot wait for itself"}
     q, _ = await queue.submit("k", "too-many")
     got = await claim(queue, q)
     assert await queue.wait_for(q, got.generation, [], [p] * 1001)
@@ -323,6 +327,33 @@ async def test_fan_out_fan_in_with_a_retried_parent(queue, pool, run):
     # the children's writes came with the wait_for, after the failed attempt had ended
     first_end = await pool.fetchval(f"select finished_at from {ATTEMPTS} a where job_id = $1 and generation = 1", p)
     assert await pool.fetchval("select min(created_at) from jobfeed.jobs where parent_id = $1", p) > first_end
+
+
+async def test_a_fan_out_of_nothing_runs_again_at_once_with_no_children(queue, pool, run):
+    """Before: wait_for([]) left the job due with no children to show, so its
+    pattern (`if job.children is None: ... return ctx.wait_for(parts)`)
+    waited again and again, an attempt log entry each, without end."""
+    seen: list = []
+
+    async def video(job, ctx: Context):
+        seen.append(job.children)
+        if job.children is None:
+            parts = [await ctx.submit("part", f"{job.target}/{i}", {"i": i}) for i in range(job.payload["n"])]
+            return ctx.wait_for(parts)
+        return {"merged": [c["result"]["part"] for c in job.children]}
+
+    async def stubborn(job, ctx: Context):
+        return ctx.wait_for([])
+
+    await run(spec("video", video), spec("part", part), spec("stubborn", stubborn))
+    empty = (await queue.submit("video", "empty", {"n": 0})).id
+    await wait_state(pool, empty, "completed")
+    assert seen == [None, []] and (await public(pool, empty))["result"] == {"merged": []}
+    log = [a["outcome"] for a in (await queue.admin_get_job(empty))["attempts_log"]]
+    assert log == ["completed"]  # one attempt, two runs of the handler
+    loop = (await queue.submit("stubborn", "x")).id
+    await wait_state(pool, loop, "failed")
+    assert (await public(pool, loop))["error"]["code"] == "invalid_wait"
 
 
 async def test_children_of_a_completion_and_a_lost_lease(queue, pool, run):

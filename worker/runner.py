@@ -299,7 +299,7 @@ class Runner:
         started = time.monotonic()
         try:
             try:
-                result = await call_handler(spec, job, entry.ctx)
+                result = await self._handle(spec, entry.ctx)
             except asyncio.CancelledError:
                 if entry.stop_reason is None:
                     raise  # not ours: the runner itself is being torn down
@@ -359,6 +359,20 @@ class Runner:
             self._running.pop(key, None)
             metrics.RUNNING.labels(job.kind).dec()
             self._slot_freed()
+
+    @staticmethod
+    async def _handle(spec: TaskSpec, ctx: RunContext) -> Any:
+        """The handler's result. A wait_for naming no job has nothing to wait
+        for: the run it asks for comes at once, in this attempt, with
+        job.children == [] (waiting, the job would be due at once, claimed
+        with no children to show, and wait again, without end)."""
+        result = await call_handler(spec, ctx.job, ctx)
+        if isinstance(result, WaitFor) and not result.ids:
+            ctx.job = dataclasses.replace(ctx.job, children=[])
+            result = await call_handler(spec, ctx.job, ctx)
+            if isinstance(result, WaitFor) and not result.ids:
+                raise Permanent("invalid_wait", "wait_for named no job, again in the run with job.children == []")
+        return result
 
     def _observe_end(self, job: Job, outcome: tuple[str, object], seconds: float) -> str:
         what, error = outcome

@@ -115,7 +115,7 @@ end $$;
 -- release) until every job in p_wait is final (completed, failed or
 -- canceled), and runs again with them in job.children. Its public progress
 -- meanwhile is the share of them that is final (settle_waiting). An id that
--- names no job (or the job itself) fails it with unknown_dependency. Fenced:
+-- names no job fails it with unknown_dependency, its own id with invalid_wait. Fenced:
 -- false when the lease is lost, and nothing is written.
 --
 -- Races: as submit_waiting, it holds the jobs it waits for (hold_dependencies)
@@ -138,8 +138,11 @@ begin
     if cardinality(p_wait) > 1000 then
         return jobfeed.fail_permanent(p_id, p_generation, 'invalid_wait', 'wait_for names at most 1000 jobs', p_now);
     end if;
+    if p_id = any (p_wait) then  -- it would wait for ever
+        return jobfeed.fail_permanent(p_id, p_generation, 'invalid_wait', 'a job cannot wait for itself', p_now);
+    end if;
     select string_agg(coalesce(w::text, 'null'), ', ') into v_missing from unnest(p_wait) w
-     where w is null or w = p_id
+     where w is null
         or not (exists (select from jobfeed.jobs j where j.id = w)
                 or exists (select from jsonb_array_elements(coalesce(p_children, '[]')) c
                             where c ->> 'id' = w::text));
