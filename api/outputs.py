@@ -22,7 +22,15 @@ from .errors import ApiError
 from .state import services
 from .views import parse_job_id
 
-_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d{0,18})\s*-\s*(\d{0,18})\s*$", re.IGNORECASE)
+_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
+_PAST_ANY_FILE = 10 ** 18
+
+
+def _position(digits: str) -> int:
+    """A byte position as written; one of more digits than any file's size
+    has stands for "past the end" (and int() of thousands of digits is slow)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else _PAST_ANY_FILE
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -39,12 +47,12 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     if not first and not last:
         return None
     if not first:  # the last n bytes
-        n = int(last)
+        n = _position(last)
         if n == 0 or size == 0:
             raise _unsatisfiable(size)
         return max(size - n, 0), size
-    start = int(first)
-    end = size if not last else int(last) + 1
+    start = _position(first)
+    end = size if not last else _position(last) + 1
     if last and end <= start:
         return None  # a-b with b < a is invalid: ignored
     if start >= size:

@@ -140,9 +140,12 @@ class _Upload:
             return
         try:
             files.check_name(name)
-            content_type = files.check_content_type(headers.get(b"content-type", b"").decode("latin-1") or None)
         except ValueError as exc:
             raise ApiError(422, "invalid_file_name", str(exc)) from None
+        try:
+            content_type = files.check_content_type(headers.get(b"content-type", b"").decode("latin-1") or None)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_content_type", f"file {name!r}: {exc}") from None
         if name in self.names:
             raise ApiError(422, "invalid_file_name", f"two files are named {name!r}")
         if len(self.names) >= MAX_FILES:

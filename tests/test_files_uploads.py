@@ -120,7 +120,8 @@ async def test_a_duplicate_upload_joins_the_job_and_stores_none_of_its_files(dsn
     ({"job": job_part(kind="nope"), "f": ("f", b"x")}, 422, "unknown_kind"),
     ({"job": job_part(), "a/b": ("f", b"x")}, 422, "invalid_file_name"),
     ({"job": job_part(), "x" * 201: ("f", b"x")}, 422, "invalid_file_name"),
-    ({"job": job_part(), "f": ("f", b"x", "text/\x7f")}, 422, "invalid_file_name"),
+    ({"job": job_part(), "f": ("f", b"x", "text/\x7f")}, 422, "invalid_content_type"),
+    ({"job": job_part(), "f": ("f", b"x", "bogus")}, 422, "invalid_content_type"),
     ({"job": job_part(), **{f"f{i}": ("f", b"x") for i in range(65)}}, 422, "too_many_files"),
 ])
 async def test_bad_multipart_is_a_clear_4xx_and_stores_nothing(dsn, pool, parts, status, code):
