@@ -63,8 +63,11 @@ async def test_the_workers_claim_shares_slots_among_kinds(pool, queue):
     assert await queue.claim(["a"], 0, "w") == []
 
 
-async def test_the_workers_claim_of_one_kind_reclaims_expired_leases_first(pool, queue):
+@pytest.mark.parametrize("limited", [False, True])
+async def test_the_workers_claim_of_one_kind_reclaims_expired_leases_first(pool, queue, limited):
     await register(pool, "k", max_attempts=2)
+    if limited:  # the claim of a kind with limits reclaims on its own path
+        await pool.execute("update jobfeed.kinds set max_running = 10 where kind = 'k'")
     await _backlog(pool, "k", 4, run_after=None)
     lost, spent = await queue.claim(["k"], 2, "w1")
     # both leases ended a second ago; `spent` has no attempt left
@@ -76,6 +79,8 @@ async def test_the_workers_claim_of_one_kind_reclaims_expired_leases_first(pool,
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", spent.id) == "failed"
     view = await queue.admin_get_job(lost.id)
     assert [a["outcome"] for a in view["attempts_log"]] == ["lease_expired", None]  # and the one running
+    # the admin list's "last error" agrees with the log (before: the error of an earlier attempt, or none)
+    assert view["last_error"] == {"code": "lease_expired", "message": "the worker stopped renewing its lease"}
 
 
 @pytest.mark.parametrize("path", ["one kind", "a kind with limits", "two kinds"])

@@ -112,6 +112,7 @@ CALLS = {
     "uuid_v7_in_batch": "select jobfeed.uuid_v7_in_batch('0', 'x', 1)",
     "uuid_v7_batch": "select jobfeed.uuid_v7_batch(1)",
     "finish_attempts": "select jobfeed.finish_attempts('{}', '{}', 'x', null, null, now())",
+    "end_expired_attempts": "select jobfeed.end_expired_attempts('{}', now())",
     "fail_expired": "select jobfeed.fail_expired(null, now())",
     "public_view": "select jobfeed.public_view(null::jobfeed.jobs)",
     "admin_view": "select jobfeed.admin_view(null::jobfeed.jobs)",

@@ -155,6 +155,18 @@ returns void language sql as $$
     on conflict (job_id, generation) do nothing
 $$;
 
+-- Running jobs whose lease expired, about to be claimed again: their attempt
+-- ends as lease_expired, in the log and in last_error (which the admin list
+-- and the error_code filters read), before the claim rewrites the rows.
+create or replace function jobfeed.end_expired_attempts(p_ids uuid[], p_now timestamptz)
+returns void language sql as $$
+    select jobfeed.finish_attempts(p_ids, null, 'lease_expired', 'lease_expired',
+                                   'the worker stopped renewing its lease', p_now);
+    update jobfeed.jobs j
+       set last_error_code = 'lease_expired', last_error_message = 'the worker stopped renewing its lease'
+     where j.id = any (p_ids);
+$$;
+
 -- Jobs whose lease expired with no attempts left become failed (lease_expired)
 -- instead of sitting in 'running' forever. Called by claim and by the sweeper.
 -- p_kinds null means every kind.

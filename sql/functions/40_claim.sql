@@ -61,8 +61,7 @@ begin
              limit p_limit
              for update skip locked);
         if cardinality(v_reclaimed) > 0 then
-            perform jobfeed.finish_attempts(v_reclaimed, null, 'lease_expired', 'lease_expired',
-                                            'the worker stopped renewing its lease', p_now);
+            perform jobfeed.end_expired_attempts(v_reclaimed, p_now);
         end if;
     end if;
 

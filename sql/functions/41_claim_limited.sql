@@ -54,8 +54,7 @@ begin
              limit v_left
              for update skip locked);
         if cardinality(v_ids) > 0 then
-            perform jobfeed.finish_attempts(v_ids, null, 'lease_expired', 'lease_expired',
-                                            'the worker stopped renewing its lease', p_now);
+            perform jobfeed.end_expired_attempts(v_ids, p_now);
         end if;
     end if;
 
