@@ -15,10 +15,18 @@ export function selectedJobId() {
   return selectedId;
 }
 
+// The detail's message region carries an action's note or a read's error; a
+// read that works again clears only a read's error.
+function clearActionMessage() {
+  const region = $("action-message");
+  clearMessage(region);
+  delete region.dataset.readError;
+}
+
 export async function openJob(id, { focus = true } = {}) {
   selectedId = id;
   history.replaceState(null, "", `#job=${encodeURIComponent(id)}`);
-  clearMessage($("action-message"));
+  clearActionMessage();
   await loadDetail();
   renderJobs();
   if (focus && !$("detail").hidden) {
@@ -35,11 +43,13 @@ export async function loadDetail() {
     if (id !== selectedId) return;
     selected = data;
     remember(stripLog(data));
+    if ($("action-message").dataset.readError) clearActionMessage();
     renderDetail();
   } catch (err) {
-    if (err.status === 401) return;
+    if (err.status === 401 || id !== selectedId) return;
     $("detail").hidden = false;
     showError($("action-message"), err);
+    $("action-message").dataset.readError = "1";
   }
 }
 
@@ -125,7 +135,7 @@ function closeDetail() {
 async function act(action) {
   const id = selectedId;
   const region = $("action-message");
-  clearMessage(region);
+  clearActionMessage();
   const button = $(action);
   button.disabled = true;
   try {

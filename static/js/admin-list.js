@@ -24,7 +24,10 @@ export function remember(job) {
   if (!known || job.version >= known.version) jobs.set(job.id, job);
 }
 
+let reads = 0; // the latest list read: only its answer is drawn (filters may change meanwhile)
+
 export async function loadJobs({ more = false } = {}) {
+  const read = ++reads;
   const params = new URLSearchParams({ limit: "50" });
   const f = filters();
   if (f.state) params.set("state", f.state);
@@ -32,6 +35,7 @@ export async function loadJobs({ more = false } = {}) {
   if (more && nextCursor) params.set("cursor", nextCursor);
   try {
     const { data } = await adminApi(`/api/admin/jobs?${params}`);
+    if (read !== reads) return;
     if (!more) {
       const fresh = new Map(data.jobs.map((j) => [j.id, j]));
       for (const [id, known] of jobs) {
@@ -46,7 +50,7 @@ export async function loadJobs({ more = false } = {}) {
     clearMessage($("jobs-error"));
     renderJobs();
   } catch (err) {
-    if (err.status !== 401) showError($("jobs-error"), err);
+    if (err.status !== 401 && read === reads) showError($("jobs-error"), err);
   }
 }
 

@@ -39,12 +39,20 @@ function renderProgress(job) {
   const parts = [];
   if (p && p.total > 0) parts.push(`${p.done} of ${p.total} (${Math.round((100 * Math.min(p.done, p.total)) / p.total)}%)`);
   if (p && p.message) parts.push(p.message);
-  if (!parts.length) parts.push(job.status === "queued" ? "Waiting for a worker." : job.status === "processing" ? "Working…" : "");
+  if (!parts.length) parts.push(job.status === "queued" ? queuedText(job) : job.status === "processing" ? "Working…" : "");
   // where it is in line (due and never started): refreshed by the server every few seconds
   if (job.status === "queued" && Number.isInteger(job.position)) {
     parts.push(job.position === 0 ? "Next in line." : `${job.position} ahead of you.`);
   }
   $("progress-text").textContent = parts.join(" · ");
+}
+
+// A job submitted for later says when (scheduled_for is the server's word,
+// shown until the job first starts); one due now waits for a worker.
+function queuedText(job) {
+  if (!job.scheduled_for) return "Waiting for a worker.";
+  const at = new Date(job.scheduled_for);
+  return `Scheduled for ${at.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" })}.`;
 }
 
 function render(job) {

@@ -2,7 +2,7 @@
 // POST /api/jobs, then go to the job's page (marked shared when deduplicated).
 
 import { api, clearMessage, h, showError } from "./api.js";
-import { jobPageUrl, submitJob, submitJobWithFiles } from "./jobfeed.js";
+import { jobPageUrl, submitJob, submitJobWithFiles, url } from "./jobfeed.js";
 
 const form = document.getElementById("submit-form");
 const kindSelect = document.getElementById("kind");
@@ -91,6 +91,19 @@ async function upload(body) {
   }
 }
 
+// A tab holds one request per job: submitting a target it already waits for
+// (a second submission from "Submit another job") joins with a new request,
+// so the one held before leaves (its page's beacon would leave only the new
+// one, and the job would wait for nobody).
+function holdRequest(jobId, requestId) {
+  const key = `jobfeed.request.${jobId}`;
+  const held = sessionStorage.getItem(key);
+  sessionStorage.setItem(key, requestId);
+  if (held && held !== requestId) {
+    fetch(url(`api/requests/${encodeURIComponent(held)}/leave`), { method: "POST", keepalive: true }).catch(() => {});
+  }
+}
+
 async function submit(event) {
   event.preventDefault();
   clearMessage(formError);
@@ -123,7 +136,7 @@ async function submit(event) {
     const data = fileInput.files.length ? await upload(body) : await submitJob(body.kind, body.target, body.payload);
     // This tab's request: the job page leaves it when the tab closes. Kept out of
     // the URL, which is for sharing (a request id lets its holder leave).
-    if (data.request_id) sessionStorage.setItem(`jobfeed.request.${data.id}`, data.request_id);
+    if (data.request_id) holdRequest(data.id, data.request_id);
     submitStatus.textContent = data.deduplicated ? "Joining the existing job…" : "Submitted. Opening the job…";
     const page = jobPageUrl(data.id);
     location.assign(data.deduplicated ? `${page}?shared=1` : page);
