@@ -15,6 +15,7 @@ CI=true, where they fail."""
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -131,8 +132,10 @@ async def test_submit_form_works_with_the_keyboard_only(api, new_page):
 
 async def test_following_our_own_link_keeps_the_job_and_a_resubmission_joins_it(api, new_page, http):
     """The walkthrough in one tab: from the job page, "Submit another job", the
-    same target again: the same job, shared, never canceled on the way (only
-    closing, reloading or going back leaves)."""
+    same target again: the same job, never canceled on the way (only closing,
+    reloading or going back leaves). The tab holds one request for it: before,
+    it held two and forgot the first, said "Shared with 1 other", and closing
+    it left the job waiting for nobody."""
     page = await new_page()
     url = await submit(page, "walk-1", '{"steps": 100, "step_ms": 200}')
     job_id = JOB_URL.search(url).group(1)
@@ -140,8 +143,14 @@ async def test_following_our_own_link_keeps_the_job_and_a_resubmission_joins_it(
     await page.wait_for_url(lambda u: JOB_URL.search(u) is None)
     again = await submit(page, "walk-1")
     assert JOB_URL.search(again).group(1) == job_id and again.endswith("?shared=1")
+    await expect(page.locator("#requesters")).to_have_text("Only you are waiting for this job.")
     view = (await http.get(f"/api/jobs/{job_id}")).json()
-    assert (view["status"], view["requesters"]) == ("queued", 2)
+    assert (view["status"], view["requesters"]) == ("queued", 1)
+    await page.close(run_before_unload=True)  # the beacon leaves the one request the tab holds
+
+    async def canceled():
+        return (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "canceled"
+    await eventually(canceled, timeout=10, interval=0.1, what="the abandoned job canceled")
 
 
 async def test_errors_from_the_server_are_shown(api, new_page):
@@ -183,6 +192,11 @@ async def test_job_page_shows_how_many_are_ahead(api, new_page, http, queue):
     await shot(page, "job-position")
     await queue.claim(["demo"], 1, "w")
     await expect(page.locator("#progress-text")).to_have_text("Waiting for a worker. · 1 ahead of you.")
+
+    # a job for later says when it is due, not that it waits for a worker
+    later = (await http.post("/api/jobs", json={"kind": "demo", "target": "later", "run_at": "2031-01-02T03:04:00Z"}))
+    await page.goto(f"/jobs/{later.json()['id']}")
+    await expect(page.locator("#progress-text")).to_have_text(re.compile(r"^Scheduled for .*2031"))
 
 
 async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, http):
