@@ -108,9 +108,14 @@ async def _submit(request: Request, svc) -> Response:
 
 async def write(request: Request, svc, sub: Submitting, queue: Queue | None = None) -> Answer:
     """Submit: through the group commit, or, given `queue` (on a connection in
-    a transaction: an upload's), on it alone."""
+    a transaction: an upload's, a traced submission's), on it alone."""
     tracing.annotate({"jobfeed.kind": sub.kind})
     traceparent = tracing.current_traceparent()  # this request's span: every run of the job joins its trace
+    if traceparent and queue is None:
+        # The job and its trace context in one transaction: committed apart, a
+        # worker could claim the job between them, its first run in no trace.
+        async with svc.pool.acquire() as conn, conn.transaction():
+            return await write(request, svc, sub, Queue(conn, settings=svc.settings))
     with svc.metrics.submitting() as timed:
         try:
             with tracing.span("jobfeed submit", attributes={"jobfeed.kind": sub.kind}):

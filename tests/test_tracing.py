@@ -89,6 +89,33 @@ async def test_one_trace_spans_the_submit_and_its_retried_runs(dsn, queue, pool,
     assert stored == f"00-{TRACE_ID}-{format(http.context.span_id, '016x')}-01"
 
 
+async def test_a_traced_job_is_never_seen_without_its_trace_context(dsn, queue, pool, exporter):
+    """Before: the trace context was stored by a statement after the submit's
+    commit, and a worker claiming the job at once (most, when idle) ran its
+    first attempt in a trace of its own. A poller stands in for the claimer."""
+    await queue.register_kind("traced", max_attempts=3, lease=5.0, backoff=(1.0,))
+    seen: dict[str, str | None] = {}
+    done = asyncio.Event()
+
+    async def poll():
+        async with pool.acquire() as conn:
+            while not done.is_set():
+                for row in await conn.fetch("select target, traceparent from jobfeed.jobs where kind = 'traced'"):
+                    seen.setdefault(row["target"], row["traceparent"])
+
+    poller = asyncio.create_task(poll())
+    try:
+        async with asgi_client(create_app(make_settings(dsn))) as client:
+            for n in range(20):
+                answer = await client.post("/api/jobs", json={"kind": "traced", "target": f"t{n}"},
+                                           headers={"traceparent": CALLER})
+                assert answer.status_code == 201, answer.text
+    finally:
+        done.set()
+        await poller
+    assert len(seen) == 20 and all(TRACE_ID in (tp or "") for tp in seen.values()), seen
+
+
 def test_without_the_package_nothing_of_it_is_imported():
     code = """
 import sys
