@@ -134,7 +134,7 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
         host_pool = pool() if callable(pool) else pool
         dsn = None if host_pool is not None else await db.resolve_dsn(settings)
         # `jobfeed migrate` changes the schema, never the API
-        await migrate.require_schema(host_pool if host_pool is not None else dsn)
+        await migrate.require_schema(host_pool if host_pool is not None else dsn, migrate.API_ROLE)
         tasks.load_tasks(settings.tasks)
         svc.pool = host_pool if host_pool is not None else await db.create_pool(dsn or "", name="jobfeed-api")
         try:

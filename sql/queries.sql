@@ -195,3 +195,13 @@ select id, name, size, content_type, chunk_size from jobfeed.files_of($1, $2);
 
 -- name: file_read
 select jobfeed.file_read($1, $2, $3, $4);
+
+-- name: missing_rights
+-- The functions a service role ($1) may call and the login role may not: a
+-- process started under the wrong role stops at once instead of failing
+-- calls later (an owner or a superuser lacks none).
+select current_user::text as login, count(*) as missing, min(p.proname::text) as example
+  from pg_proc p
+ where p.pronamespace = 'jobfeed'::regnamespace
+   and has_function_privilege($1, p.oid, 'EXECUTE')
+   and not has_function_privilege(p.oid, 'EXECUTE');

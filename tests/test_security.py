@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from conftest import JOBFEED
+from jobfeed.worker import migrate
 
 ROLES = ("jobfeed_api", "jobfeed_worker", "jobfeed_sweeper")
 
@@ -365,3 +366,40 @@ async def test_a_command_run_as_the_wrong_role_says_so_in_one_line(dsn, pool):
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "permission denied" in done.stderr and "may not do this" in done.stderr
+
+
+SERVICE_ROLES = ("jobfeed_api", "jobfeed_worker", "jobfeed_sweeper")
+
+
+async def test_the_rights_check_at_start_takes_a_member_of_the_role_or_the_owner(dsn, pool, login):
+    for held in SERVICE_ROLES:
+        conn = await login(held)
+        for needed in SERVICE_ROLES:
+            if needed == held:
+                await migrate.require_schema(conn, needed)
+            else:
+                with pytest.raises(migrate.SchemaError, match=f"may not call .* functions {needed} may"):
+                    await migrate.require_schema(conn, needed)
+    for needed in SERVICE_ROLES:  # the test's own login: the owner of everything
+        await migrate.require_schema(pool, needed)
+
+
+@pytest.mark.parametrize("command, held", [(["api", "--port", "0"], "jobfeed_sweeper"),
+                                           (["sweeper", "--sweep-interval", "1s"], "jobfeed_worker"),
+                                           (["worker"], "jobfeed_api")])
+async def test_a_service_started_under_another_role_stops_at_start_in_one_line(dsn, pool, command, held):
+    """Before: the API as the sweeper's role started, said it was ready and
+    answered 500 to every submission; the sweeper as the worker's role logged
+    'permission denied' every round, for ever."""
+    user = f"sec_{uuid.uuid4().hex[:12]}"
+    await pool.execute(f"create role {user} login in role {held}")
+    try:
+        env = dict(os.environ, DATABASE_URL=as_user(dsn, user), JOBFEED_TASKS="jobfeed.demo")
+        done = await asyncio.to_thread(subprocess.run, JOBFEED + command, env=env,
+                                       capture_output=True, text=True, timeout=60)
+    finally:
+        await pool.execute(f"drop role {user}")
+    needed = "jobfeed_" + command[0]
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"connect as a member of {needed}" in done.stderr and user in done.stderr

@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"invalid_input: PostgreSQL cannot store it ({exc})", 2)
     except asyncpg.InsufficientPrivilegeError as exc:
         return _fail(f"{exc}: the login role of DATABASE_URL may not do this (jobfeed migrate needs the"
-                     " schema's owner; the other commands a member of jobfeed_api)", 2)
+                     " schema's owner, jobfeed worker a member of jobfeed_worker, jobfeed sweeper of"
+                     " jobfeed_sweeper, the other commands of jobfeed_api)", 2)
     except KeyboardInterrupt:
         return 130
 

@@ -26,6 +26,10 @@ import asyncpg
 
 from . import db, sql
 
+# The NOLOGIN roles the migrations create, one per kind of process (their
+# rights: sql/functions/90_grants.sql).
+API_ROLE, WORKER_ROLE, SWEEPER_ROLE = "jobfeed_api", "jobfeed_worker", "jobfeed_sweeper"
+
 # Any fixed 64-bit number: the lock names "jobfeed is migrating this database".
 MIGRATION_LOCK = 0x6A6F_6266_6565_64
 
@@ -82,19 +86,25 @@ async def schema_status(conn) -> SchemaStatus:
     return SchemaStatus(row["version"], row["compatible_from"]) if row else SchemaStatus(0, 0)
 
 
-async def require_schema(target) -> SchemaStatus:
-    """Raise SchemaError unless this code may run on the database. target: a DSN,
-    or a Connection or Pool."""
+async def require_schema(target, role: str | None = None) -> SchemaStatus:
+    """Raise SchemaError unless this code may run on the database, and, given
+    the service role a command runs as (jobfeed_api, ...), unless the login
+    role has its rights. target: a DSN, or a Connection or Pool."""
     if isinstance(target, str):
         conn = await db.connect_first(target, name="jobfeed-schema-check")
         try:
-            status = await schema_status(conn)
+            return await require_schema(conn, role)
         finally:
             await conn.close()
-    else:
-        status = await schema_status(target)
+    status = await schema_status(target)
     if (problem := status.problem()) is not None:
         raise SchemaError(problem)
+    if role is not None:
+        row = await target.fetchrow(sql.query("missing_rights"), role)
+        if row["missing"]:
+            raise SchemaError(f"the login role {row['login']} may not call {row['missing']} functions {role} may "
+                              f"(e.g. jobfeed.{row['example']}): connect as a member of {role} "
+                              f"(grant {role} to {row['login']})")
     return status
 
 

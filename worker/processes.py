@@ -43,9 +43,9 @@ async def cmd_migrate(settings: Settings, args) -> int:
 
 
 @contextlib.asynccontextmanager
-async def prepared_pool(settings: Settings, max_size: int, name: str) -> AsyncIterator[tuple[str, Any]]:
+async def prepared_pool(settings: Settings, max_size: int, name: str, role: str) -> AsyncIterator[tuple[str, Any]]:
     """(dsn, pool) of the prepared database while the block runs."""
-    dsn = await prepare(settings)
+    dsn = await prepare(settings, role)
     pool = await db.create_pool(dsn, min_size=1, max_size=max_size, name=name)
     try:
         yield dsn, pool
@@ -63,10 +63,11 @@ async def run_until_stopped(settings: Settings, part) -> None:
 
 async def cmd_worker(settings: Settings, args) -> int:
     if args.processes > 1:
-        dsn = await prepare(settings)
+        dsn = await prepare(settings, migrations.WORKER_ROLE)
         runner_specs(settings, args)  # refused here once, not by every child
         return await supervise(settings, args, dsn)
-    async with prepared_pool(settings, max(4, min(args.concurrency + 2, 20)), "jobfeed-worker") as (dsn, pool):
+    async with prepared_pool(settings, max(4, min(args.concurrency + 2, 20)), "jobfeed-worker",
+                             migrations.WORKER_ROLE) as (dsn, pool):
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=True)
         await run_until_stopped(settings, make_runner(queue, dsn, settings, args))
@@ -74,7 +75,7 @@ async def cmd_worker(settings: Settings, args) -> int:
 
 
 async def cmd_sweeper(settings: Settings, args) -> int:
-    async with prepared_pool(settings, 2, "jobfeed-sweeper") as (_, pool):
+    async with prepared_pool(settings, 2, "jobfeed-sweeper", migrations.SWEEPER_ROLE) as (_, pool):
         sweeper = make_sweeper(Queue(pool), settings, args)
         if args.once:
             print(json.dumps(await sweeper.sweep_once()))
@@ -86,7 +87,7 @@ async def cmd_sweeper(settings: Settings, args) -> int:
 def cmd_api(settings: Settings, args) -> int:
     from jobfeed.api.serve import serve_processes
 
-    dsn = run(prepare(settings))
+    dsn = run(prepare(settings, migrations.API_ROLE))
     # Worker processes of uvicorn build the app from the environment (and
     # register the kinds they know, as every API process does).
     os.environ["DATABASE_URL"] = dsn

@@ -53,14 +53,15 @@ def run(coro):
     return uvloop.run(coro)
 
 
-async def prepare(settings: Settings) -> str:
+async def prepare(settings: Settings, role: str | None = None) -> str:
     """Resolve the database (starting the embedded one if need be), check that
-    its schema fits this code (SchemaError otherwise: exit 2) and load the
-    handler modules. Returns the DSN. Each command then registers the kinds
-    with its own pool: overwriting their settings only from a process that
-    runs them."""
+    its schema fits this code and that the login role has the rights of the
+    service `role` the command runs as (SchemaError otherwise: exit 2), and
+    load the handler modules. Returns the DSN. Each command then registers the
+    kinds with its own pool: overwriting their settings only from a process
+    that runs them."""
     dsn = await db.resolve_dsn(settings)
-    await migrations.require_schema(dsn)
+    await migrations.require_schema(dsn, role)
     tasks.load_tasks(settings.tasks)
     if settings.webhook_secret:  # deliveries are signed: without a secret nobody sends them
         from . import webhooks
