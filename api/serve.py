@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 
 import uvicorn
 from starlette.applications import Starlette
 
 from jobfeed.worker import logs
 from jobfeed.worker.settings import Settings
+from jobfeed.worker.startup import UsageError
 
 from .http_protocol import uvicorn_options
 
@@ -26,6 +28,24 @@ class _Stopped(Exception):
 
 def _stopped(signum, frame) -> None:
     raise _Stopped
+
+
+def check_listen(host: str, port: int) -> None:
+    """UsageError (exit 2, one line) when the API could not listen there: a
+    host that does not resolve, a port taken or not ours to bind. uvicorn
+    would log the error and exit 3, the code for an unreachable database.
+    Bound as uvicorn binds, then let go for it (port 0: any free one)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise UsageError(f"JOBFEED_HOST {host!r}: {exc.strerror}") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise UsageError(f"the API could not listen on {host}:{port} ({exc.strerror})") from None
 
 
 def serve_processes(settings: Settings, workers: int) -> None:

@@ -275,13 +275,22 @@ async def test_the_api_process_settles_its_collector_once_serving(dsn):
     assert int(found.group(1)) == GC_YOUNG and int(found.group(2)) > 0
 
 
-def test_up_on_a_taken_port_says_so(dsn):
+@pytest.mark.parametrize("command", [["up", "--grace", "1s"], ["api"]])
+def test_a_taken_port_says_so_in_one_line(dsn, command):
+    """Before, for `jobfeed api`: uvicorn's log line, and exit 3 (the code for
+    an unreachable database)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        out = jobfeed(dsn, "up", "--port", str(taken.getsockname()[1]), "--grace", "1s")
+        out = jobfeed(dsn, *command, "--port", str(taken.getsockname()[1]))
     assert out.returncode == 2, out.stderr
     assert "could not listen on 127.0.0.1:" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_api_on_a_host_that_does_not_resolve_names_the_setting(dsn):
+    out = jobfeed(dsn, "api", "--host", "not_a_host.invalid")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "JOBFEED_HOST 'not_a_host.invalid'" in out.stderr
 
 
 async def test_leave_a_request(dsn, pool, queue, demo_kind):

@@ -85,8 +85,9 @@ async def cmd_sweeper(settings: Settings, args) -> int:
 
 
 def cmd_api(settings: Settings, args) -> int:
-    from jobfeed.api.serve import serve_processes
+    from jobfeed.api.serve import check_listen, serve_processes
 
+    check_listen(settings.host, settings.port)
     dsn = run(prepare(settings, migrations.API_ROLE))
     # Worker processes of uvicorn build the app from the environment (and
     # register the kinds they know, as every API process does).
