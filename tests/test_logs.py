@@ -160,3 +160,17 @@ def test_a_fatal_error_is_a_json_line_in_json_mode():
     (line,) = done.stderr.strip().splitlines()
     entry = json.loads(line)
     assert entry["level"] == "error" and entry["logger"] == "jobfeed" and "JOBFEED_LEASE" in entry["message"]
+
+
+def test_show_of_an_unknown_job_is_a_json_line_in_json_mode(dsn):
+    """Before: `error: not_found: ...` as plain text, the one command error that was."""
+    import os
+    import subprocess
+    import uuid
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_")}
+    env.update(JOBFEED_LOG_FORMAT="json", DATABASE_URL=dsn)
+    done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", "show", str(uuid.uuid4()), "--json"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert json.loads(line)["message"].startswith("not_found: no job ")

@@ -11,7 +11,7 @@ import uuid
 from typing import Any, Awaitable, Callable
 
 from . import db, files, migrate as migrations, tasks
-from .queue import Queue
+from .queue import Queue, QueueError
 from .settings import Settings
 from .startup import UsageError, prepare
 from .submission import check_schedule, check_submission, parse_after, parse_payload
@@ -121,9 +121,8 @@ async def _one_call(settings: Settings, name: str, call: Callable[[Queue], Await
 async def cmd_show(settings: Settings, args) -> int:
     job_id = _uuid(args.id, "job id")
     view = await _one_call(settings, "jobfeed-show", lambda queue: queue.admin_get_job(job_id))
-    if view is None:
-        print(f"error: not_found: no job {job_id}", file=sys.stderr)
-        return 1
+    if view is None:  # exit 1, in the log format's shape, as every command's not_found
+        raise QueueError("not_found", f"no job {job_id}", 404)
     if args.json:
         print(json.dumps(view))
         return 0
