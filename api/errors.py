@@ -67,7 +67,7 @@ async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
 # reached by its Unix socket (the embedded one) that stopped has removed the
 # socket: FileNotFoundError (no route reads files of its own); a host name
 # that does not resolve for now: socket.gaierror.
-_DATABASE_GONE = (ConnectionError, FileNotFoundError, socket.gaierror, asyncpg.PostgresConnectionError,
+DATABASE_GONE = (ConnectionError, FileNotFoundError, socket.gaierror, asyncpg.PostgresConnectionError,
                   asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
                   asyncpg.TooManyConnectionsError)
 
@@ -88,7 +88,7 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {  # Starlette types each handler by its ex
     QueueError: _queue_error,
     HTTPException: _http_error,
     ClientDisconnect: _client_gone,
-    **{kind: _database_gone for kind in _DATABASE_GONE},
+    **{kind: _database_gone for kind in DATABASE_GONE},
     Exception: _unexpected,
 }
 

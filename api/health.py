@@ -13,7 +13,7 @@ from jobfeed.worker import migrate
 
 from .metrics import CONTENT_TYPE
 from . import auth
-from .errors import ApiError
+from .errors import DATABASE_GONE, ApiError
 from .state import services
 
 log = logging.getLogger("jobfeed.api")
@@ -63,6 +63,13 @@ def _metrics_access(request: Request) -> None:
 async def metrics(request: Request) -> Response:
     _metrics_access(request)
     svc = services(request)
-    # list_kinds reads the small kinds table (for the paused gauge), never the jobs
-    text = svc.metrics.render(await svc.queue.stats(), await svc.queue.list_kinds(), svc.feed, svc.batcher)
+    try:
+        # list_kinds reads the small kinds table (for the paused gauge), never the jobs
+        stats, kinds = await svc.queue.stats(), await svc.queue.list_kinds()
+    except DATABASE_GONE:
+        # The process's own figures matter most while the database is away (the
+        # feed's connection, HTTP errors, the worker's): served without the jobs
+        # by state and the kinds, which are left out rather than shown stale.
+        stats, kinds = {}, []
+    text = svc.metrics.render(stats, kinds, svc.feed, svc.batcher)
     return Response(text, media_type=CONTENT_TYPE)

@@ -408,8 +408,10 @@ for _field, _schema in _submission["properties"].items():
 _UNAVAILABLE = _err("the database is not reachable (database_unavailable; Retry-After: 1), or jobfeed's "
                     "lifespan has not started in the host app (not_running)")
 for (_method, _path), _operation in OPERATIONS.items():
-    if _path.startswith("/api/") or _path == "/metrics":
+    if _path.startswith("/api/"):
         _operation["responses"].setdefault("503", _UNAVAILABLE)
+OPERATIONS[("GET", "/metrics")]["responses"]["503"] = _err(  # the database away, it answers without it
+    "jobfeed's lifespan has not started in the host app (not_running)")
 
 
 def document() -> dict:

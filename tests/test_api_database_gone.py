@@ -93,6 +93,10 @@ async def test_a_lost_database_answers_503_and_the_api_recovers(dsn, tmp_path, o
                 assert r.json()["error"]["code"] == "database_unavailable"
                 assert r.headers["retry-after"] == "1"
             assert (await client.get("/readyz")).status_code == 503
+            # the process's own metrics are what an operator needs now (before: a 503 too)
+            scraped = await client.get("/metrics")
+            assert scraped.status_code == 200 and "jobfeed_http_requests_total{" in scraped.text, scraped.text[:300]
+            assert "jobfeed_kind_paused{" not in scraped.text  # not shown stale
 
             await relay.open()
 
