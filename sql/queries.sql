@@ -205,3 +205,7 @@ select current_user::text as login, count(*) as missing, min(p.proname::text) as
  where p.pronamespace = 'jobfeed'::regnamespace
    and has_function_privilege($1, p.oid, 'EXECUTE')
    and not has_function_privilege(p.oid, 'EXECUTE');
+
+-- name: wake_all
+-- The kind alone: every worker of it wakes, whatever the seats (worker/seats.py).
+select pg_notify('jobfeed_due', k) from unnest($1::text[]) k;

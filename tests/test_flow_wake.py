@@ -15,7 +15,7 @@ import pytest
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.runner import Runner
 from jobfeed.worker.tasks import TaskSpec
-from waiting import wait_state
+from waiting import eventually, wait_state
 
 POLL = 300.0   # the runner would claim again only after this: never within a test
 LEASE = 600.0  # nor does a lease end within it
@@ -203,3 +203,23 @@ async def test_a_worker_woken_from_full_hears_a_slot_freed_during_its_claim(queu
     ids = [(await queue.submit("serial", f"t{i}", concurrency_key="k")).id for i in range(60)]
     for job_id in ids:  # each well before the poll, or fail
         await wait_state(pool, job_id, "completed", timeout=10)
+
+
+async def test_a_job_a_stopping_worker_releases_goes_to_another_at_once(queue, workers):
+    """Before: the stopping worker kept its seat through its grace period, so the
+    release's notification fell to it about as often as not, and the idle
+    worker beside it took the job only at its next poll. Four rounds, a kind
+    each, two workers each: a held job on A, B idle and seated; A stops."""
+    for n in range(4):
+        kind = f"handoff{n}"
+        await workers.register(kind)
+        a = workers.start()
+        await queue.submit(kind, "job")
+        assert await workers.next_start() == "job"
+        b = workers.start()
+
+        async def b_counts_both_seats() -> bool:  # its view of the seats includes A's
+            return b._seats._view.get(kind, (0, 0))[1] == 2
+        await eventually(b_counts_both_seats, timeout=5, what="B's view of two seats")
+        a.stop()  # the held handler outlasts the grace (1 s) and is released
+        assert await asyncio.wait_for(workers.started.get(), 5) == "job"  # B, far before its poll

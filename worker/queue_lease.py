@@ -121,6 +121,10 @@ class LeaseCalls(QueueCalls):
     async def fail_permanent(self, job_id: uuid.UUID, generation: int, code: str, message: str | None) -> bool:
         return await self._fetchval("fail_permanent", job_id, generation, code, message)
 
+    async def wake_all(self, kinds: Sequence[str]) -> None:
+        """Wake every worker of these kinds (jobfeed_due with the kind alone)."""
+        await self._fetch("wake_all", list(kinds))
+
     async def release(self, job_id: uuid.UUID, generation: int, code: str, retry_after: float = 0,
                       message: str | None = None) -> bool:
         return await self._fetchval("release", job_id, generation, code, _seconds(retry_after), message)

@@ -79,6 +79,7 @@ class Runner:
         self._seats = Seats(dsn, self.kinds, name="jobfeed-worker-seats")
         self._claims = ClaimConnection(dsn)
         self._recording = 0  # handlers done, failures and releases being written
+        self._handed_back: set[str] = set()  # kinds of the jobs a stop released
         self.signals = RunnerSignals()
         self._ages = metrics.Ages()
 
@@ -87,6 +88,7 @@ class Runner:
         """Stop claiming and shut down gracefully (safe from a signal handler)."""
         self._stop.set()
         self._wake.set()
+        self._seats.seated(False)  # a turn at waking would fall to a worker that claims no more
 
     @property
     def running_count(self) -> int:
@@ -514,6 +516,8 @@ class Runner:
     def _cancel_all(self, reason: str) -> None:
         for entry in list(self._running.values()):
             entry.stop(reason)
+            if reason in ("shutdown", "budget"):  # released: another worker should take it at once
+                self._handed_back.add(entry.ctx.job.kind)
 
     async def _shutdown(self) -> None:
         if self._tasks:
@@ -527,3 +531,10 @@ class Runner:
             await asyncio.wait_for(self._completions.drained(), 10)
         except asyncio.TimeoutError:
             log.warning("worker %s: completions not written; those jobs will run again", self.worker_id)
+        if self._handed_back:
+            # A release's notification wakes one seated worker, and the others'
+            # view of the seats may still count ours: wake every worker of those kinds.
+            try:
+                await self.queue.wake_all(sorted(self._handed_back))
+            except Exception as exc:  # the poll finds the jobs all the same
+                log.warning("worker %s: could not wake the other workers (%s)", self.worker_id, exc)
