@@ -166,13 +166,22 @@ async def test_budget_mode_handles_at_most_max_jobs_then_exits(dsn, queue, pool)
 
 
 async def test_budget_mode_defaults_to_three_jobs(dsn, queue, pool):
-    # CONTRACT: budget mode's defaults are 240 s, 30 s and 3 jobs
+    """CONTRACT: budget mode's defaults are 240 s, 30 s and 3 jobs. A budget
+    under 240 s given alone scales the reserve down with it: before, 20 s
+    with the 30 s reserve claimed nothing and exited 'after 0 claims'."""
     ids = [(await queue.submit("demo", f"d{i}", {"steps": 1, "step_ms": 10}))[0] for i in range(5)]
-    proc = start_worker(dsn, "--concurrency", "1", "--budget", "20s", "--reserve", "1s")
+    proc = start_worker(dsn, "--concurrency", "1", "--budget", "20s")
     out = run_to_exit(proc, 15)
     assert proc.returncode == 0, out
     states = [await pool.fetchval("select state::text from jobfeed.jobs where id = $1", i) for i in ids]
     assert sorted(states) == ["completed"] * 3 + ["queued"] * 2, out
+
+
+def test_a_reserve_no_shorter_than_the_budget_is_refused(dsn):
+    proc = start_worker(dsn, "--budget", "20s", "--reserve", "30s")
+    out = run_to_exit(proc, 15)
+    assert proc.returncode == 2 and out.strip().splitlines() == [out.strip()], out
+    assert "--reserve 30s is no shorter than --budget 20s" in out
 
 
 async def test_budget_mode_exits_when_nothing_is_due(dsn):

@@ -59,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--grace", type=_duration, default=30.0, help="on stop, wait this long before releasing")
         sp.add_argument("--poll", type=_duration, default=5.0, help="poll interval when no NOTIFY arrives")
         sp.add_argument("--budget", type=_duration, help="run at most this long (cron/serverless; 240s when only --max-jobs is given)")
-        sp.add_argument("--reserve", type=_duration, default=30.0, help="stop claiming when less is left")
+        sp.add_argument("--reserve", type=_duration,
+                        help="stop claiming when less is left (30s, or an eighth of a shorter --budget)")
         sp.add_argument("--max-jobs", type=_count, help="handle at most this many jobs, then exit (3 when only --budget is given)")
 
     def sweeper_flags(sp):

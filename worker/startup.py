@@ -105,9 +105,11 @@ def on_signals(*callbacks) -> None:
         loop.add_signal_handler(sig, lambda: [cb() for cb in callbacks])
 
 
-# Budget mode's defaults (--reserve's, 30 s, is the flag's own): a cron or
-# serverless run that passes only one of --budget and --max-jobs.
+# Budget mode's defaults: a cron or serverless run that passes only one of
+# --budget and --max-jobs (and the reserve, for a budget shorter than 240 s,
+# scaled down with it: see budget_mode).
 BUDGET_SECONDS = 240.0
+RESERVE_SECONDS = 30.0
 BUDGET_MAX_JOBS = 3
 
 
@@ -128,16 +130,31 @@ def runner_specs(settings: Settings, args) -> list[tasks.TaskSpec]:
     return specs
 
 
+def budget_mode(args) -> tuple[float | None, float, int | None]:
+    """(budget, reserve, max_jobs): the budget and max_jobs both None, or both
+    set (what is not given takes the contract's default). The reserve, unless
+    given, is RESERVE_SECONDS, or an eighth of a budget shorter than the
+    default one (a 20 s budget would otherwise claim nothing). UsageError for a
+    reserve given no shorter than the budget: the worker would claim nothing."""
+    budget, reserve, max_jobs = args.budget, args.reserve, args.max_jobs
+    if budget is None and max_jobs is None:
+        return None, RESERVE_SECONDS if reserve is None else reserve, None
+    budget = BUDGET_SECONDS if budget is None else budget
+    if reserve is None:
+        reserve = min(RESERVE_SECONDS, budget / 8)
+    elif reserve >= budget:
+        raise UsageError(f"--reserve {reserve:g}s is no shorter than --budget {budget:g}s: the worker would "
+                         "claim nothing (claims stop when less than the reserve is left)")
+    return budget, reserve, BUDGET_MAX_JOBS if max_jobs is None else max_jobs
+
+
 def make_runner(queue: Queue, dsn: str, settings: Settings, args):
     from .runner import Runner
 
     specs = runner_specs(settings, args)
-    budget, max_jobs = args.budget, args.max_jobs
-    if budget is not None or max_jobs is not None:  # budget mode: what is not given takes the contract's default
-        budget = BUDGET_SECONDS if budget is None else budget
-        max_jobs = BUDGET_MAX_JOBS if max_jobs is None else max_jobs
+    budget, reserve, max_jobs = budget_mode(args)
     return Runner(queue, dsn, specs, concurrency=args.concurrency, grace=args.grace, poll_interval=args.poll,
-                  budget=budget, reserve=args.reserve, max_jobs=max_jobs)
+                  budget=budget, reserve=reserve, max_jobs=max_jobs)
 
 
 def make_sweeper(queue: Queue, settings: Settings, args):
