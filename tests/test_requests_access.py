@@ -56,6 +56,23 @@ async def test_the_cap_holds_under_concurrent_submissions(pool, queue, k):
     assert await pool.fetchval("select count(*) from jobfeed.jobs where target like 'b%'") == 0
 
 
+@pytest.mark.parametrize("waiting", [False, True])
+async def test_python_submissions_with_a_requester_keep_the_cap_too(pool, k, waiting):
+    """Before: Queue.submit(requester=...) never passed the setting on, so a
+    Python producer's requesters waited for any number of jobs."""
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.settings import Settings
+    queue = Queue(pool, settings=Settings.from_env({"JOBFEED_MAX_ACTIVE_PER_REQUESTER": "2"}))
+    extra = {"await_signals": ["go"]} if waiting else {}
+    results = await asyncio.gather(*(queue.submit("k", f"py{n}", requester="pyuser", **extra) for n in range(6)),
+                                   return_exceptions=True)
+    refused = [r for r in results if isinstance(r, QueueError)]
+    assert len(refused) == 4 and {e.code for e in refused} == {"too_many_jobs"}, results
+    assert await pool.fetchval("select count(*) from jobfeed.requests where requester = 'pyuser'") == 2
+    for n in range(3):  # a submission without a requester is never capped
+        await queue.submit("k", f"anon{n}", request=True, **extra)
+
+
 def test_request_settings_are_checked_at_start():
     from jobfeed.worker.settings import SettingError, Settings
     s = Settings.from_env({"JOBFEED_REQUESTER_HEADER": "X-User", "JOBFEED_MAX_ACTIVE_PER_REQUESTER": "3",

@@ -67,16 +67,19 @@ class Queue(LeaseCalls, AdminCalls):
         await_signals (names delivered with signal(); signal_timeout seconds,
         else it fails with signal_timeout); they combine with everything
         else (a job waiting with a run_after is due at the later of the two)."""
+        # JOBFEED_MAX_ACTIVE_PER_REQUESTER counts a requester's requests however made
+        max_active = None if requester is None else self.settings.max_active_per_requester
         if after or await_signals:
             job_id, created, _, request_id, reused = await self.submit_waiting_json(
                 kind, target, payload, after=after, await_signals=await_signals, signal_timeout=signal_timeout,
                 run_after=run_after, priority=priority, concurrency_key=concurrency_key, max_payload=max_payload,
-                request=request, requester=requester, notify_url=notify_url, force=force)
+                request=request, requester=requester, notify_url=notify_url, max_active=max_active, force=force)
             return Submission(job_id, created, reused, request_id)
         if request or requester is not None or notify_url is not None:
             job_id, created, _, request_id, reused = await self.submit_request_json(
                 kind, target, payload, run_after=run_after, priority=priority, concurrency_key=concurrency_key,
-                max_payload=max_payload, requester=requester, notify_url=notify_url, force=force)
+                max_payload=max_payload, requester=requester, notify_url=notify_url, max_active=max_active,
+                force=force)
             return Submission(job_id, created, reused, request_id)
         # No view asked for: none is built.
         await self._add_kind(kind)

@@ -70,7 +70,9 @@ class QueueCalls:
 
     def __init__(self, pool: asyncpg.Pool | asyncpg.Connection, *, settings: Settings | None = None):
         self.pool = pool  # anything with fetch/fetchval: a Pool or a Connection
-        self._settings = settings  # for kinds' defaults (JOBFEED_LEASE, ...); read from the environment if None
+        # for kinds' defaults (JOBFEED_LEASE, ...) and the requester cap; read
+        # from the environment if None
+        self._settings = settings
         self._known: set[str] = set()  # kinds this object has registered or seen registered
 
     async def _add_kind(self, kind: str) -> None:
@@ -84,7 +86,13 @@ class QueueCalls:
         spec = registry.get(kind)
         if spec is None:
             return  # not ours to describe: the database decides (unknown_kind)
-        await register_kind(self, spec.resolved(self._settings or Settings.from_env()), overwrite=False)
+        await register_kind(self, spec.resolved(self.settings), overwrite=False)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.from_env()
+        return self._settings
 
     async def _fetch(self, name: str, *args) -> list[asyncpg.Record]:
         try:
