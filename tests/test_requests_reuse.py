@@ -68,6 +68,11 @@ async def test_reuse_for_answers_with_the_recent_completion(pool, queue, k):
     assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a where job_id = $1", s.id) == 1
     forced = await queue.submit("cached", "r", request=True, force=True)
     assert forced.created and not forced.reused and forced.id != s.id
+    # while the forced run is unfinished, the target's job is that run, not the
+    # older result (before: the older result, reused, beside a run under way)
+    joined = await queue.submit("cached", "r", request=True)
+    assert (joined.id, joined.created, joined.reused) == (forced.id, False, False)
+    await queue.leave(joined.request_id)
     # past reuse_for: a new job (time planted: the completion 11 minutes ago)
     await pool.execute("update jobfeed.jobs set finished_at = now() - interval '11 minutes' where id = $1", s.id)
     await queue.leave(forced.request_id)  # canceled: the target is free

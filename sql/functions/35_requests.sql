@@ -83,7 +83,8 @@ end $$;
 -- The completed job a submission of (kind, target) by p_requester may reuse:
 -- the latest one completed within the kind's reuse_for that the submission
 -- could have shared (same dedupe scope: under dedupe="requester" only the same
--- identity's, none for an anonymous one); null when the kind reuses nothing.
+-- identity's, none for an anonymous one); null when the kind reuses nothing,
+-- or when an unfinished job holds the target (the submission joins it).
 drop function if exists jobfeed.reusable(text, text, timestamptz);
 create or replace function jobfeed.reusable(p_kind text, p_target text, p_requester text, p_now timestamptz)
 returns uuid language sql stable as $$
@@ -92,6 +93,10 @@ returns uuid language sql stable as $$
        and j.kind = p_kind and j.target = p_target and j.state = 'completed'
        and j.dedupe_scope = jobfeed.dedupe_scope(k.dedupe, p_requester)
        and j.finished_at > p_now - k.reuse_for
+       -- a newer run under way (a forced one) is the target's job: joined, not passed over
+       and not exists (select from jobfeed.jobs u
+                        where u.kind = p_kind and u.target = p_target and u.dedupe_scope = j.dedupe_scope
+                          and u.state not in ('completed', 'failed', 'canceled'))
      order by j.finished_at desc
      limit 1
 $$;
