@@ -25,3 +25,16 @@ def test_errors_take_code_message_and_an_optional_retry_after():
         assert cls("busy", "try later", 5).retry_after == 5
         assert cls("busy", "try later", retry_after=2.5).retry_after == 2.5
         assert cls("busy").message == "busy"
+
+
+async def test_a_malformed_id_is_an_unknown_job_or_request(queue):
+    """Before: asyncpg's DataError from get_job, wait and leave; the README says
+    None for an unknown job, and leave's not_found for an unknown request."""
+    from jobfeed.worker.queue import QueueError
+    import pytest
+    for bad in ("abc", "", "01a2-not-a-uuid"):
+        assert await queue.get_job(bad) is None
+        assert await queue.wait(bad, 0.1) is None
+        with pytest.raises(QueueError) as refused:
+            await queue.leave(bad)
+        assert refused.value.code == "not_found"

@@ -218,7 +218,7 @@ async def test_a_job_a_stopping_worker_releases_goes_to_another_at_once(queue, w
         assert await workers.next_start() == "job"
         b = workers.start()
 
-        async def b_counts_both_seats() -> bool:  # its view of the seats includes A's
+        async def b_counts_both_seats(b=b, kind=kind) -> bool:  # its view of the seats includes A's
             return b._seats._view.get(kind, (0, 0))[1] == 2
         await eventually(b_counts_both_seats, timeout=5, what="B's view of two seats")
         a.stop()  # the held handler outlasts the grace (1 s) and is released

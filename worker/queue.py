@@ -25,6 +25,17 @@ from .states import TERMINAL
 __all__ = ["ClaimTimes", "Job", "Queue", "QueueError", "Submission"]
 
 
+
+def _as_id(value: uuid.UUID | str) -> uuid.UUID | None:
+    """A job's or request's id as given; None when it is no UUID (which no
+    job or request has), rather than PostgreSQL's DataError."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
 class Queue(LeaseCalls, AdminCalls):
     """The queue's functions, called on a pool, or on one connection: then each
     call runs on it, inside its transaction if one is open. Submitting in the
@@ -196,12 +207,14 @@ class Queue(LeaseCalls, AdminCalls):
                                  None if forces is None else list(forces), run_after, priority, concurrency_key)
         return [(r["id"], r["created"], r["view"], r["request_id"], r["reused"]) for r in rows]
 
-    async def leave_json(self, request_id: uuid.UUID) -> str:
+    async def leave_json(self, request_id: uuid.UUID | str) -> str:
         """The request leaves (idempotent); answers its job's public view as JSON
         text. QueueError not_found for an unknown request."""
-        return await self._fetchval("leave", request_id)
+        if (rid := _as_id(request_id)) is None:
+            raise QueueError("not_found", "no such request", 404)
+        return await self._fetchval("leave", rid)
 
-    async def leave(self, request_id: uuid.UUID) -> dict:
+    async def leave(self, request_id: uuid.UUID | str) -> dict:
         """The request leaves. When it was the last active request of an
         unfinished job, the kind's on_abandon decides: cancel (the default) or
         keep. Answers the job's public view."""
@@ -216,8 +229,11 @@ class Queue(LeaseCalls, AdminCalls):
         await self._fetch("set_kind_request_policy", kind, on_abandon, on_duplicate, _seconds(reuse_for), dedupe)
 
     async def get_job_json(self, job_id: uuid.UUID | str) -> str | None:
-        """The public view as JSON text (relayed as is by the API)."""
-        return await self._fetchval("get_job", job_id)
+        """The public view as JSON text (relayed as is by the API); None for an
+        unknown job (or an id no job could have)."""
+        if (jid := _as_id(job_id)) is None:
+            return None
+        return await self._fetchval("get_job", jid)
 
     async def get_job(self, job_id: uuid.UUID | str) -> dict | None:
         text = await self.get_job_json(job_id)
@@ -229,7 +245,9 @@ class Queue(LeaseCalls, AdminCalls):
         notifications on one connection (of the pool, held meanwhile) and
         re-reads only when one names the job: it never polls. On a Connection
         inside a transaction, LISTEN starts only at commit: wait outside one."""
-        key = str(job_id)
+        if (jid := _as_id(job_id)) is None:
+            return None
+        key = str(jid)
         changed = asyncio.Event()
 
         def on_change(_conn, _pid, _channel, payload: str) -> None:
@@ -241,7 +259,7 @@ class Queue(LeaseCalls, AdminCalls):
         async with self._listening("jobfeed_changed", on_change) as conn:
             while True:
                 changed.clear()  # before reading: a change after the read wakes us
-                text = await conn.fetchval(query("get_job"), job_id)
+                text = await conn.fetchval(query("get_job"), jid)
                 view = None if text is None else json.loads(text)
                 if view is None or view["status"] in TERMINAL:
                     return view
