@@ -301,7 +301,9 @@ class Runner:
         started = time.monotonic()
         try:
             try:
-                result = await self._handle(spec, entry.ctx)
+                result = await call_handler(spec, job, entry.ctx)
+                if isinstance(result, WaitFor) and not result.ids:
+                    result = await self._run_again_with_no_children(spec, entry.ctx)
             except asyncio.CancelledError:
                 if entry.stop_reason is None:
                     raise  # not ours: the runner itself is being torn down
@@ -363,17 +365,15 @@ class Runner:
             self._slot_freed()
 
     @staticmethod
-    async def _handle(spec: TaskSpec, ctx: RunContext) -> Any:
-        """The handler's result. A wait_for naming no job has nothing to wait
-        for: the run it asks for comes at once, in this attempt, with
-        job.children == [] (waiting, the job would be due at once, claimed
-        with no children to show, and wait again, without end)."""
+    async def _run_again_with_no_children(spec: TaskSpec, ctx: RunContext) -> Any:
+        """After a wait_for naming no job, which has nothing to wait for: the run
+        it asks for comes at once, in this attempt, with job.children == []
+        (waiting, the job would be due at once, claimed with no children to
+        show, and wait again, without end)."""
+        ctx.job = dataclasses.replace(ctx.job, children=[])
         result = await call_handler(spec, ctx.job, ctx)
         if isinstance(result, WaitFor) and not result.ids:
-            ctx.job = dataclasses.replace(ctx.job, children=[])
-            result = await call_handler(spec, ctx.job, ctx)
-            if isinstance(result, WaitFor) and not result.ids:
-                raise Permanent("invalid_wait", "wait_for named no job, again in the run with job.children == []")
+            raise Permanent("invalid_wait", "wait_for named no job, again in the run with job.children == []")
         return result
 
     def _observe_end(self, job: Job, outcome: tuple[str, object], seconds: float) -> str:
