@@ -71,6 +71,7 @@ class Feed:
         # the newest view offered of each watched job whose public status is queued
         self._queued: dict[str, View] = {}
         self.position_rounds = 0
+        self._position_owed: set[str] = set()  # jobs with a stream too young for their last move
         self.listener = Listener(dsn, {CHANNEL: self._on_notify}, on_connect=self._on_connect,
                                  health_interval=health_interval, name=name)
         self._watch: dict[str, set[JobSubscription]] = {}
@@ -379,19 +380,30 @@ class Feed:
                 log.warning("feed: refreshing queue positions failed (%s)", exc)
 
     async def refresh_positions(self) -> None:
+        """A stream gets a moved position at most every position_interval: one
+        that opened less than that ago (its first view had a position) is owed
+        the move, and gets it at the next round."""
         ids = list(self._queued)
+        owed, self._position_owed = self._position_owed, set()
         for start in range(0, len(ids), REREAD_CHUNK):
             chunk = ids[start:start + REREAD_CHUNK]
             self.position_rounds += 1
             positions = await self.queue.positions(chunk)
+            young = time.monotonic() - self.position_interval
             for job_id in chunk:
                 view = self._queued.get(job_id)  # (the newest: a re-read may have run meanwhile)
                 position = positions.get(job_id)
                 # None: started, or not due yet; a started job's new version says so itself
-                if view is None or position is None or position == view.position:
+                if view is None or position is None:
                     continue
-                moved = view.with_position(position)
-                self._known[job_id] = (moved.version, moved.extra)
-                self._queued[job_id] = moved
+                if position != view.position:
+                    view = view.with_position(position)
+                    self._known[job_id] = (view.version, view.extra)
+                    self._queued[job_id] = view
+                elif job_id not in owed:
+                    continue
                 for sub in list(self._watch.get(job_id, ())):
-                    sub.offer(moved)
+                    if sub.since > young:
+                        self._position_owed.add(job_id)
+                    else:
+                        sub.offer(view)  # (nothing written to a stream that has it)

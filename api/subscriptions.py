@@ -7,6 +7,7 @@ api/streams.py and api/waiting.py take them."""
 from __future__ import annotations
 
 import asyncio
+import time
 import datetime as dt
 import json
 from typing import TYPE_CHECKING
@@ -85,10 +86,12 @@ class JobSubscription:
     and is then handed each view as it is offered; a waiter (?wait=) takes them
     with next()."""
 
-    __slots__ = ("job_id", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client", "_writer")
+    __slots__ = ("job_id", "since", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client",
+                 "_writer")
 
     def __init__(self, feed: "Feed", job_id: str, client: str | None = None):
         self.job_id = job_id
+        self.since = time.monotonic()  # its first view carries a position: the next waits a round
         self._client = client
         self.sent = 0
         self.sent_extra: tuple = ()

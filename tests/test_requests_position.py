@@ -144,13 +144,21 @@ async def test_the_feed_refreshes_every_watched_queued_job_with_one_query(pool, 
         feed.seed(sub, View.parse(await queue.get_job_json(job_id)))
         subs.append(sub)
     assert [(await s.next()).position for s in subs[:3]] == [10, 11, 12]
+    for s in subs[1:]:  # opened a round ago; the first one just now
+        s.since -= feed.position_interval
     await queue.claim(["line"], 5, "w")
     await feed.refresh_positions()
     assert feed.position_rounds == 1
-    views = [await s.next() for s in subs]
-    assert [v.position for v in views] == list(range(5, 45))
+    views = [await s.next() for s in subs[1:]]
+    assert [v.position for v in views] == list(range(6, 45))
     assert {v.version for v in views} == {1}
-    await feed.refresh_positions()  # nothing moved: nothing offered
+    # a stream gets a position at most every round's interval: the young one is
+    # owed the move (before: it got it at once, however soon after its first view)
+    assert subs[0]._pending is None
+    subs[0].since -= feed.position_interval
+    await feed.refresh_positions()  # nothing moved, but the owed move goes out
+    assert (await subs[0].next()).position == 5
+    await feed.refresh_positions()  # nothing moved, nothing owed: nothing offered
     assert all(s._pending is None for s in subs)
     for s in subs:
         s.close()
