@@ -114,6 +114,48 @@ async def test_admin_filters_by_state_and_opens_a_linked_job(api, new_page, http
     await expect(rows.first).to_have_attribute("data-job-id", ids["filter-a"])
 
 
+async def test_admin_list_and_detail_keep_to_the_latest_read(api, new_page, http):
+    """From a black-box pass: a slow answer for an earlier filter no longer
+    replaces the later filter's rows; a detail read that fails and then works
+    again shows no stale error; a long target does not widen the page."""
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    long_target = "https://example.com/" + "a" * 180
+    ids = {}
+    for target in ("late-a", "late-b", long_target):
+        ids[target] = (await http.post("/api/jobs", json={"kind": "demo", "target": target})).json()["id"]
+    assert (await http.post(f"/api/admin/jobs/{ids['late-b']}/cancel", headers=admin)).status_code == 200
+
+    page = await new_page(DESKTOP)
+    await page.goto(f"/admin#job={ids[long_target]}")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#detail-heading")).to_have_text(f"demo: {long_target}")
+    assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+
+    async def slow(route):  # the answer for "canceled" comes after the one for "queued"
+        answer = await route.fetch()
+        await page.wait_for_timeout(1500)
+        await route.fulfill(response=answer)
+    await page.route(re.compile(r"/api/admin/jobs\?.*state=canceled"), slow)
+    rows = page.locator("#jobs tbody tr")
+    await page.select_option("#filter-state", "canceled")
+    await page.select_option("#filter-state", "queued")
+    await page.wait_for_timeout(2000)  # past the slow answer
+    await expect(rows).to_have_count(2)
+    assert "late-b" not in await page.locator("#jobs tbody").inner_text()
+
+    detail = f"**/api/admin/jobs/{ids['late-a']}"
+    await page.click(f"tr[data-job-id='{ids['late-a']}'] button")
+    await expect(page.locator("#detail-heading")).to_have_text("demo: late-a")
+    await page.route(detail, lambda route: route.abort("connectionrefused"))
+    assert (await http.post(f"/api/admin/jobs/{ids['late-a']}/cancel", headers=admin)).status_code == 200
+    await expect(page.locator("#action-message")).to_contain_text("reach")  # the live event's re-read failed
+    await page.unroute(detail)
+    assert (await http.post(f"/api/admin/jobs/{ids['late-a']}/retry", headers=admin)).status_code == 200
+    await expect(page.locator("#detail .badge")).to_have_text("queued")
+    await expect(page.locator("#action-message")).to_be_hidden()
+
+
 async def test_dashboard_panels_match_the_database(worker, new_page, http, pool):
     """A live worker running one long job and a planted worker silent for more
     than two leases: the panel shows each as the database has it, live or lost.
