@@ -46,7 +46,7 @@ QUEUE_EDITS: list[Edit] = [
          "        if false then",
          (HOLDERS, Q_BATCH), "gap: a holder finishing between insert and look-up never yields a null id"),
     Edit("notify-changed-one-payload", "sql/functions/10_helpers.sql",
-         "      group by (u.n - 1) / chunk;", "      group by true;",
+         "      group by (u.k - 1) / 150;", "      group by true;",
          (Q_BATCH,), "many changed jobs are announced in payloads under NOTIFY's size limit"),
     Edit("submit-many-repeat-creates-twice", "sql/functions/30_submit.sql",
          "i.id is not null and t.n = min(t.n) over (partition by t.target) as created",
