@@ -126,13 +126,13 @@ def test_a_killed_process_does_not_keep_the_server_running_for_good():
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     users = os.path.join(data_dir, "pgdata", ".handle_pids.json")
     try:
-        deadline = time.monotonic() + 30
-        while worker.pid not in _listed(users) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        worker.kill()  # no chance to let the server go
-        worker.communicate()
-    try:
+        try:
+            deadline = time.monotonic() + 30
+            while worker.pid not in _listed(users) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            worker.kill()  # no chance to let the server go
+            worker.communicate()
         assert server_running(data_dir), "a crash leaves the server to the next process"
         # the next process is the last one: it stops the server as it leaves
         submitted = run(data_dir, "submit", "demo", "after-the-crash")
