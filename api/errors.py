@@ -68,8 +68,8 @@ async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
 # socket: FileNotFoundError (no route reads files of its own); a host name
 # that does not resolve for now: socket.gaierror.
 DATABASE_GONE = (ConnectionError, FileNotFoundError, socket.gaierror, asyncpg.PostgresConnectionError,
-                  asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
-                  asyncpg.TooManyConnectionsError)
+                 asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
+                 asyncpg.TooManyConnectionsError)
 
 
 async def _database_gone(request: Request, exc: Exception) -> Response:

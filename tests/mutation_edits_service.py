@@ -355,7 +355,7 @@ SERVICE_EDITS: list[Edit] = [
          "a result PostgreSQL refuses fails its attempt alone, not its batch of completions"),
     Edit("wait-for-nothing-waits", "worker/runner.py",
          "                if isinstance(result, WaitFor) and not result.ids:\n"
-         "                    result = await self._run_again_with_no_children(spec, entry.ctx)\n", "",
+         "                    result = await run_again_with_no_children(spec, entry.ctx)\n", "",
          (CHILDREN + "::test_a_fan_out_of_nothing_runs_again_at_once_with_no_children",),
          "wait_for([]) runs the handler again at once with no children, not a wait without end"),
     Edit("signed-out-stream-goes-on", "api/streams.py",

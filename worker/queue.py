@@ -25,7 +25,6 @@ from .states import TERMINAL
 __all__ = ["ClaimTimes", "Job", "Queue", "QueueError", "Submission"]
 
 
-
 def _as_id(value: uuid.UUID | str) -> uuid.UUID | None:
     """A job's or request's id as given; None when it is no UUID (which no
     job or request has), rather than PostgreSQL's DataError."""
@@ -35,6 +34,7 @@ def _as_id(value: uuid.UUID | str) -> uuid.UUID | None:
         return uuid.UUID(str(value))
     except ValueError:
         return None
+
 
 class Queue(LeaseCalls, AdminCalls):
     """The queue's functions, called on a pool, or on one connection: then each

@@ -11,7 +11,7 @@ import time
 
 from .queue import Job
 from .retrying import RETRYABLE
-from .tasks import Context, LeaseLost, TaskSpec, Transient
+from .tasks import Context, LeaseLost, Permanent, TaskSpec, Transient, WaitFor
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -145,3 +145,15 @@ async def call_handler(spec: TaskSpec, job: Job, ctx: Context):
         if window.expired():
             raise Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s") from None
         raise
+
+
+async def run_again_with_no_children(spec: TaskSpec, ctx: RunContext):
+    """After a wait_for naming no job, which has nothing to wait for: the run
+    it asks for comes at once, in this attempt, with job.children == []
+    (waiting, the job would be due at once, claimed with no children to show,
+    and wait again, without end)."""
+    ctx.job = dataclasses.replace(ctx.job, children=[])
+    result = await call_handler(spec, ctx.job, ctx)
+    if isinstance(result, WaitFor) and not result.ids:
+        raise Permanent("invalid_wait", "wait_for named no job, again in the run with job.children == []")
+    return result

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import datetime as dt
 import logging
 import os
@@ -23,13 +22,15 @@ from typing import Any, Sequence
 from . import logs, metrics, redact, schedules, tracing
 from .db import Listener
 from .queue import ClaimTimes, Job, Queue
-from .queue_calls import UNSTORABLE, UNSTORABLE_CODE, result_json
+from .queue_calls import UNSTORABLE_CODE, result_json
 from .retrying import retrying
 from .tasks import Abandon, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
 from .claimer import ClaimConnection
 from .completions import Completions
-from .run_context import Running, RunContext, call_handler, lease_of
+from .outcomes import record_outcome
+from .run_context import Running, RunContext, call_handler, lease_of, run_again_with_no_children
 from .seats import Seats
+from .startup import RESERVE_SECONDS
 from .testsignal import Signal, Timer
 
 log = logging.getLogger("jobfeed.worker")
@@ -51,7 +52,7 @@ class RunnerSignals:
 class Runner:
     def __init__(self, queue: Queue, dsn: str, specs: Sequence[TaskSpec], *, concurrency: int = 10,
                  worker_id: str | None = None, poll_interval: float = 5.0, grace: float = 30.0,
-                 budget: float | None = None, reserve: float = 30.0, max_jobs: int | None = None):
+                 budget: float | None = None, reserve: float = RESERVE_SECONDS, max_jobs: int | None = None):
         if not specs:
             raise ValueError("a worker needs at least one kind to run")
         self.queue = queue
@@ -303,7 +304,7 @@ class Runner:
             try:
                 result = await call_handler(spec, job, entry.ctx)
                 if isinstance(result, WaitFor) and not result.ids:
-                    result = await self._run_again_with_no_children(spec, entry.ctx)
+                    result = await run_again_with_no_children(spec, entry.ctx)
             except asyncio.CancelledError:
                 if entry.stop_reason is None:
                     raise  # not ours: the runner itself is being torn down
@@ -352,7 +353,7 @@ class Runner:
                 what, value = outcome
                 code = value.code if isinstance(value, JobError) else ""
                 with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": label, "jobfeed.code": code}):
-                    await self._record(job, what, value, entry.ctx.lease, entry.ctx.children)
+                    await record_outcome(self.queue, job, what, value, entry.ctx.lease, entry.ctx.children)
             finally:
                 self._recording -= 1
                 self._slot_freed()
@@ -363,18 +364,6 @@ class Runner:
             self._running.pop(key, None)
             metrics.RUNNING.labels(job.kind).dec()
             self._slot_freed()
-
-    @staticmethod
-    async def _run_again_with_no_children(spec: TaskSpec, ctx: RunContext) -> Any:
-        """After a wait_for naming no job, which has nothing to wait for: the run
-        it asks for comes at once, in this attempt, with job.children == []
-        (waiting, the job would be due at once, claimed with no children to
-        show, and wait again, without end)."""
-        ctx.job = dataclasses.replace(ctx.job, children=[])
-        result = await call_handler(spec, ctx.job, ctx)
-        if isinstance(result, WaitFor) and not result.ids:
-            raise Permanent("invalid_wait", "wait_for named no job, again in the run with job.children == []")
-        return result
 
     def _observe_end(self, job: Job, outcome: tuple[str, object], seconds: float) -> str:
         what, error = outcome
@@ -408,37 +397,6 @@ class Runner:
             pass  # the outcome's write, fenced too, will say so
         except Exception as exc:
             log.warning("job %s: writing its last progress failed (%s)", entry.ctx.job.id, exc)
-
-    async def _record(self, job: Job, what: str, value, lease: float, planned: Sequence[dict] = ()) -> None:
-        """Write an attempt's outcome; its planned children (ctx.submit) go only
-        with a completion or a wait_for, in the same fenced call."""
-        q, ident = self.queue, (job.id, job.generation)
-        if what in ("lost", "abandoned"):
-            log.info("job %s gen %d: %s, nothing recorded", job.id, job.generation,
-                     "lease lost" if what == "lost" else "abandoned by its handler")
-            return
-        if what == "wait":
-            call = lambda: q.wait_for(*ident, planned, value.ids)  # noqa: E731
-        elif what == "spawn":
-            call = lambda: q.complete_spawning(*ident, value, planned)  # noqa: E731
-        elif isinstance(value, Permanent):
-            call = lambda: q.fail_permanent(*ident, value.code, value.message)  # noqa: E731
-        elif isinstance(value, Release):
-            call = lambda: q.release(*ident, value.code, value.retry_after or 0, value.message)  # noqa: E731
-        else:
-            call = lambda: q.fail_transient(*ident, value.code, value.message, value.retry_after)  # noqa: E731
-        # Fenced, so repeating it after a passing error is safe (see worker/completions.py).
-        until = time.monotonic() + lease + 1.0
-        try:
-            ok = await retrying(call, until=until, what=f"write job {job.id}'s {what}")
-        except UNSTORABLE as exc:  # the result PostgreSQL refused, as Completions does
-            if what != "spawn":
-                raise
-            log.warning("job %s: its result cannot be stored (%s)", job.id, exc)
-            ok = await retrying(functools.partial(q.fail_unstorable, *ident, exc),
-                                until=until, what=f"write job {job.id}'s failure")
-        if not ok:
-            log.info("job %s gen %d: lease lost before its outcome (%s) was recorded", job.id, job.generation, what)
 
     # -------------------------------------------------------------- leases
     async def _heartbeat(self) -> None:
