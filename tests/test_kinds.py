@@ -59,10 +59,18 @@ async def test_a_new_kinds_settings_apply_to_jobs_submitted_after(queue, pool):
     ({"backoff": (-1,)}, "none below zero"),
     ({"backoff": "1m,,5m"}, "backoff"),
     ({"jitter": 2}, "jitter must be a number from 0 to 1"),
-    ({"max_attempts": 0}, "max_attempts must be a whole number of at least 1"),
+    ({"max_attempts": 0}, "max_attempts must be a whole number from 1 to"),
     ({"max_attempts": True}, "max_attempts"),
+    # what the kinds table's int columns cannot hold is refused here, naming the option,
+    # not when a worker registers the kind
+    ({"max_attempts": 2**31}, "max_attempts must be a whole number from 1 to 2147483647"),
+    ({"priority": 2**40}, "priority must be a whole number from -2147483647 to 2147483647"),
+    ({"priority": -2**31}, "priority"),
+    ({"max_running": 2**31}, "max_running must be a whole number from 1 to 2147483647"),
+    ({"max_running_per_key": 2**31}, "max_running_per_key must be"),
+    ({"rate": "3000000000/1m"}, "rate: '3000000000/1m' needs from 1 to 2147483647 starts"),
 ])
-def test_retry_options_are_refused_at_decoration(options, message):
+def test_options_the_kinds_table_cannot_hold_are_refused_at_decoration(options, message):
     with pytest.raises(ValueError, match=message):
         Registry().task("k", **options)
 

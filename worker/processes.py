@@ -70,8 +70,9 @@ async def cmd_worker(settings: Settings, args) -> int:
     async with prepared_pool(settings, max(4, min(args.concurrency + 2, 20)), "jobfeed-worker",
                              migrations.WORKER_ROLE) as (dsn, pool):
         queue = Queue(pool)
-        await tasks.register_kinds(queue, settings, overwrite=True)
-        await run_until_stopped(settings, make_runner(queue, dsn, settings, args))
+        runner = make_runner(queue, dsn, settings, args)
+        await tasks.register_kinds(queue, settings, overwrite=True, running=runner.kinds)
+        await run_until_stopped(settings, runner)
     return 0
 
 

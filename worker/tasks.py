@@ -14,12 +14,13 @@ import logging
 import time
 import traceback
 import uuid
-from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 
 import httpx
 
 from . import files
 from .queue import Job  # noqa: F401  (handlers import it from here)
+from .limits import INT_MAX
 from .retrying import retrying
 from .schedules import Periodic, periodic
 from .settings import SettingError, Settings, parse_duration, parse_durations
@@ -88,9 +89,14 @@ def parse_rate(text: str, name: str = "rate") -> tuple[int, float]:
         seconds = parse_duration(f"1{period}" if period.isalpha() else period, name)
     except (ValueError, SettingError):
         raise ValueError(f"{name}: {text!r} is not a rate (write e.g. 100/1m, 5/1s)") from None
-    if n < 1:
-        raise ValueError(f"{name}: {text!r} needs at least 1 start per period")
+    if not 1 <= n <= INT_MAX:
+        raise ValueError(f"{name}: {text!r} needs from 1 to {INT_MAX} starts per period")
     return n, seconds
+
+
+def _whole(value: object, least: int) -> bool:
+    """An int (not a bool) from least to INT_MAX: what the kinds table holds."""
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= INT_MAX
 
 
 # A kind's choices, as the kinds table's CHECKs allow them (GET /api/kinds shows them).
@@ -168,11 +174,11 @@ class Registry:
         reuse_seconds = None if reuse_for is None else _seconds(reuse_for, f"@task({kind!r}) reuse_for")
         if reuse_seconds is not None and reuse_seconds <= 0:
             raise ValueError(f"@task({kind!r}): reuse_for must be longer than zero")
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"@task({kind!r}): priority must be a whole number")
+        if not _whole(priority, -INT_MAX):
+            raise ValueError(f"@task({kind!r}): priority must be a whole number from {-INT_MAX} to {INT_MAX}")
         for name, value in (("max_running", max_running), ("max_running_per_key", max_running_per_key)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"@task({kind!r}): {name} must be a whole number of at least 1")
+            if value is not None and not _whole(value, 1):
+                raise ValueError(f"@task({kind!r}): {name} must be a whole number from 1 to {INT_MAX}")
         parsed_rate = parse_rate(rate, f"@task({kind!r}) rate") if rate is not None else None
         when = periodic(kind, schedule, timezone, None if every is None else _seconds(every, f"@task({kind!r}) every"))
         timeout_seconds = None if timeout is None else _seconds(timeout, f"@task({kind!r}) timeout")
@@ -218,9 +224,8 @@ def _check_retries(kind: object, max_attempts: object, lease: object, backoff: S
     if kind != kind.strip() or not kind or "/" in kind or "\x00" in kind or kind.startswith("jobfeed."):
         raise ValueError(f"@task({kind!r}): a kind's name is not empty, has no '/' and no spaces around it, "
                          "and does not start with 'jobfeed.'")
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-                                     or max_attempts < 1):
-        raise ValueError(f"@task({kind!r}): max_attempts must be a whole number of at least 1")
+    if max_attempts is not None and not _whole(max_attempts, 1):
+        raise ValueError(f"@task({kind!r}): max_attempts must be a whole number from 1 to {INT_MAX}")
     if not (isinstance(jitter, (int, float)) and not isinstance(jitter, bool) and 0 <= jitter <= 1):
         raise ValueError(f"@task({kind!r}): jitter must be a number from 0 to 1")
     seconds = None if lease is None else _seconds(lease, f"@task({kind!r}) lease")
@@ -292,13 +297,15 @@ def load_tasks(modules: Sequence[str]) -> Registry:
     return registry
 
 
-async def register_kinds(queue, settings: Settings, *, overwrite: bool) -> list[TaskSpec]:
+async def register_kinds(queue, settings: Settings, *, overwrite: bool,
+                         running: Collection[str] | None = None) -> list[TaskSpec]:
     """Record every registered kind's settings in the database, where the queue's
-    functions apply them. Workers overwrite (they run the kind); other processes
-    only add kinds nobody registered yet."""
+    functions apply them. Workers overwrite the kinds they run (`running`, when
+    they run only some: `--kinds`); every other kind, and every kind of other
+    processes, is only added when nobody registered it yet."""
     specs = registry.specs(settings)
     for spec in specs:
-        await register_kind(queue, spec, overwrite=overwrite)
+        await register_kind(queue, spec, overwrite=overwrite and (running is None or spec.kind in running))
     return specs
 
 
