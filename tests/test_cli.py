@@ -69,6 +69,22 @@ async def test_submit_is_a_request_with_the_kinds_request_policies(dsn, pool, qu
     assert left.returncode == 0 and json.loads(left.stdout)["status"] == "canceled"  # the last requester left
 
 
+async def test_a_worker_with_kinds_writes_the_settings_of_those_it_runs_only(dsn, pool, queue):
+    """`jobfeed worker --kinds typed` on a task module that also defines
+    "strict": a worker running strict wrote its settings; this one must not
+    undo them, as a producer must not."""
+    for kind in ("typed", "strict"):
+        await queue.register_kind(kind, max_attempts=9, lease=77, backoff=(1,), priority=4, overwrite=True)
+    env = {"JOBFEED_TASKS": "cli_tasks", "PYTHONPATH": path_with_tests(), "JOBFEED_LEASE": "30s"}
+    ran = jobfeed(dsn, "worker", "--kinds", "typed", "--budget", "2s", "--reserve", "1s", **env)
+    assert ran.returncode == 0, ran.stderr
+    kinds = {r["kind"]: (r["max_attempts"], r["lease"].total_seconds(), r["priority"])
+             for r in await pool.fetch("select kind, max_attempts, lease, priority from jobfeed.kinds")}
+    assert kinds["typed"] == (Settings().max_attempts, 30, 0)  # the kind it runs: its own settings
+    assert kinds["strict"] == (9, 77, 4)  # left as the worker that runs it wrote them
+    assert "cached" in kinds  # a kind nobody had registered is still added
+
+
 @pytest.mark.parametrize("args, message", [
     (["submit", "nosuchkind", "t"], "unknown_kind"),
     (["submit", "demo", ""], "invalid_target"),
