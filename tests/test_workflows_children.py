@@ -384,10 +384,20 @@ def test_timeout_is_parsed_and_checked():
             registry.task("bad", timeout=bad)(part)
 
 
-async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run):
+@pytest.mark.parametrize("on_cancel", ["stops", "returns", "raises"])
+async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run, on_cancel):
+    """Also when the handler catches its cancellation and returns, or raises an
+    error of its own: what it does past its timeout is not its outcome."""
     async def sleepy(job, ctx: Context):
         if job.attempt == 1:
-            await asyncio.sleep(30)
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                if on_cancel == "returns":
+                    return {"swallowed": True}
+                if on_cancel == "raises":
+                    raise Permanent("cleanup_failed", "raised while stopping") from None
+                raise
         return {"attempt": job.attempt}
 
     await run(TaskSpec("sleepy", sleepy, max_attempts=3, lease=5.0, backoff=(60.0,), jitter=0.0, timeout=0.2))

@@ -138,13 +138,18 @@ async def call_handler(spec: TaskSpec, job: Job, ctx: Context):
     if spec.timeout is None:
         return await spec.handler(job, ctx)
     window = asyncio.timeout(spec.timeout)
+    result = None
     try:
         async with window:
-            return await spec.handler(job, ctx)
-    except TimeoutError:
-        if window.expired():
-            raise Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s") from None
-        raise
+            result = await spec.handler(job, ctx)
+    except Exception:  # TimeoutError, or what the handler raised while being canceled
+        if not window.expired():
+            raise
+    # also when the handler caught its cancellation and returned: its result
+    # came past the timeout
+    if window.expired():
+        raise Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s") from None
+    return result
 
 
 async def run_again_with_no_children(spec: TaskSpec, ctx: RunContext):
