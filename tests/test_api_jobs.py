@@ -114,6 +114,15 @@ BAD = [
     (b'{"kind": "demo", "target": "a", "run_at": "tomorrow"}', 422, "invalid_run_at"),
     (b'{"kind": "demo", "target": "a", "run_at": "2030-01-01T00:00:00"}', 422, "invalid_run_at"),
     (b'{"kind": "demo", "target": "a", "run_at": 1893456000}', 422, "invalid_run_at"),
+    # ISO 8601 forms that are not RFC 3339's date-time
+    (b'{"kind": "demo", "target": "a", "run_at": "2030-W01-5T10:00:00Z"}', 422, "invalid_run_at"),
+    (b'{"kind": "demo", "target": "a", "run_at": "2030-01-01T10Z"}', 422, "invalid_run_at"),
+    (b'{"kind": "demo", "target": "a", "run_at": "2030-01-01T10:00:00+0530"}', 422, "invalid_run_at"),
+    (b'{"kind": "demo", "target": "a", "run_at": "20301201T100000Z"}', 422, "invalid_run_at"),
+    (b'{"kind": "demo", "target": "a", "run_at": "2030-02-30T10:00:00Z"}', 422, "invalid_run_at"),
+    # the edge of the date range: refused (further than the longest delay), not stored as infinity
+    (b'{"kind": "demo", "target": "a", "run_at": "9999-12-31T23:59:59.999999Z"}', 422, "invalid_run_at"),
+    (b'{"kind": "demo", "target": "a", "run_at": "9999-12-31T23:59:59-01:00"}', 422, "invalid_run_at"),
     (b'{"kind": "demo", "target": "a", "delay": "soon"}', 422, "invalid_delay"),
     (b'{"kind": "demo", "target": "a", "delay": -5}', 422, "invalid_delay"),
     (b'{"kind": "demo", "target": "a", "delay": true}', 422, "invalid_delay"),

@@ -70,12 +70,18 @@ async def test_delay_and_past_run_at(client, pool):
         assert r.status_code == 422 and 'such as "90s"' in r.json()["error"]["message"], r.text
     r = await client.post("/api/jobs", json={"kind": "demo", "target": "bad", "priority": 10**12})
     assert r.status_code == 422 and "from -2147483647 to 2147483647" in r.json()["error"]["message"], r.text
-    # A time already past (or a zero delay) is "now": nothing is shown as scheduled.
-    for body in ({"run_at": "2020-01-01T00:00:00+02:00"}, {"delay": "0s"}):
+    # A time already past (or a zero delay) is "now": nothing is shown as
+    # scheduled, and the job queues behind those submitted before it (a past
+    # time, even at the start of the date range, does not jump the queue).
+    first = await client.post("/api/jobs", json={"kind": "demo", "target": "first"})
+    bodies = ({"run_at": "2020-01-01T00:00:00+02:00"}, {"run_at": "0001-01-01T00:00:00+01:00"}, {"delay": "0s"})
+    for body in bodies:
         r = await client.post("/api/jobs", json={"kind": "demo", "target": json.dumps(body), **body})
         assert r.status_code == 201 and r.json()["scheduled_for"] is None, r.text
+    rows = await claim(pool, 1, dt.datetime.now(dt.timezone.utc), kinds=["demo"])
+    assert [str(r["id"]) for r in rows] == [first.json()["id"]]
     rows = await claim(pool, 5, dt.datetime.now(dt.timezone.utc), kinds=["demo"])
-    assert sorted(r["target"] for r in rows) == sorted(['{"run_at": "2020-01-01T00:00:00+02:00"}', '{"delay": "0s"}'])
+    assert sorted(r["target"] for r in rows) == sorted(json.dumps(b) for b in bodies)
 
 
 async def test_submit_many_with_run_at_priority_and_key(queue, pool):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -167,17 +168,28 @@ class Schedule:
         return {"run_after": self.run_after, "priority": self.priority, "concurrency_key": self.concurrency_key}
 
 
-def parse_run_at(value: object) -> dt.datetime:
-    """RFC 3339 with an offset or Z, e.g. 2026-12-01T03:00:00Z."""
-    if not isinstance(value, str) or "T" not in value.upper():
-        raise InvalidSubmission(422, "invalid_run_at", "run_at must be an RFC 3339 time, e.g. 2026-12-01T03:00:00Z")
+# RFC 3339's date-time (section 5.6), "T" or "t" between date and time; what
+# datetime.fromisoformat also takes (week dates, hours alone, basic format) is not.
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
+
+
+def parse_run_at(value: object) -> dt.datetime | None:
+    """RFC 3339 with an offset or Z, e.g. 2026-12-01T03:00:00Z; None for a time
+    already past (due now: ordered and aged as a job submitted now, not from
+    the time given). Later than MAX_DURATION from now is refused."""
+    example = "e.g. 2026-12-01T03:00:00Z"
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value.strip()):
+        shown = f"run_at {value[:64]!r}" if isinstance(value, str) else "run_at"
+        raise InvalidSubmission(422, "invalid_run_at", f"{shown} is not an RFC 3339 time with an offset or Z, {example}")
     try:
-        when = dt.datetime.fromisoformat(value.strip().replace("z", "Z"))
+        when = dt.datetime.fromisoformat(value.strip().upper())
     except ValueError:
-        raise InvalidSubmission(422, "invalid_run_at",
-                                f"run_at {value[:64]!r} is not an RFC 3339 time, e.g. 2026-12-01T03:00:00Z") from None
-    if when.tzinfo is None:
-        raise InvalidSubmission(422, "invalid_run_at", "run_at needs an offset or Z (RFC 3339)")
+        raise InvalidSubmission(422, "invalid_run_at", f"run_at {value[:64]!r} is not a valid time, {example}") from None
+    now = dt.datetime.now(dt.timezone.utc)
+    if when <= now:
+        return None
+    if when - now > dt.timedelta(seconds=MAX_DURATION):
+        raise InvalidSubmission(422, "invalid_run_at", f"run_at is at most {MAX_DURATION:,} seconds from now")
     return when
 
 
