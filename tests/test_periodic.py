@@ -86,6 +86,24 @@ async def test_one_job_per_slot_however_many_schedulers_race(pool, queue):
     assert view["scheduled_for"] is None  # a slot's job is due at once
 
 
+async def test_a_job_submitted_for_a_slots_target_runs_at_the_slot(pool, queue):
+    """Submitting the next slot's target by hand for a later time does not hold
+    that slot back: the job is the slot's, due at the slot."""
+    await register(pool, "hourly")
+    p = Periodic("hourly", every=3600)
+    now = T0 + dt.timedelta(hours=1, minutes=1)
+    planted = (await queue.submit("hourly", "2026-12-01T02:00:00Z", {"from": "a user"},
+                                  run_after=now + dt.timedelta(days=300))).id
+    assert (await queue.get_job(planted))["scheduled_for"] is not None
+    assert await schedules.tick(queue, [p], now) == [planted]
+    row = await pool.fetchrow("select run_after, state::text from jobfeed.jobs where id = $1", planted)
+    assert (row["run_after"], row["state"]) == (dt.datetime(2026, 12, 1, 2, tzinfo=UTC), "queued")
+    assert (await queue.get_job(planted))["scheduled_for"] is None
+    assert await pool.fetchval("select job_id from jobfeed.schedule_slots where kind = 'hourly'") == planted
+    (claimed,) = await queue.claim(["hourly"], 5, "w")
+    assert claimed.id == planted
+
+
 async def test_only_the_latest_missed_slot_runs_after_an_outage(pool, queue):
     await register(pool, "hourly")
     p = Periodic("hourly", every=3600)

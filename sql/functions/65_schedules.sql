@@ -17,10 +17,15 @@ $$;
 -- taken already (another scheduler, or a repeat) or came before the schedule
 -- was first registered. A second scheduler's insert waits for the first's to
 -- commit, then finds the slot taken: never two jobs for one slot.
+-- A job submitted by hand for the slot's target before the slot came is the
+-- slot's job; not yet started, it is made due at the slot: a submission for a
+-- later time cannot hold a slot back.
 create or replace function jobfeed.enqueue_slot(p_kind text, p_slot timestamptz, p_now timestamptz default null)
 returns uuid language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
     v_job uuid;
+    v_created boolean;
+    v_version bigint;
 begin
     if not exists (select from jobfeed.schedules s where s.kind = p_kind and s.since <= p_slot + interval '1 second') then
         return null;
@@ -30,9 +35,18 @@ begin
     if not found then
         return null;
     end if;
-    select s.id into v_job
+    select s.id, s.created into v_job, v_created
       from jobfeed.submit_v2(p_kind, to_char(p_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), '{}',
                              p_slot, 65536, p_now) s;
+    if not v_created then
+        update jobfeed.jobs j set run_after = p_slot, updated_at = greatest(j.updated_at, jobfeed.clock(p_now))
+         where j.id = v_job and j.state = 'queued' and j.generation = 0 and j.run_after > p_slot
+        returning j.version into v_version;
+        if found then  -- its scheduled_for is gone (same version), and it is due
+            perform jobfeed.notify_requesters(array[v_job], array[v_version]);
+            perform jobfeed.notify_due(p_kind, 1);
+        end if;
+    end if;
     update jobfeed.schedule_slots t set job_id = v_job where t.kind = p_kind and t.slot = p_slot;
     return v_job;
 end $$;
