@@ -60,6 +60,14 @@ def parse_durations(text: str, name: str) -> tuple[float, ...]:
 _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 
 
+def parse_folder(text: str, name: str) -> Path:
+    """A folder, made when first needed: refused when something else is there."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise SettingError(f"{name}: {str(path)[:200]} is not a folder")
+    return path
+
+
 def parse_host(text: str, name: str) -> str:
     """An IP address (IPv6 without brackets) or a host name."""
     host = str(text).strip()
@@ -215,7 +223,7 @@ class Settings:
         if env.get("DATABASE_URL"):
             values["database_url"] = env["DATABASE_URL"]
         if env.get("JOBFEED_DATA_DIR"):
-            values["data_dir"] = Path(env["JOBFEED_DATA_DIR"]).expanduser()
+            values["data_dir"] = parse_folder(env["JOBFEED_DATA_DIR"], "JOBFEED_DATA_DIR")
         if env.get("JOBFEED_HOST"):
             values["host"] = parse_host(env["JOBFEED_HOST"], "JOBFEED_HOST")
         if env.get("JOBFEED_PORT"):
