@@ -100,6 +100,13 @@ class SharedLoopServer:
             await asyncio.sleep(0.02)
         return self.server.started
 
+    def port(self) -> int:
+        """The port it listens on: the one asked for, or the one given for port 0."""
+        for server in self.server.servers:
+            for sock in server.sockets:
+                return sock.getsockname()[1]
+        return self.server.config.port
+
     def stop(self) -> None:
         from .app import end_streams
 

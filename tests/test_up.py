@@ -18,11 +18,11 @@ from waiting import eventually
 pytestmark = pytest.mark.full  # starts its own PostgreSQL
 
 
-def up_process(data_dir: str, port: int) -> Process:
+def up_process(data_dir: str, port: int, *args: str) -> Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_") and k != "DATABASE_URL"}
     env.update({"JOBFEED_DATA_DIR": data_dir, "JOBFEED_PORT": str(port), "JOBFEED_BACKOFF": "200ms",
                 "JOBFEED_LEASE": "2s", "PYTHONUNBUFFERED": "1"})
-    return Process([sys.executable, "-m", "jobfeed.worker.cli", "up", "--grace", "1s"], env)
+    return Process([sys.executable, "-m", "jobfeed.worker.cli", "up", "--grace", "1s", *args], env)
 
 
 async def test_up_runs_everything_and_keeps_state_across_restarts():
@@ -59,10 +59,13 @@ async def test_up_runs_everything_and_keeps_state_across_restarts():
         code = await proc.stop(timeout=15)
     assert code == 0, proc.log
 
-    again = await up_process(data_dir, port).start(ready=r"jobfeed is up")
+    # port 0 ("any free port"): the URL printed names the port it got
+    again = await up_process(data_dir, port, "--port", "0").start(ready=r"jobfeed is up: http://127.0.0.1:(\d+)/")
     try:
         assert any(printed in line for line in again.output), "the token is kept in the data folder"
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        given = int(again.match.group(1))
+        assert given != 0
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{given}", timeout=10) as client:
             assert (await client.get(job_url)).json()["status"] == "completed"
     finally:
         assert await again.stop(timeout=15) == 0, again.log

@@ -43,7 +43,7 @@ async def cmd_up(settings: Settings, args) -> int:
         on_signals(runner.stop, sweeper.stop, server.stop)
         parts = [asyncio.create_task(p) for p in (server.serve(), runner.run(), sweeper.run())]
         if await server.wait_started(parts[0]):
-            url = f"http://{settings.host}:{settings.port}/"
+            url = f"http://{settings.host}:{server.port()}/"
             # A token from JOBFEED_ADMIN_TOKEN is the operator's already: not repeated here.
             shown = "(JOBFEED_ADMIN_TOKEN)" if given_token else token
             print(f"jobfeed is up: {url}\n  admin: {url}admin  token: {shown}\n"
