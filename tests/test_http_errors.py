@@ -60,6 +60,26 @@ async def test_retry_after_is_honoured(upstream):
     assert caught.value.retry_after == 42
 
 
+@pytest.mark.parametrize("status, error, header, after", [
+    # neither seconds nor a date: as if none was sent, the status still decides
+    (429, Transient, "soon-ish", None), (403, Release, "soon-ish", 60),
+    # more than a job's run_after can hold: the longest delay jobfeed takes
+    (503, Transient, "99999999999999", 10**9), (503, Transient, "1e400", 10**9),
+    (503, Transient, "nan", None), (503, Transient, "-5", 0),
+])
+async def test_an_odd_retry_after_keeps_the_status_class(upstream, status, error, header, after):
+    with pytest.raises(error) as caught:
+        await fetch(f"{upstream}/{status}?retry_after={header}")
+    assert type(caught.value) is error and caught.value.retry_after == after
+
+
+def test_retry_after_raised_by_a_handler_is_bounded():
+    assert Transient("x", retry_after=1e14).retry_after == 10**9
+    assert Release("x", "y", -3).retry_after == 0
+    with pytest.raises(TypeError, match="retry_after is seconds"):
+        Release("x", "y", "5m")
+
+
 async def test_timeout_is_transient(upstream):
     with pytest.raises(Transient) as caught:
         await fetch(f"{upstream}/200?delay=2", timeout=0.2)

@@ -23,7 +23,7 @@ from .queue import Job  # noqa: F401  (handlers import it from here)
 from .limits import INT_MAX
 from .retrying import retrying
 from .schedules import Periodic, periodic
-from .settings import SettingError, Settings, parse_duration, parse_durations
+from .settings import MAX_DURATION, SettingError, Settings, parse_duration, parse_durations
 
 
 class JobError(Exception):
@@ -35,7 +35,19 @@ class JobError(Exception):
         super().__init__(message or code)
         self.code = code
         self.message = message or code
-        self.retry_after = retry_after
+        self.retry_after = _delay(retry_after)
+
+
+def _delay(seconds: object) -> float | None:
+    """retry_after as seconds a job's run_after can hold: from 0 to
+    MAX_DURATION (an upstream's Retry-After may say anything); NaN is none."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"retry_after is seconds (a number), not {seconds!r}")
+    if seconds != seconds:
+        return None
+    return min(max(float(seconds), 0.0), MAX_DURATION)
 
 
 class Transient(JobError):
@@ -438,10 +450,14 @@ def _retry_after(response: httpx.Response) -> float | None:
     if not value:
         return None
     try:
-        return max(float(value), 0.0)
+        return max(float(value), 0.0)  # JobError bounds it above
     except ValueError:
+        pass
+    try:
         when = email.utils.parsedate_to_datetime(value)
-        return max(when.timestamp() - time.time(), 0.0) if when else None
+    except (ValueError, TypeError, IndexError):  # neither seconds nor a date: as if not sent
+        return None
+    return max(when.timestamp() - time.time(), 0.0) if when else None
 
 
 def check_response(response: httpx.Response) -> httpx.Response:
