@@ -363,7 +363,7 @@ QUEUE_EDITS: list[Edit] = [
          "p_lease, u.run_after, u.created_at, u.traceparent", "p_lease, null::timestamptz, null::timestamptz, null::text",
          (TIMINGS,), "a claim of a kind with limits answers them too"),
     Edit("claim-kinds-timings-lost", "sql/functions/40_claim.sql",
-         "v.lease, t.run_after, t.created_at, t.traceparent, v.ordinality",
+         "v.lease, t.due, t.created_at, t.traceparent, v.ordinality",
          "v.lease, null::timestamptz, null::timestamptz, null::text, v.ordinality",
          (TIMINGS,), "a claim of several kinds answers them too"),
 ]

@@ -99,9 +99,14 @@ async def test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted
     job_id = await pool.fetchval(
         "insert into jobfeed.jobs (kind, target, created_at, run_after, traceparent) "
         "values ('k', 't', now() - interval '60 seconds', now() - interval '20 seconds', $1) returning id", parent)
-    [job], [(timed_id, kind, wait, age, traceparent)] = await queue.claim_timed(kinds, 5, "w")
-    assert job.id == timed_id == job_id and kind == "k" and traceparent == parent
+    [job], [(timed_id, kind, generation, wait, age, traceparent)] = await queue.claim_timed(kinds, 5, "w")
+    assert job.id == timed_id == job_id and kind == "k" and generation == 1 and traceparent == parent
     assert 20 <= wait < 25 and 60 <= age < 65  # seconds, by the database's clock
+    # its worker died; the lease ran out 3 s ago: due again since then, not since its run_after
+    await pool.execute("update jobfeed.jobs set lease_until = now() - interval '3 seconds' where id = $1", job_id)
+    [again], [(_, _, generation, wait, age, _)] = await queue.claim_timed(kinds, 5, "w")
+    assert again.id == job_id and again.generation == generation == 2
+    assert 3 <= wait < 8 and 60 <= age < 65
 
 
 async def test_the_workers_claim_commits_unflushed_unless_a_job_may_run_only_once(pool):

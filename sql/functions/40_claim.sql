@@ -198,11 +198,13 @@ begin
         union all
         -- t: each row as it was before the claim (the statement's snapshot; the
         -- claim changes none of these columns), probed by key (the LIMIT keeps the
-        -- planner from joining the whole table instead)
+        -- planner from joining the whole table instead); a job reclaimed from an
+        -- expired lease has been due since the lease ran out
         select v.id, v.kind, v.target, v.payload, v.attempts, v.max_attempts, v.generation, v.lease_until,
-               v.checkpoint, v.lease, t.run_after, t.created_at, t.traceparent, v.ordinality
+               v.checkpoint, v.lease, t.due, t.created_at, t.traceparent, v.ordinality
           from jobfeed.claim_v2(p_kinds, p_limit, p_worker, p_lease) with ordinality v
-          left join lateral (select j.run_after, j.created_at, j.traceparent from jobfeed.jobs j
+          left join lateral (select case when j.state = 'running' then j.lease_until else j.run_after end as due,
+                                    j.created_at, j.traceparent from jobfeed.jobs j
                               where j.id = v.id limit 1) t on true
          where not exists (select from one)
     ), ids as materialized (
