@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 
+from jobfeed.worker import metrics
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
 from waiting import eventually, wait_state
 
@@ -131,14 +132,26 @@ async def test_exceptions_map_to_outcomes(queue, pool, run):
             raise Release("quota", "our key is throttled", retry_after=0.05)
         if what == "bug" and job.generation < 3:
             raise KeyError("oops")
+        # a library's sys.exit() (or a stray KeyboardInterrupt): this attempt's
+        # end, not the worker's and its other jobs'
+        if what == "exit" and job.generation == 1:
+            raise SystemExit(3)
+        if what == "interrupt" and job.generation == 1:
+            raise KeyboardInterrupt
         return {"generation": job.generation}
 
-    await run(spec("mapped", handler))
+    runner = await run(spec("mapped", handler))
     perm, _ = await queue.submit("mapped", "p", {"raise": "permanent"})
     rel, _ = await queue.submit("mapped", "r", {"raise": "release"})
     bug, _ = await queue.submit("mapped", "b", {"raise": "bug"})
-    for job_id in (perm, rel, bug):
+    ended = [(await queue.submit("mapped", what, {"raise": what})).id for what in ("exit", "interrupt")]
+    for job_id in (perm, rel, bug, *ended):
         await wait_state(pool, job_id, "completed", "failed")
+    for job_id, message in zip(ended, ("SystemExit: 3", "KeyboardInterrupt: ")):
+        e = await queue.admin_get_job(job_id)
+        assert [a["outcome"] for a in e["attempts_log"]] == ["transient", "completed"]
+        assert e["attempts_log"][0]["error"] == {"code": "internal_error", "message": message}
+    assert not runner._stop.is_set()
     p = await queue.admin_get_job(perm)
     assert (p["state"], p["last_error"]["code"]) == ("failed", "gone")
     r = await queue.admin_get_job(rel)
@@ -288,3 +301,62 @@ async def test_a_database_blip_costs_a_reporting_handler_nothing(dsn, pool, queu
         runner.stop()
         await asyncio.wait_for(task, 10)
         await blip.close()
+
+
+async def test_a_release_without_retry_after_waits_the_kinds_first_backoff(queue, pool, run):
+    """Else the worker that released it claims it straight back, for ever: a
+    release is not counted, so nothing would end the loop."""
+    async def releases(job, ctx):
+        if job.generation == 1:
+            raise Release("not_now", "the upstream is closed")
+        return {"generation": job.generation}
+
+    await run(TaskSpec("rel", releases, max_attempts=3, lease=5.0, backoff=(60.0, 120.0), jitter=0.0))
+    job_id = (await queue.submit("rel", "x")).id
+    await eventually(lambda: pool.fetchval("select state = 'queued' and generation = 1 from jobfeed.jobs "
+                                           "where id = $1", job_id), what="the release")
+    delay = await pool.fetchval("select extract(epoch from run_after - now()) from jobfeed.jobs where id = $1", job_id)
+    assert 50 < delay <= 60
+    await pool.execute("update jobfeed.jobs set run_after = now() where id = $1", job_id)
+    await pool.execute("select pg_notify('jobfeed_due', 'rel')")
+    await wait_state(pool, job_id, "completed")
+    view = await queue.admin_get_job(job_id)
+    assert view["attempts"] == 1 and [a["outcome"] for a in view["attempts_log"]] == ["released", "completed"]
+
+
+def _count(kind: str, outcome: str) -> float:
+    return metrics.OUTCOMES.labels(kind, outcome, "").value
+
+
+async def test_metrics_count_each_attempt_as_its_write_found_it(queue, pool, run):
+    """Run 1 stops renewing its lease and the same worker claims the job again
+    (run 2) while it still runs; run 1's completion is then refused. It counts
+    as lost, not completed; run 2's completion counts once, with its
+    end-to-end time, though run 1 ended after run 2 was claimed."""
+    second_started = asyncio.Event()
+
+    async def handler(job, ctx: Context):
+        if job.generation == 1:
+            ctx.heartbeat = False  # as a handler blocking the event loop would
+            await pool.execute("update jobfeed.jobs set lease_until = now() - interval '1 millisecond' "
+                               "where id = $1", job.id)
+            await pool.execute("select pg_notify('jobfeed_due', 'counted')")
+            await asyncio.wait_for(second_started.wait(), 10)
+            return {"generation": 1}
+        second_started.set()
+        # run 2 ends once run 1 has been counted, whatever as
+        await eventually(lambda: _async(_count("counted", "lost") + _count("counted", "completed") == 1),
+                         what="run 1 counted")
+        return {"generation": 2}
+
+    await run(spec("counted", handler, lease=5.0))
+    job_id = (await queue.submit("counted", "x")).id
+    await wait_state(pool, job_id, "completed")
+    assert (await queue.get_job(job_id))["result"] == {"generation": 2}
+    await eventually(lambda: _async(_count("counted", "completed") == 1), what="run 2 counted")
+    assert _count("counted", "lost") == 1
+    assert sum(metrics.END_TO_END.labels("counted", "completed").counts) == 1
+
+
+async def _async(value):
+    return value

@@ -76,7 +76,10 @@ class Ages:
     how long it waited once due."""
 
     def __init__(self) -> None:
-        self._born: dict[object, float] = {}  # job id -> monotonic time of submission
+        # (job id, generation) -> monotonic time of submission: per attempt, so an
+        # attempt that ends after this worker claimed the job again (its lease
+        # ran out meanwhile) takes nothing of the new attempt's
+        self._born: dict[tuple[object, int], float] = {}
 
     def claimed(self, times) -> None:
         """times: the ClaimTimes (worker/queue_records.py) of the jobs just claimed."""
@@ -84,11 +87,11 @@ class Ages:
         for t in times:
             if t.wait is not None:
                 WAIT.labels(t.kind).observe(max(t.wait, 0.0))
-            self._born[t.id] = now - (t.age or 0.0)
+            self._born[t.id, t.generation] = now - (t.age or 0.0)
 
-    def ended(self, job_id, kind: str, outcome: str) -> None:
+    def ended(self, job_id, generation: int, kind: str, outcome: str) -> None:
         """An attempt ended; only a final outcome (FINAL) is observed."""
-        born = self._born.pop(job_id, None)
+        born = self._born.pop((job_id, generation), None)
         if born is not None and outcome in FINAL:
             END_TO_END.labels(kind, outcome).observe(max(time.monotonic() - born, 0.0))
 

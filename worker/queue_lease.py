@@ -29,7 +29,7 @@ class LeaseCalls(QueueCalls):
         jobs = [Job(r[0], r[1], r[2], loads(r[3]), r[4], r[5], r[6], r[7], None if r[8] is None else loads(r[8]),
                     r[9], None if r[10] is None else loads(r[10]), None if r[11] is None else loads(r[11]))
                 for r in rows]
-        return jobs, [ClaimTimes(r[0], r[1], r[12], r[13], r[14]) for r in rows]
+        return jobs, [ClaimTimes(r[0], r[1], r[6], r[12], r[13], r[14]) for r in rows]
 
     async def set_traceparent(self, job_id: uuid.UUID, traceparent: str) -> None:
         await self._fetch("set_traceparent", job_id, traceparent)

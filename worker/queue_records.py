@@ -35,6 +35,7 @@ class ClaimTimes(NamedTuple):
     by the database's clock, and its submitter's trace context."""
     id: uuid.UUID
     kind: str
+    generation: int
     wait: float
     age: float
     traceparent: str | None

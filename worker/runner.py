@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import os
 import socket
@@ -24,10 +25,10 @@ from .db import Listener
 from .queue import ClaimTimes, Job, Queue
 from .queue_calls import UNSTORABLE_CODE, result_json
 from .retrying import retrying
-from .tasks import Abandon, JobError, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
+from .tasks import Abandon, JobError, LeaseLost, Release, TaskSpec, Transient, WaitFor
 from .claimer import ClaimConnection
 from .completions import Completions
-from .outcomes import record_outcome
+from .outcomes import LOST, Outcome, as_raised, outcome_label, record_outcome
 from .run_context import Running, RunContext, call_handler, lease_of, run_again_with_no_children
 from .seats import Seats
 from .startup import RESERVE_SECONDS
@@ -319,8 +320,10 @@ class Runner:
             except Abandon:
                 outcome = ("abandoned", None)
             except JobError as exc:
-                outcome = ("error", redact.redacted(exc))
-            except Exception as exc:  # a bug or an unclassified error: worth retrying
+                outcome = ("error", as_raised(redact.redacted(exc), spec))
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:
+                # a bug or an unclassified error: worth retrying; a library's
+                # sys.exit() too: it ends this attempt, not the worker and its other jobs
                 log.exception("job %s (%s) raised", job.id, job.kind)
                 outcome = ("error", redact.unexpected(exc))
             else:
@@ -335,13 +338,17 @@ class Runner:
                         if entry.ctx.children:
                             outcome = ("spawn", result)  # with its children, in one call of its own
                         else:
-                            self._observe_end(job, ("done", None), time.monotonic() - started)
+                            seconds = time.monotonic() - started
+                            tracing.annotate({"jobfeed.outcome": metrics.COMPLETED, "jobfeed.code": ""})
                             entry.recording = True  # from here on, a stop() must not cancel it
                             await self._flush_progress(entry)
                             with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
-                                self._completions.add(job.id, job.generation, text, entry.ctx.lease)  # in a batch
+                                self._completions.add(job.id, job.generation, text, entry.ctx.lease,  # in a batch
+                                                      functools.partial(self._count_end, job, seconds))
                             return
-            label = self._observe_end(job, outcome, time.monotonic() - started)
+            seconds = time.monotonic() - started
+            label, code = outcome_label(job, outcome)
+            tracing.annotate({"jobfeed.outcome": label, "jobfeed.code": code})
             entry.recording = True
             if outcome[0] in ("error", "wait", "spawn"):
                 await self._flush_progress(entry)
@@ -349,12 +356,13 @@ class Runner:
             self._running.pop(key, None)
             self._recording += 1
             self._slot_freed()
+            written = LOST  # unless its write says otherwise
             try:
-                what, value = outcome
-                code = value.code if isinstance(value, JobError) else ""
                 with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": label, "jobfeed.code": code}):
-                    await record_outcome(self.queue, job, what, value, entry.ctx.lease, entry.ctx.children)
+                    written = await record_outcome(self.queue, job, outcome[0], outcome[1], entry.ctx.lease,
+                                                   entry.ctx.children)
             finally:
+                self._count_end(job, seconds, written)
                 self._recording -= 1
                 self._slot_freed()
         except Exception:
@@ -365,25 +373,12 @@ class Runner:
             metrics.RUNNING.labels(job.kind).dec()
             self._slot_freed()
 
-    def _observe_end(self, job: Job, outcome: tuple[str, object], seconds: float) -> str:
-        what, error = outcome
-        code = error.code if isinstance(error, JobError) else ""
-        if what in ("done", "spawn"):
-            label = metrics.COMPLETED
-        elif what == "wait":
-            label = metrics.WAITING
-        elif what in ("lost", "abandoned"):
-            label = metrics.LOST if what == "lost" else metrics.ABANDONED
-        elif isinstance(error, Permanent):
-            label = metrics.FAILED
-        elif isinstance(error, Release):
-            label = metrics.RELEASED
-        else:
-            label = metrics.FAILED if job.attempt >= job.max_attempts else metrics.RETRIED
+    def _count_end(self, job: Job, seconds: float, written: Outcome) -> None:
+        """An attempt's outcome in the metrics, as written (LOST when its write
+        found the lease gone: what the worker saw, not what it meant to write)."""
+        label, code = outcome_label(job, written)
         metrics.attempt_ended(job.kind, label, code, seconds)
-        self._ages.ended(job.id, job.kind, label)
-        tracing.annotate({"jobfeed.outcome": label, "jobfeed.code": code})
-        return label
+        self._ages.ended(job.id, job.generation, job.kind, label)
 
     async def _flush_progress(self, entry: Running) -> None:
         """The last progress report before the outcome lands first."""
