@@ -97,6 +97,30 @@ async def test_progress_never_goes_backwards_in_public(pool, k):
     assert e.value.sqlstate == "JF422"
 
 
+async def test_progress_without_a_total_never_goes_backwards_either(pool, k):
+    """A handler that counts items without knowing how many: the count shown
+    only grows, across a retry starting over too; a total, once shown, is a
+    bar a count cannot replace; a first total after counts is shown."""
+    await register(pool, "k", backoff="{1 second}")
+    jid = await submit(pool, "t")
+    r = await claim_one(pool)
+
+    async def report(done, total=None):
+        assert await pool.fetchval("select jobfeed.progress($1, $2, $3, $4, null, $5)",
+                                   jid, r["generation"], done, total, T0)
+        return (await public(pool, jid))["progress"]
+
+    assert await report(50) == {"done": 50, "total": None, "message": None}
+    assert (await report(30))["done"] == 50  # a step back: accepted, not shown
+    assert (await report(60))["done"] == 60
+    await fail_transient(pool, r)
+    r = await claim_one(pool, now=T0 + M)
+    assert (await report(10))["done"] == 60  # the retry starting over stays hidden
+    assert await report(5, total=10) == {"done": 5, "total": 10, "message": None}  # a total: news
+    assert (await report(70))["total"] == 10  # a count after a bar that moved: hidden
+    assert (await report(6, total=10))["done"] == 6
+
+
 async def test_progress_must_be_finite_and_not_negative(pool, queue, k):
     """A NaN or infinite report would be stored as the JSON string "NaN", rank above
     every number and freeze public progress for the rest of the job."""

@@ -103,6 +103,7 @@ CALLS = {
     "raise_error": "select jobfeed.raise_error('JF422', 'x', 'x')",
     "notify_changed": "select jobfeed.notify_changed(array[gen_random_uuid()], array[1::bigint])",
     "progress_rank": "select jobfeed.progress_rank('{}')",
+    "progress_behind": "select jobfeed.progress_behind('{}', '{}')",
     "state_counts": "select jobfeed.state_counts(false)",
     "stats_of": "select jobfeed.stats_of('{}', '{}', 15, now())",
     "submission_problem": "select jobfeed.submission_problem('t', '{}', 1)",

@@ -69,8 +69,9 @@ returns boolean language sql security definer set search_path = jobfeed, pg_temp
     select cardinality(jobfeed.extend_many(array[p_id], array[p_generation], p_lease, p_now)) = 0
 $$;
 
--- Progress never goes backwards in public: a report that ranks below the shown one
--- (a retry starting over) is accepted but not shown. Identical reports change nothing.
+-- Progress never goes backwards in public: a report behind the shown one (a
+-- retry starting over, see progress_behind) is accepted but not shown.
+-- Identical reports change nothing.
 create or replace function jobfeed.progress(
     p_id uuid, p_generation int, p_done double precision, p_total double precision default null,
     p_message text default null, p_now timestamptz default null)
@@ -94,7 +95,7 @@ begin
     if not found then
         return false;
     end if;
-    if v_old is not distinct from v_new or jobfeed.progress_rank(v_new) < jobfeed.progress_rank(v_old) then
+    if v_old is not distinct from v_new or jobfeed.progress_behind(v_new, v_old) then
         return true;
     end if;
     update jobfeed.jobs j set progress = v_new, version = j.version + 1, updated_at = v_now
