@@ -55,8 +55,9 @@ class _Live(Collector):
         for k in self.kinds:
             paused.add_metric([k["kind"]], 1 if k.get("paused") else 0)
         yield paused
-        yield GaugeMetricFamily("jobfeed_oldest_due_seconds", "Age of the oldest queued job that is due.",
-                                value=self.stats.get("oldest_due_seconds") or 0)
+        if self.stats:  # none read (the database is away): left out, not an all-clear 0
+            yield GaugeMetricFamily("jobfeed_oldest_due_seconds", "Age of the oldest queued job that is due "
+                                    "(0 when none is).", value=self.stats.get("oldest_due_seconds") or 0)
         feed, batcher = self.feed, self.batcher
         if feed is not None:
             yield GaugeMetricFamily("jobfeed_feed_connected", "1 while the feed's LISTEN connection is up.",

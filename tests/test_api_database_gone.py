@@ -97,6 +97,7 @@ async def test_a_lost_database_answers_503_and_the_api_recovers(dsn, tmp_path, o
             scraped = await client.get("/metrics")
             assert scraped.status_code == 200 and "jobfeed_http_requests_total{" in scraped.text, scraped.text[:300]
             assert "jobfeed_kind_paused{" not in scraped.text  # not shown stale
+            assert "jobfeed_oldest_due_seconds " not in scraped.text  # nor as 0, an all-clear
 
             await relay.open()
 
