@@ -81,7 +81,7 @@ class Feed:
         # hash of the admin view last offered of each job (newest last): a
         # notification that changed nothing an admin sees (a requesters
         # count's, a second one read in a later window) sends no repeat
-        self._admin_sent: dict[str, int] = {}
+        self._admin_sent: dict[str, tuple[int, float | None]] = {}  # job id: (view's hash, updated_at)
         self._closing: list[JobSubscription] = []  # see close_soon
         self._dirty: set[str] = set()
         self._admin_dirty: set[str] = set()
@@ -347,6 +347,8 @@ class Feed:
                 known = self._known.get(view.job_id)
                 if known is not None and not view.newer_than(*known):
                     continue
+                if known is not None and view.version == known[0]:
+                    view.changed_at = None  # requesters moved: when is not updated_at, so not timed
                 self._known[view.job_id] = (view.version, view.extra)
                 self._note_queued(view)
                 for sub in list(self._watch.get(view.job_id, ())):
@@ -358,8 +360,13 @@ class Feed:
                 data = json.loads(text)
                 job_id, changed = data["id"], changed_at(data)
                 sent = hash(text)
-                repeat = self._admin_sent.pop(job_id, None) == sent
-                self._admin_sent[job_id] = sent  # newest last
+                last = self._admin_sent.pop(job_id, None)
+                self._admin_sent[job_id] = (sent, changed)  # newest last
+                repeat = last is not None and last[0] == sent
+                if last is not None and changed == last[1]:
+                    # a change updated_at does not date (a retry's claim, a release):
+                    # its commit time is unknown, so the lag metric leaves it out
+                    changed = None
                 if len(self._admin_sent) > ADMIN_SENT_KEPT:
                     del self._admin_sent[next(iter(self._admin_sent))]  # the longest unchanged
                 if repeat:

@@ -68,7 +68,7 @@ class View:
         data = json.loads(self.text)
         data["position"] = position
         return View(self.job_id, self.version, self.terminal, json.dumps(data), (self.extra[0], position),
-                    self.changed_at, self.queued)
+                    None, self.queued)  # a move in the line: updated_at does not date it
 
     def newer_than(self, version: int, extra: tuple) -> bool:
         return self.version > version or (self.version == version and self.extra != extra)
