@@ -56,6 +56,17 @@ async def test_the_cli_keeps_the_demo_bounds_next_to_jobfeed_up(dsn, pool, demo_
     assert ok.returncode == 0, ok.stderr
 
 
+async def test_an_api_without_jobfeed_tasks_keeps_the_demo_bounds_next_to_jobfeed_up(dsn, pool, demo_kind):
+    """A standalone `jobfeed api` beside `jobfeed up`'s database: as the CLI."""
+    proc, url = await start_api_process(dsn, JOBFEED_TASKS="")
+    async with proc, httpx.AsyncClient(base_url=url) as client:
+        big = await client.post("/api/jobs", json={"kind": "demo", "target": "big", "payload": {"steps": 1001}})
+        ok = await client.post("/api/jobs", json={"kind": "demo", "target": "ok", "payload": {"steps": 5}})
+    assert big.status_code == 422 and big.json()["error"]["code"] == "invalid_payload", big.text
+    assert ok.status_code == 201, ok.text
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 1
+
+
 async def test_the_cli_never_adds_the_demo_kind(dsn, pool):
     out = jobfeed(dsn, "submit", "demo", "t", JOBFEED_TASKS="")
     assert out.returncode == 2 and "unknown_kind" in out.stderr, out.stderr

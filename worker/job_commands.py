@@ -13,10 +13,9 @@ from typing import Any, Awaitable, Callable
 from . import db, files, migrate as migrations, tasks
 from .queue import Queue, QueueError
 from .settings import Settings
-from .startup import UsageError, prepare
+from .startup import DEMO_KIND, UsageError, load_demo_checks, prepare
 from .submission import check_schedule, check_submission, parse_after, parse_payload
 
-DEMO_KIND = "demo"
 
 
 async def cmd_submit(settings: Settings, args) -> int:
@@ -36,11 +35,7 @@ async def cmd_submit(settings: Settings, args) -> int:
     try:
         queue = Queue(pool)
         await tasks.register_kinds(queue, settings, overwrite=False)
-        if kind == DEMO_KIND and tasks.registry.get(kind) is None \
-                and kind in {k["kind"] for k in await queue.list_kinds()}:
-            # The database has the demo kind (`jobfeed up` loads it): its bounds
-            # hold here too. Importing it adds nothing, the kind exists.
-            import jobfeed.demo  # noqa: F401
+        if kind == DEMO_KIND and await load_demo_checks(queue):
             check_submission(kind, target, payload)
         if inputs:
             async with pool.acquire() as conn, conn.transaction():

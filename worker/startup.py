@@ -113,6 +113,22 @@ RESERVE_SECONDS = 30.0
 BUDGET_MAX_JOBS = 3
 
 
+DEMO_KIND = "demo"
+
+
+async def load_demo_checks(queue: Queue) -> bool:
+    """When the database has the demo kind (`jobfeed up` registered it) and this
+    process has not loaded it: load it for its payload check, so that its
+    bounds (steps, step_ms) refuse a submission here as in `jobfeed up`, rather
+    than its worker failing the job. True when it was loaded now."""
+    if tasks.registry.get(DEMO_KIND) is not None:
+        return False
+    if DEMO_KIND not in {k["kind"] for k in await queue.list_kinds()}:
+        return False
+    import jobfeed.demo  # noqa: F401  (registers the kind here; the database has it already)
+    return True
+
+
 def runner_specs(settings: Settings, args) -> list[tasks.TaskSpec]:
     """The kinds a worker runs: every registered one, or those --kinds names
     (UsageError when it names an unknown kind, or when there is none to run)."""
