@@ -94,11 +94,12 @@ def own_origin(request: Request) -> str:
 def check_same_origin(request: Request) -> None:
     """A cookie rides along on any request the browser makes, whichever page
     made it: a write must show it came from our own pages."""
-    origin = request.headers.get("origin")
-    if origin is not None:
-        if origin == own_origin(request):
+    # every copy of a header must agree: a second one may be the foreign one
+    origins = request.headers.getlist("origin")
+    if origins:
+        if set(origins) == {own_origin(request)}:
             return
-    elif request.headers.get("sec-fetch-site") == "same-origin":
+    elif set(request.headers.getlist("sec-fetch-site")) == {"same-origin"}:
         return
     raise ApiError(403, "csrf", "a signed-in write must come from this server's own pages (Origin mismatch)")
 

@@ -190,6 +190,9 @@ async def submit(client) -> str:
     {"origin": "null"},
     {"sec-fetch-site": "same-site"},
     {"sec-fetch-site": "cross-site"},
+    # a header twice: every copy must be ours, not the first alone
+    [("origin", ORIGIN), ("origin", "http://evil.test")],
+    [("sec-fetch-site", "same-origin"), ("sec-fetch-site", "cross-site")],
 ])
 async def test_cookie_writes_from_another_origin_are_refused(signed_in, pool, headers):
     """Before: a page on 127.0.0.1:8178 that auto-submitted a form canceled a job."""
