@@ -28,14 +28,18 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from jobfeed.worker.settings import Settings
 
+from .headers import HEADERS
+
 _HEAD_END = b"\r\n\r\n"
 _LINGER = 1.0  # seconds a refused connection stays half-open so that the answer arrives
 _BODY_PROGRESS = 64 * 1024  # body bytes that earn a request another JOBFEED_REQUEST_TIMEOUT
 
 
 def _error(status: int, reason: str, code: str, message: str) -> bytes:
+    """An answer written below the app, with the headers every answer carries."""
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+    extra = "".join(f"{name}: {value}\r\n" for name, value in HEADERS.items())
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n{extra}"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
 
 

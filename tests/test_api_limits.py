@@ -13,6 +13,7 @@ import pytest
 
 from jobfeed.api.app import create_app
 from jobfeed.api.state import body_limit
+from jobfeed.api.headers import HEADERS
 from servers import ThreadServer, make_settings, serve
 
 JSON = {"content-type": "application/json"}
@@ -158,7 +159,7 @@ async def test_a_huge_head_is_refused_with_431_and_the_connection_closed(dsn):
         answer = await answering
         writer.close()
         assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
-        assert b'"headers_too_large"' in answer
+        assert b'"headers_too_large"' in answer and b"\r\nx-frame-options: DENY\r\n" in answer
         assert sent < 8 * 1024 * 1024
 
         async with httpx.AsyncClient(base_url=server.url, timeout=5) as client:
@@ -196,7 +197,8 @@ async def test_slowloris_connections_are_closed_after_the_request_timeout(dsn):
             writer.close()
         assert elapsed < 4, elapsed
         for i, answer in enumerate(answers):  # nobody was answering any yet (a stalled body included): 408
-            assert answer.startswith(b"HTTP/1.1 408 "), (i, answer[:80])
+            assert answer.startswith(b"HTTP/1.1 408 ") and b"\r\nx-content-type-options: nosniff\r\n" in answer, \
+                (i, answer[:80])
             assert answer.count(b"HTTP/1.1 ") == 1, (i, answer)  # and nothing after it
 
         # An honest client, and a stream open far longer than the timeout, are unaffected.
@@ -226,6 +228,9 @@ async def test_bytes_that_are_not_http_get_the_json_error_shape(dsn, request_byt
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head
     assert json.loads(body) == {"error": {"code": "bad_request", "message": "the request is not valid HTTP"}}
+    # the headers every answer carries, also on one written below the app
+    for name, value in HEADERS.items():
+        assert f"\r\n{name}: {value}\r\n".encode() in head, name
 
 
 async def test_a_slow_honest_upload_outlasts_the_request_timeout(dsn, pool):
