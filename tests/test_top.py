@@ -12,7 +12,9 @@ import uuid
 import pytest
 
 from conftest import JOBFEED, worker_env
+from jobfeed.worker.queue_admin import THROUGHPUT_MINUTES
 from jobfeed.worker.states import STATES
+from jobfeed.worker.top import render
 from waiting import eventually
 
 # .ci/run installs tmux: under CI=true a missing tmux fails the test instead of skipping it.
@@ -75,3 +77,18 @@ async def test_top_shows_the_queue_live_and_quits_cleanly_on_q(dsn, queue, pool,
 
 async def shows_async(shows, pool):
     return await shows(await db_row(pool, "demo"))
+
+
+def test_the_rates_are_over_the_whole_window_and_the_last_full_minute():
+    """The throughput lists only minutes that had finishes: the rate divides
+    by the window, and "last minute" is the minute before the current one."""
+    stats = {"now": "2026-12-04T14:54:06+00:00", "counts": {}, "throughput": [
+        {"minute": "2026-12-04T14:41:00+00:00", "completed": 150, "failed": 15},
+        {"minute": "2026-12-04T14:52:00+00:00", "completed": 1, "failed": 0},
+        {"minute": "2026-12-04T14:54:00+00:00", "completed": 4, "failed": 0}]}
+    (rates,) = [line for line in render(stats, [], 200) if line.startswith("last minute")]
+    assert rates.startswith("last minute: 0 completed, 0 failed")  # 14:53 had none
+    assert f"per minute over {THROUGHPUT_MINUTES} min: {155 / THROUGHPUT_MINUTES:.1f} completed, 1.0 failed" in rates
+    stats["throughput"][1]["minute"] = "2026-12-04T14:53:00+00:00"
+    (rates,) = [line for line in render(stats, [], 200) if line.startswith("last minute")]
+    assert rates.startswith("last minute: 1 completed, 0 failed")

@@ -10,6 +10,8 @@ from typing import Sequence
 
 from .queue_calls import QueueCalls, _seconds
 
+THROUGHPUT_MINUTES = 15  # the stats' throughput window: finishes per minute of the last 15
+
 
 class AdminCalls(QueueCalls):
     """The calls the admin API, the CLI, the scheduler and the sweeper make."""
@@ -27,7 +29,7 @@ class AdminCalls(QueueCalls):
         rows = await self._fetch("admin_list_jobs", state, kind, limit, before)
         return [json.loads(r[0]) for r in rows]
 
-    async def stats(self, minutes: int = 15, max_age: float = 5.0) -> dict:
+    async def stats(self, minutes: int = THROUGHPUT_MINUTES, max_age: float = 5.0) -> dict:
         """Counts by kind and state, oldest due job, throughput: as of at most
         max_age seconds ago (the answer's 'as_of'), counted at most once per
         max_age for all callers together."""

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import curses
 import datetime as dt
+import logging
 import sys
 
 from . import db
 from .queue import Queue
+from .queue_admin import THROUGHPUT_MINUTES
 from .settings import Settings
 from .startup import UsageError, prepare
 from .states import STATES
@@ -37,13 +39,20 @@ def render(stats: dict, workers: list[dict], width: int) -> list[str]:
     if len(counts) != 1:
         lines.append(f"{'all kinds':<16}" + "".join(f"{totals[s]:>10}" for s in STATES))
     lines.append("")
+    # throughput lists only the minutes that had finishes: the last minute is
+    # the one before the current (still counting) one, or none; the rate is
+    # over the whole window
     points = stats.get("throughput") or []
-    last = points[-1] if points else {}
+    now = stats.get("now")
+    last: dict = {}
+    if now:
+        previous = dt.datetime.fromisoformat(now).replace(second=0, microsecond=0) - dt.timedelta(minutes=1)
+        last = next((p for p in points if dt.datetime.fromisoformat(p["minute"]) == previous), {})
     done = sum(p.get("completed", 0) for p in points)
     failed = sum(p.get("failed", 0) for p in points)
-    minutes = max(len(points), 1)
     lines.append(f"last minute: {last.get('completed', 0)} completed, {last.get('failed', 0)} failed   "
-                 f"per minute over the window: {done / minutes:.1f} completed, {failed / minutes:.1f} failed")
+                 f"per minute over {THROUGHPUT_MINUTES} min: {done / THROUGHPUT_MINUTES:.1f} completed, "
+                 f"{failed / THROUGHPUT_MINUTES:.1f} failed")
     oldest = stats.get("oldest_due_seconds")
     lines.append("oldest due job: " + ("none" if oldest is None else f"waiting {oldest:.0f}s"))
     lines.append("")
@@ -90,6 +99,10 @@ async def cmd_top(settings: Settings, args) -> int:
     try:
         queue = Queue(pool)
         screen = curses.initscr()
+        # Log lines (asyncpg's reconnect warnings while the database is away)
+        # would be written over the drawing and stay there: the screen says
+        # "cannot read the queue" instead.
+        logging.disable(logging.CRITICAL)
         try:
             curses.noecho()
             curses.cbreak()
@@ -102,6 +115,7 @@ async def cmd_top(settings: Settings, args) -> int:
             curses.nocbreak()
             curses.echo()
             curses.endwin()
+            logging.disable(logging.NOTSET)
     finally:
         await pool.close()
     return 0
