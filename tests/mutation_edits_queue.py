@@ -227,7 +227,7 @@ QUEUE_EDITS: list[Edit] = [
          "    perform from jobfeed.jobs j\n     where j.id = p_id and j.state = 'running'",
          (Q_FENCE, Q_OUT), "release is fenced by generation"),
     Edit("progress-goes-backwards", "sql/functions/50_outcomes.sql",
-         "or jobfeed.progress_rank(v_new) < jobfeed.progress_rank(v_old) then",
+         "or jobfeed.progress_behind(v_new, v_old) then",
          "then",
          (Q_PUBLIC, Q_OUT, SSE), "public progress never goes backwards"),
     Edit("complete-not-announced", "sql/functions/50_outcomes.sql",
