@@ -420,7 +420,8 @@ SERVICE_EDITS: list[Edit] = [
          (CLAIMS + "::test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted_it",),
          "a reclaimed job waited since its lease ran out"),
     Edit("handler-exit-ends-worker", "worker/runner.py",
-         "except (Exception, SystemExit, KeyboardInterrupt) as exc:", "except Exception as exc:",
+         # (KeyboardInterrupt kept: out of a test it would end the whole pytest run, not fail a test)
+         "except (Exception, SystemExit, KeyboardInterrupt) as exc:", "except (Exception, KeyboardInterrupt) as exc:",
          (RUNNER + "::test_exceptions_map_to_outcomes",),
          "a handler's SystemExit ends its attempt, not the worker"),
     Edit("release-at-once", "worker/outcomes.py",
