@@ -10,6 +10,8 @@ from mutation_edit import (
     WEBHOOKS,
 )
 
+PRODUCER = "tests/test_producer_checks.py"
+
 SERVICE_EDITS: list[Edit] = [
     # ------------------------------------------------------------ feed and streams
     Edit("feed-admin-no-resync", "api/feed.py",
@@ -394,8 +396,9 @@ SERVICE_EDITS: list[Edit] = [
          (CHILDREN + "::test_a_run_past_its_timeout_is_a_transient_failure",),
          "a handler that catches its cancellation and returns still times out"),
     Edit("run-at-past-kept", "worker/submission.py",
-         "    if when <= now:\n        return None\n", "",
-         ("tests/test_scheduling.py::test_delay_and_past_run_at",),
+         "    if aware <= now:\n        return None\n", "",
+         ("tests/test_scheduling.py::test_delay_and_past_run_at",
+          "tests/test_producer_checks.py::test_a_past_run_after_queues_as_submitted_now"),
          "a run_at in the past is due now, queued as if submitted now"),
     Edit("slot-held-back", "sql/functions/65_schedules.sql",
          "and j.generation = 0 and j.run_after > p_slot", "and j.generation = 0 and false",
@@ -467,4 +470,22 @@ SERVICE_EDITS: list[Edit] = [
          "{done / THROUGHPUT_MINUTES:.1f} completed", "{done / max(len(points), 1):.1f} completed",
          ("tests/test_top.py::test_the_rates_are_over_the_whole_window_and_the_last_full_minute",),
          "jobfeed top's rate is over the whole window"),
+    Edit("producer-skips-validate", "worker/queue.py",
+         "        producer.validated(kind, (payload,))\n", "",
+         (PRODUCER,), "Queue.submit runs the kind's validate() as a POST does"),
+    Edit("producer-notify-any-host", "worker/queue.py",
+         "            notify_url = producer.notify_url(notify_url, self.settings.webhook_hosts)\n",
+         "            pass\n",
+         (PRODUCER,), "Queue.submit refuses a notify_url on a host JOBFEED_WEBHOOK_HOSTS does not allow"),
+    Edit("producer-raw-errors", "worker/queue.py",
+         "            raise producer.refused(exc) from None\n        return Submission(rows",
+         "            raise\n        return Submission(rows",
+         (PRODUCER,), "what PostgreSQL cannot store is a QueueError, not asyncpg's"),
+    Edit("producer-max-payload-fixed", "worker/queue.py",
+         "            max_payload = self.settings.max_payload\n        # JOBFEED_MAX_ACTIVE",
+         "            max_payload = MAX_PAYLOAD_BYTES\n        # JOBFEED_MAX_ACTIVE",
+         (PRODUCER,), "Queue.submit's max_payload is JOBFEED_MAX_PAYLOAD"),
+    Edit("kind-known-after-rollback", "worker/queue.py",
+         "        if in_transaction is None or not in_transaction():", "        if True:",
+         (PRODUCER,), "a Queue on a connection adds its kind again after a rolled-back transaction"),
 ]

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import asyncpg
 
+from . import producer
 from .limits import MAX_PAYLOAD_BYTES
 from .queue_admin import AdminCalls
 from .queue_calls import QueueError, _batch, _seconds
@@ -55,7 +56,11 @@ class Queue(LeaseCalls, AdminCalls):
                           [_seconds(b) for b in backoff], jitter, description, overwrite,
                           priority, max_running, max_running_per_key,
                           rate[0] if rate else None, _seconds(rate[1]) if rate else None)
-        self._known.add(kind)
+        # Remembered unless written in a transaction of the caller's, which may
+        # yet roll back (the kind with it): then the next submission adds it again.
+        in_transaction = getattr(self.pool, "is_in_transaction", None)
+        if in_transaction is None or not in_transaction():
+            self._known.add(kind)
 
     async def list_kinds(self) -> list[dict]:
         return [json.loads(r[0]) for r in await self._fetch("list_kinds")]
@@ -63,7 +68,7 @@ class Queue(LeaseCalls, AdminCalls):
     # -- submitting and reading
     async def submit(self, kind: str, target: str, payload: dict | None = None, *,
                      run_after: dt.datetime | None = None, priority: int | None = None,
-                     concurrency_key: str | None = None, max_payload: int = MAX_PAYLOAD_BYTES,
+                     concurrency_key: str | None = None, max_payload: int | None = None,
                      requester: str | None = None, notify_url: str | None = None,
                      request: bool = False, force: bool = False,
                      after: Sequence[uuid.UUID | str] | None = None,
@@ -77,25 +82,38 @@ class Queue(LeaseCalls, AdminCalls):
         after; it fails with dependency_failed if one does not complete) and
         await_signals (names delivered with signal(); signal_timeout seconds,
         else it fails with signal_timeout); they combine with everything
-        else (a job waiting with a run_after is due at the later of the two)."""
+        else (a job waiting with a run_after is due at the later of the two).
+        Checked as over HTTP (worker/producer.py): a run_after already past is
+        now; max_payload defaults to JOBFEED_MAX_PAYLOAD; refusals are QueueError."""
+        run_after = producer.due_at(run_after)
+        producer.validated(kind, (payload,))
+        if notify_url is not None:
+            notify_url = producer.notify_url(notify_url, self.settings.webhook_hosts)
+        if max_payload is None:
+            max_payload = self.settings.max_payload
         # JOBFEED_MAX_ACTIVE_PER_REQUESTER counts a requester's requests however made
         max_active = None if requester is None else self.settings.max_active_per_requester
-        if after or await_signals:
-            job_id, created, _, request_id, reused = await self.submit_waiting_json(
-                kind, target, payload, after=after, await_signals=await_signals, signal_timeout=signal_timeout,
-                run_after=run_after, priority=priority, concurrency_key=concurrency_key, max_payload=max_payload,
-                request=request, requester=requester, notify_url=notify_url, max_active=max_active, force=force)
-            return Submission(job_id, created, reused, request_id)
-        if request or requester is not None or notify_url is not None:
-            job_id, created, _, request_id, reused = await self.submit_request_json(
-                kind, target, payload, run_after=run_after, priority=priority, concurrency_key=concurrency_key,
-                max_payload=max_payload, requester=requester, notify_url=notify_url, max_active=max_active,
-                force=force)
-            return Submission(job_id, created, reused, request_id)
-        # No view asked for: none is built.
-        await self._add_kind(kind)
-        rows = await self._fetch("submit_id", kind, target, json.dumps(payload if payload is not None else {}),
-                                 run_after, max_payload, priority, concurrency_key)
+        try:
+            if after or await_signals or signal_timeout is not None:
+                ids, names, timeout = producer.waiting(after, await_signals, signal_timeout)
+                job_id, created, _, request_id, reused = await self.submit_waiting_json(
+                    kind, target, payload, after=ids, await_signals=names, signal_timeout=timeout,
+                    run_after=run_after, priority=priority, concurrency_key=concurrency_key,
+                    max_payload=max_payload, request=request, requester=requester, notify_url=notify_url,
+                    max_active=max_active, force=force)
+                return Submission(job_id, created, reused, request_id)
+            if request or requester is not None or notify_url is not None:
+                job_id, created, _, request_id, reused = await self.submit_request_json(
+                    kind, target, payload, run_after=run_after, priority=priority, concurrency_key=concurrency_key,
+                    max_payload=max_payload, requester=requester, notify_url=notify_url, max_active=max_active,
+                    force=force)
+                return Submission(job_id, created, reused, request_id)
+            # No view asked for: none is built.
+            await self._add_kind(kind)
+            rows = await self._fetch("submit_id", kind, target, json.dumps(payload if payload is not None else {}),
+                                     run_after, max_payload, priority, concurrency_key)
+        except producer.REFUSED as exc:
+            raise producer.refused(exc) from None
         return Submission(rows[0]["id"], rows[0]["created"])
 
     async def submit_request_json(self, kind: str, target: str, payload: dict | None = None, *,
@@ -156,14 +174,22 @@ class Queue(LeaseCalls, AdminCalls):
     async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
                           run_after: dt.datetime | None = None, priority: int | None = None,
                           concurrency_key: str | None = None,
-                          max_payload: int = MAX_PAYLOAD_BYTES) -> list[tuple[uuid.UUID, bool]]:
+                          max_payload: int | None = None) -> list[tuple[uuid.UUID, bool]]:
         """Submit (target, payload) pairs of one kind in one statement; answers
-        (job id, created) per item, in order, deduplicated as submit() is."""
+        (job id, created) per item, in order, deduplicated and checked as
+        submit() is: one refused item refuses the batch."""
         if not items:
             return []
-        await self._add_kind(kind)
-        rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload,
-                                 priority, concurrency_key)
+        run_after = producer.due_at(run_after)
+        producer.validated(kind, [p for _, p in items])
+        if max_payload is None:
+            max_payload = self.settings.max_payload
+        try:
+            await self._add_kind(kind)
+            rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload,
+                                     priority, concurrency_key)
+        except producer.REFUSED as exc:
+            raise producer.refused(exc) from None
         return [(r["id"], r["created"]) for r in rows]
 
     async def submit_many_json(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
@@ -183,8 +209,9 @@ class Queue(LeaseCalls, AdminCalls):
         (first, public view). Only the first delivery of a name counts; a
         repeat answers first=False and changes nothing. QueueError not_found
         (404), not_awaited (409)."""
-        job_id = job_id if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id))
-        first, view = await self.signal_json(job_id, name, data)
+        if (jid := _as_id(job_id)) is None:
+            raise QueueError("not_found", "no such job", 404)
+        first, view = await self.signal_json(jid, name, data)
         return first, json.loads(view)
 
     async def signal_json(self, job_id: uuid.UUID, name: str, data: Any = None) -> tuple[bool, str]:

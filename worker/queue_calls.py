@@ -79,7 +79,8 @@ class QueueCalls:
         """Producers first: a kind this process knows (its @task module is
         imported) is added to the database before its first submission here, so a
         producer can submit before any worker has started. Never overwrites the
-        settings a worker wrote. One statement per kind and Queue object."""
+        settings a worker wrote. One statement per kind and Queue object (per
+        submission inside a transaction of the caller's, which may roll back)."""
         if kind in self._known:
             return
         from .tasks import register_kind, registry  # tasks imports the queue

@@ -174,9 +174,7 @@ _RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:
 
 
 def parse_run_at(value: object) -> dt.datetime | None:
-    """RFC 3339 with an offset or Z, e.g. 2026-12-01T03:00:00Z; None for a time
-    already past (due now: ordered and aged as a job submitted now, not from
-    the time given). Later than MAX_DURATION from now is refused."""
+    """RFC 3339 with an offset or Z, e.g. 2026-12-01T03:00:00Z, as due() takes it."""
     example = "e.g. 2026-12-01T03:00:00Z"
     if not isinstance(value, str) or not _RFC3339.fullmatch(value.strip()):
         shown = f"run_at {value[:64]!r}" if isinstance(value, str) else "run_at"
@@ -185,10 +183,18 @@ def parse_run_at(value: object) -> dt.datetime | None:
         when = dt.datetime.fromisoformat(value.strip().upper())
     except ValueError:
         raise InvalidSubmission(422, "invalid_run_at", f"run_at {value[:64]!r} is not a valid time, {example}") from None
+    return due(when)
+
+
+def due(when: dt.datetime) -> dt.datetime | None:
+    """When a job is due (naive: UTC): None for a time already past (due now,
+    queued as a job submitted now, not ahead of those submitted before it);
+    more than MAX_DURATION ahead is refused."""
     now = dt.datetime.now(dt.timezone.utc)
-    if when <= now:
+    aware = when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
+    if aware <= now:
         return None
-    if when - now > dt.timedelta(seconds=MAX_DURATION):
+    if aware - now > dt.timedelta(seconds=MAX_DURATION):
         raise InvalidSubmission(422, "invalid_run_at", f"run_at is at most {MAX_DURATION:,} seconds from now")
     return when
 

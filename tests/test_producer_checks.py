@@ -1,0 +1,109 @@
+"""Queue.submit and submit_many check what a POST /api/jobs checks, and refuse
+with QueueError (never asyncpg's errors), writing nothing: the kind's
+validate(), a notify_url's host, the waiting fields, what PostgreSQL cannot
+store; a run_after already past is now; max_payload is JOBFEED_MAX_PAYLOAD's.
+A Queue on a connection adds its kind again after a rolled-back transaction."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+from jobfeed import Queue, QueueError, task
+from jobfeed.worker.settings import Settings
+
+UTC = dt.timezone.utc
+
+
+def _small(payload: dict) -> None:
+    if payload.get("n", 0) > 10:
+        raise ValueError("n must be at most 10")
+
+
+@task("checked", validate=_small)
+async def checked(job, ctx):
+    return None
+
+
+async def jobs(pool) -> int:
+    return await pool.fetchval("select count(*) from jobfeed.jobs")
+
+
+@pytest.mark.parametrize("call, code", [
+    (lambda q: q.submit("checked", "t", {"n": 11}), "invalid_payload"),
+    (lambda q: q.submit_many("checked", [("a", {"n": 1}), ("b", {"n": 11})]), "invalid_payload"),
+    (lambda q: q.submit("checked", "t", notify_url="http://127.0.0.1:9/hook"), "notify_url_not_allowed"),
+    (lambda q: q.submit("checked", "t", after=["no-such-id"]), "unknown_dependency"),
+    (lambda q: q.submit("checked", "t", await_signals=["a/b"]), "invalid_request"),
+    (lambda q: q.submit("checked", "t", signal_timeout=5), "invalid_request"),  # without await_signals
+    (lambda q: q.submit("checked", "t", await_signals=["go"], signal_timeout=1e12), "invalid_request"),
+    (lambda q: q.submit("checked", "t", run_after=dt.datetime.now(UTC) + dt.timedelta(days=36500)),
+     "invalid_run_at"),
+    (lambda q: q.submit("checked", "t", concurrency_key=""), "invalid_input"),
+    (lambda q: q.submit("checked", "t", priority=2**40), "invalid_input"),
+    (lambda q: q.submit("checked", "a\x00b"), "invalid_input"),
+    (lambda q: q.submit("checked", "t", {"note": "a\x00b"}), "invalid_input"),
+    (lambda q: q.submit("checked", "t", {"x": float("nan")}), "invalid_input"),
+    (lambda q: q.submit_many("checked", [("a", {"x": float("nan")})]), "invalid_input"),
+    (lambda q: q.signal("no-such-id", "go"), "not_found"),
+])
+async def test_a_refused_submission_is_a_queue_error_and_writes_nothing(pool, call, code):
+    queue = Queue(pool, settings=Settings())  # no JOBFEED_WEBHOOK_HOSTS: every notify_url is refused
+    with pytest.raises(QueueError) as refused:
+        await call(queue)
+    assert refused.value.code == code and 400 <= refused.value.status < 500, refused.value
+    assert await jobs(pool) == 0
+    assert await pool.fetchval("select count(*) from jobfeed.requests") == 0
+
+
+async def test_a_notify_url_on_an_allowed_host_is_taken(pool):
+    queue = Queue(pool, settings=Settings(webhook_hosts=("127.0.0.1",)))
+    s = await queue.submit("checked", "t", notify_url="http://127.0.0.1:9/hook")
+    assert s.created and s.request_id is not None
+    with pytest.raises(QueueError) as refused:  # credentials would sit in the database
+        await queue.submit("checked", "u", notify_url="http://user:secret@127.0.0.1:9/hook")
+    assert refused.value.code == "notify_url_not_allowed"
+
+
+async def test_a_past_run_after_queues_as_submitted_now(pool):
+    queue = Queue(pool, settings=Settings())
+    first = (await queue.submit("checked", "first")).id
+    backdated = await queue.submit("checked", "backdated", run_after=dt.datetime(2020, 1, 1, tzinfo=UTC))
+    many = await queue.submit_many("checked", [("many", None)], run_after=dt.datetime(2020, 1, 1))  # naive: UTC
+    assert (await queue.get_job(backdated.id))["scheduled_for"] is None
+    assert [j.id for j in await queue.claim(["checked"], 1, "w")] == [first]
+    assert {j.id for j in await queue.claim(["checked"], 5, "w")} == {backdated.id, many[0][0]}
+
+
+async def test_max_payload_is_the_settings(pool):
+    big = {"pad": "x" * 100_000}
+    with pytest.raises(QueueError) as refused:
+        await Queue(pool, settings=Settings()).submit("checked", "big", big)  # the default, 64 KiB
+    assert refused.value.code == "payload_too_large"
+    assert (await Queue(pool, settings=Settings(max_payload=1 << 20)).submit("checked", "big", big)).created
+    with pytest.raises(QueueError) as refused:
+        await Queue(pool, settings=Settings(max_payload=1024)).submit_many("checked", [("b", {"pad": "y" * 2048})])
+    assert refused.value.code == "payload_too_large"
+
+
+async def test_a_queue_on_a_connection_adds_its_kind_again_after_a_rollback(pool):
+    """The kind was added inside the caller's transaction, which rolled back."""
+    await pool.execute("delete from jobfeed.kinds where kind = 'checked'")
+    async with pool.acquire() as conn:
+        queue = Queue(conn, settings=Settings())
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await queue.submit("checked", "order-1")
+                raise RuntimeError("the caller's own write failed")
+        async with conn.transaction():
+            s = await queue.submit("checked", "order-2")
+    assert s.created and await jobs(pool) == 1
+    assert await pool.fetchval("select count(*) from jobfeed.kinds where kind = 'checked'") == 1
+
+
+async def test_an_unknown_job_id_for_a_signal_is_not_found(pool):
+    with pytest.raises(QueueError) as refused:
+        await Queue(pool).signal(uuid.uuid4(), "go")
+    assert refused.value.code == "not_found"
