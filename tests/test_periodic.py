@@ -93,15 +93,25 @@ async def test_a_job_submitted_for_a_slots_target_runs_at_the_slot(pool, queue):
     p = Periodic("hourly", every=3600)
     now = T0 + dt.timedelta(hours=1, minutes=1)
     planted = (await queue.submit("hourly", "2026-12-01T02:00:00Z", {"from": "a user"},
-                                  run_after=now + dt.timedelta(days=300))).id
-    assert (await queue.get_job(planted))["scheduled_for"] is not None
+                                  run_after=dt.datetime.now(UTC) + dt.timedelta(days=300))).id
+    before = await queue.get_job(planted)
+    assert before["scheduled_for"] is not None
     assert await schedules.tick(queue, [p], now) == [planted]
     row = await pool.fetchrow("select run_after, state::text from jobfeed.jobs where id = $1", planted)
     assert (row["run_after"], row["state"]) == (dt.datetime(2026, 12, 1, 2, tzinfo=UTC), "queued")
-    assert (await queue.get_job(planted))["scheduled_for"] is None
+    after = await queue.get_job(planted)
+    # a new version: a stream reconnecting with the old one hears of it
+    assert after["scheduled_for"] is None and after["version"] == before["version"] + 1
     assert await pool.fetchval("select job_id from jobfeed.schedule_slots where kind = 'hourly'") == planted
     (claimed,) = await queue.claim(["hourly"], 5, "w")
     assert claimed.id == planted
+
+    # one that waits for a signal: due at the slot once the signal is in, not at its own time
+    waiting = (await queue.submit("hourly", "2026-12-01T03:00:00Z", await_signals=["go"],
+                                  run_after=dt.datetime.now(UTC) + dt.timedelta(days=300))).id
+    assert await schedules.tick(queue, [p], now + dt.timedelta(hours=1)) == [waiting]
+    await queue.signal(waiting, "go")
+    assert [j.id for j in await queue.claim(["hourly"], 5, "w")] == [waiting]
 
 
 async def test_only_the_latest_missed_slot_runs_after_an_outage(pool, queue):

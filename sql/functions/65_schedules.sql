@@ -18,8 +18,9 @@ $$;
 -- was first registered. A second scheduler's insert waits for the first's to
 -- commit, then finds the slot taken: never two jobs for one slot.
 -- A job submitted by hand for the slot's target before the slot came is the
--- slot's job; not yet started, it is made due at the slot: a submission for a
--- later time cannot hold a slot back.
+-- slot's job; not yet started, it is made due at the slot (one still waiting
+-- for its dependencies or signals, once they are in): a submission for a later
+-- time cannot hold a slot back.
 create or replace function jobfeed.enqueue_slot(p_kind text, p_slot timestamptz, p_now timestamptz default null)
 returns uuid language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
@@ -39,11 +40,14 @@ begin
       from jobfeed.submit_v2(p_kind, to_char(p_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), '{}',
                              p_slot, 65536, p_now) s;
     if not v_created then
-        update jobfeed.jobs j set run_after = p_slot, updated_at = greatest(j.updated_at, jobfeed.clock(p_now))
-         where j.id = v_job and j.state = 'queued' and j.generation = 0 and j.run_after > p_slot
+        -- a new version: its scheduled_for is gone, which a stream that
+        -- reconnects with the old one must hear of too
+        update jobfeed.jobs j set run_after = p_slot, updated_at = greatest(j.updated_at, jobfeed.clock(p_now)),
+                                  version = j.version + 1
+         where j.id = v_job and j.state in ('queued', 'waiting') and j.generation = 0 and j.run_after > p_slot
         returning j.version into v_version;
-        if found then  -- its scheduled_for is gone (same version), and it is due
-            perform jobfeed.notify_requesters(array[v_job], array[v_version]);
+        if found then
+            perform jobfeed.notify_changed(array[v_job], array[v_version]);
             perform jobfeed.notify_due(p_kind, 1);
         end if;
     end if;
