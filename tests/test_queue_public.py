@@ -99,8 +99,8 @@ async def test_progress_never_goes_backwards_in_public(pool, k):
 
 async def test_progress_without_a_total_never_goes_backwards_either(pool, k):
     """A handler that counts items without knowing how many: the count shown
-    only grows, across a retry starting over too; a total, once shown, is a
-    bar a count cannot replace; a first total after counts is shown."""
+    only grows, across a retry starting over too, also when the retry reports
+    a total; a bar, once shown, a count cannot replace."""
     await register(pool, "k", backoff="{1 second}")
     jid = await submit(pool, "t")
     r = await claim_one(pool)
@@ -116,9 +116,10 @@ async def test_progress_without_a_total_never_goes_backwards_either(pool, k):
     await fail_transient(pool, r)
     r = await claim_one(pool, now=T0 + M)
     assert (await report(10))["done"] == 60  # the retry starting over stays hidden
-    assert await report(5, total=10) == {"done": 5, "total": 10, "message": None}  # a total: news
-    assert (await report(70))["total"] == 10  # a count after a bar that moved: hidden
-    assert (await report(6, total=10))["done"] == 6
+    assert (await report(5, total=100))["done"] == 60  # with a total too: 60 were shown done
+    assert await report(70, total=100) == {"done": 70, "total": 100, "message": None}
+    assert (await report(80))["total"] == 100  # a count after a bar that moved: hidden
+    assert (await report(75, total=100))["done"] == 75
 
 
 async def test_progress_must_be_finite_and_not_negative(pool, queue, k):

@@ -140,15 +140,15 @@ returns double precision language sql immutable parallel safe as $$
     end
 $$;
 
--- Would showing progress p_new instead of p_old look like going backwards? With
--- a total on either side, by their fractions (a count after a bar that had
--- moved is a step back; a first total is news); with none, by the counts done.
+-- Would showing progress p_new instead of p_old look like going backwards? A
+-- bar shown (a total): by fractions (a count after a bar that had moved is a
+-- step back); a count shown (no total): by what is done, whatever the new
+-- report's total.
 create or replace function jobfeed.progress_behind(p_new jsonb, p_old jsonb)
 returns boolean language sql immutable parallel safe as $$
     select case
         when p_old is null then false
         when coalesce((p_old ->> 'total')::double precision, 0) > 0
-          or coalesce((p_new ->> 'total')::double precision, 0) > 0
             then jobfeed.progress_rank(p_new) < jobfeed.progress_rank(p_old)
         else (p_new ->> 'done')::double precision < (p_old ->> 'done')::double precision
     end
