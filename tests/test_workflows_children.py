@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import uuid
 
 import pytest
@@ -384,15 +385,20 @@ def test_timeout_is_parsed_and_checked():
             registry.task("bad", timeout=bad)(part)
 
 
-@pytest.mark.parametrize("on_cancel", ["stops", "returns", "raises"])
+@pytest.mark.parametrize("on_cancel", ["stops", "returns", "raises", "exits", "blocks"])
 async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run, on_cancel):
     """Also when the handler catches its cancellation and returns, or raises an
     error of its own: what it does past its timeout is not its outcome."""
     async def sleepy(job, ctx: Context):
         if job.attempt == 1:
+            if on_cancel == "blocks":  # the event loop itself, past the timeout: no cancel can reach it
+                time.sleep(0.4)
+                return {"blocked": True}
             try:
                 await asyncio.sleep(30)
             except asyncio.CancelledError:
+                if on_cancel == "exits":
+                    raise SystemExit(4) from None
                 if on_cancel == "returns":
                     return {"swallowed": True}
                 if on_cancel == "raises":

@@ -137,17 +137,20 @@ async def call_handler(spec: TaskSpec, job: Job, ctx: Context):
     run is canceled and ends as a transient failure with code "timeout"."""
     if spec.timeout is None:
         return await spec.handler(job, ctx)
+    loop = asyncio.get_running_loop()
     window = asyncio.timeout(spec.timeout)
     result = None
     try:
         async with window:
             result = await spec.handler(job, ctx)
-    except Exception:  # TimeoutError, or what the handler raised while being canceled
+    except (Exception, SystemExit, KeyboardInterrupt):  # TimeoutError, or raised while being canceled
         if not window.expired():
             raise
-    # also when the handler caught its cancellation and returned: its result
+    # also when the handler caught its cancellation and returned, or blocked the
+    # event loop past its deadline (no cancellation could reach it): its result
     # came past the timeout
-    if window.expired():
+    deadline = window.when()
+    if window.expired() or (deadline is not None and loop.time() > deadline):
         raise Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s") from None
     return result
 
