@@ -66,6 +66,7 @@ async def test_retry_after_is_honoured(upstream):
     # more than a job's run_after can hold: the longest delay jobfeed takes
     (503, Transient, "99999999999999", 10**9), (503, Transient, "1e400", 10**9),
     (503, Transient, "nan", None), (503, Transient, "-5", 0),
+    (403, Release, "0", 0),  # at once, as said: not the 60 s of no header
 ])
 async def test_an_odd_retry_after_keeps_the_status_class(upstream, status, error, header, after):
     with pytest.raises(error) as caught:

@@ -69,6 +69,11 @@ async def test_a_new_kinds_settings_apply_to_jobs_submitted_after(queue, pool):
     ({"max_running": 2**31}, "max_running must be a whole number from 1 to 2147483647"),
     ({"max_running_per_key": 2**31}, "max_running_per_key must be"),
     ({"rate": "3000000000/1m"}, "rate: '3000000000/1m' needs from 1 to 2147483647 starts"),
+    # durations an interval cannot hold (or that a worker could not sleep on)
+    ({"every": 1e12}, "every: 1000000000000.0 must be from 1 ms to 1,000,000,000 seconds"),
+    ({"timeout": float("nan")}, "timeout: nan must be from 1 ms"),
+    ({"lease": float("inf")}, "lease: inf must be from 1 ms"),
+    ({"lease": 1e-9}, "lease: 1e-09 must be from 1 ms"),
 ])
 def test_options_the_kinds_table_cannot_hold_are_refused_at_decoration(options, message):
     with pytest.raises(ValueError, match=message):

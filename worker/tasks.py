@@ -260,10 +260,15 @@ def _seconds(value: object, name: str) -> float:
     """An @task option given in seconds or as a duration ("5m"); ValueError
     naming the option otherwise. Whether zero or less will do is the caller's."""
     if isinstance(value, str):
-        return parse_duration(value, name, zero=True)  # a SettingError is a ValueError
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        seconds = parse_duration(value, name, zero=True)  # a SettingError is a ValueError
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name}: {value!r} is neither seconds nor a duration such as \"5m\"")
-    return float(value)
+    else:
+        seconds = float(value)
+    # what an interval in the kinds table holds (microseconds, up to the longest duration)
+    if not (seconds <= MAX_DURATION) or 0 < seconds < 0.001:
+        raise ValueError(f"{name}: {value!r} must be from 1 ms to {MAX_DURATION:,} seconds")
+    return seconds
 
 
 def _check_handler(kind: str, handler: object) -> None:
@@ -472,7 +477,8 @@ def check_response(response: httpx.Response) -> httpx.Response:
     if status >= 500 or status in (429, 408):
         raise Transient(code, message, retry_after=_retry_after(response))
     if status in _RELEASE_STATUS:
-        raise Release(code, message, retry_after=_retry_after(response) or 60)
+        after = _retry_after(response)  # Retry-After: 0 is at once; none is 60 s
+        raise Release(code, message, retry_after=60 if after is None else after)
     raise Permanent(code, message)
 
 
