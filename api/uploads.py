@@ -59,11 +59,12 @@ def _check_origin(request: Request) -> None:
     """A cross-site HTML form may post multipart/form-data without a CORS
     preflight (JSON it cannot): only our own pages, allowed origins and
     clients that are not browsers (no Origin) may upload."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        if request.headers.get("sec-fetch-site") in (None, "same-origin", "none"):
+    # every copy of a header must pass: a second one may be the foreign one
+    origins = request.headers.getlist("origin")
+    if not origins:
+        if all(site in ("same-origin", "none") for site in request.headers.getlist("sec-fetch-site")):
             return
-    elif origin == own_origin(request) or origin in services(request).settings.cors_origins:
+    elif all(o == own_origin(request) or o in services(request).settings.cors_origins for o in origins):
         return
     raise ApiError(403, "csrf", "an upload must come from this server's own pages or an allowed origin")
 
@@ -164,7 +165,9 @@ class _Upload:
 
     async def end(self) -> None:
         if self._job is not None:
-            self.sub = jobs.check_body(_decode(bytes(self._job)), self.svc)
+            body = _decode(bytes(self._job))
+            await jobs.demo_checks(body, self.svc)
+            self.sub = jobs.check_body(body, self.svc)
             self._job = None
         elif self._in_file:
             await self.staging.end()

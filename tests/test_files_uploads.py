@@ -149,6 +149,10 @@ async def test_malformed_multipart_bodies(dsn, pool, caplog):
         r = await client.post("/api/jobs", content=body, headers={"content-type": ctype,
                                                                   "origin": "https://evil.example"})
         assert (r.status_code, r.json()["error"]["code"]) == (403, "csrf")
+        # also behind a first Origin that is ours: every copy must be
+        r = await client.post("/api/jobs", content=body, headers=[
+            ("content-type", ctype), ("origin", server.url), ("origin", "https://evil.example")])
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "csrf")
     assert await stored(pool) == {"jobs": 0, "files": 0, "chunks": 0}
     # a client's garbage is answered, not logged
     assert not [r for r in caplog.records if r.name.startswith("python_multipart") and r.levelno >= logging.WARNING]
