@@ -363,10 +363,12 @@ class Feed:
                 last = self._admin_sent.pop(job_id, None)
                 self._admin_sent[job_id] = (sent, changed)  # newest last
                 repeat = last is not None and last[0] == sent
-                if last is not None and changed == last[1]:
-                    # a change updated_at does not date (a retry's claim, a release):
-                    # its commit time is unknown, so the lag metric leaves it out
-                    changed = None
+                # Timed only when updated_at dates this change: not a retry's claim or a
+                # release (they leave it), nor the first view of a job here (what
+                # changed, and when, is unknown: a requester may have joined)
+                dated = last is not None and changed != last[1]
+                if not dated:
+                    changed = None  # its commit time is unknown: the lag metric leaves it out
                 if len(self._admin_sent) > ADMIN_SENT_KEPT:
                     del self._admin_sent[next(iter(self._admin_sent))]  # the longest unchanged
                 if repeat:

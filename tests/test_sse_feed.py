@@ -156,6 +156,8 @@ async def test_a_change_updated_at_does_not_date_is_not_timed(feed, queue, pool)
     """jobfeed_sse_lag_seconds starts at a view's updated_at: a change that
     leaves it (a requester joining; for admins a retry's claim) carries no
     time, rather than the age of an older change."""
+    await queue.register_kind("other", max_attempts=3, lease=60, backoff=(1,))
+    old = (await queue.submit("other", "old")).id  # submitted before the dashboard's stream opened
     job_id = (await queue.submit("demo", "lag", request=True)).id
     sub = await watch(feed, queue, job_id)
     admin = feed.subscribe_admin(limit=100)
@@ -163,21 +165,25 @@ async def test_a_change_updated_at_does_not_date_is_not_timed(feed, queue, pool)
     await queue.submit("demo", "lag", request=True)  # a second requester: the same version
     joined = await asyncio.wait_for(sub.next(), 5)
     assert joined.version == first.version and '"requesters": 2' in joined.text and joined.changed_at is None
+    # the dashboard's first view of it: not timed either (what changed, and when, is unknown)
+    assert (await admin_view(admin, f'"id": "{job_id}"', '"requesters": 2'))[1] is None
 
     (claimed,) = await queue.claim(["demo"], 1, "w")  # the first claim: updated_at moves with it
     claim_view = await asyncio.wait_for(sub.next(), 5)
     assert claim_view.version == first.version + 1 and claim_view.changed_at is not None
-    assert (await admin_view(admin, '"generation": 1'))[1] is not None
+    assert (await admin_view(admin, '"generation": 1', '"state": "running"'))[1] is not None
     assert await queue.fail_transient(claimed.id, claimed.generation, "flaky", "x")
     await pool.execute("update jobfeed.jobs set run_after = now() where id = $1", job_id)  # its backoff over
     (again,) = await queue.claim(["demo"], 1, "w")
-    assert (await admin_view(admin, '"generation": 2'))[1] is None
+    assert (await admin_view(admin, '"generation": 2', '"state": "running"'))[1] is None
+    await queue.submit("other", "old", request=True)  # the dashboard's first view of it: a requester joined
+    assert (await admin_view(admin, f'"id": "{old}"'))[1] is None
 
 
-async def admin_view(admin, marker: str) -> tuple[str, float | None]:
-    """The first running view holding marker the dashboard's stream gets."""
+async def admin_view(admin, *markers: str) -> tuple[str, float | None]:
+    """The first view holding every marker the dashboard's stream gets."""
     while True:
         _, views = await asyncio.wait_for(admin.next(), 5)
         for text, changed in views:
-            if marker in text and '"state": "running"' in text:
+            if all(m in text for m in markers):
                 return text, changed
