@@ -148,6 +148,7 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     ("JOBFEED_MAX_ATTEMPTS", "2147483648"),
     ("JOBFEED_PORT", "70000"),
     ("JOBFEED_DATA_DIR", __file__),  # a file, not a folder
+    ("JOBFEED_DATA_DIR", __file__ + "/data"),  # under a file
 ])
 async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, value):
     out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})

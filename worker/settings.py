@@ -61,10 +61,14 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 
 
 def parse_folder(text: str, name: str) -> Path:
-    """A folder, made when first needed: refused when something else is there."""
+    """A folder, made when first needed: refused when it, or the nearest part of
+    its path that is there, is not a folder (a file, a dangling link)."""
     path = Path(text).expanduser()
-    if path.exists() and not path.is_dir():
-        raise SettingError(f"{name}: {str(path)[:200]} is not a folder")
+    for part in (path, *path.parents):
+        if part.exists() or part.is_symlink():
+            if not part.is_dir():
+                raise SettingError(f"{name}: {str(path)[:200]} cannot be a folder: {str(part)[:200]} is not one")
+            break
     return path
 
 
