@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Match, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 
 from jobfeed.worker import db, migrate, tasks
-from jobfeed.worker.startup import load_demo_checks, settle_gc
+from jobfeed.worker.startup import settle_gc
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.settings import Settings
 
@@ -143,7 +143,6 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
                                         max_batch=settings.submit_batch,
                                         max_active=settings.max_active_per_requester)
             await tasks.register_kinds(svc.queue, settings, overwrite=False)
-            await load_demo_checks(svc.queue)
             svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
                             health_interval=settings.listener_health, ping=settings.sse_ping)
             await svc.feed.start()

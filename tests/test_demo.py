@@ -56,10 +56,14 @@ async def test_the_cli_keeps_the_demo_bounds_next_to_jobfeed_up(dsn, pool, demo_
     assert ok.returncode == 0, ok.stderr
 
 
-async def test_an_api_without_jobfeed_tasks_keeps_the_demo_bounds_next_to_jobfeed_up(dsn, pool, demo_kind):
-    """A standalone `jobfeed api` beside `jobfeed up`'s database: as the CLI."""
+async def test_an_api_without_jobfeed_tasks_keeps_the_demo_bounds_next_to_jobfeed_up(dsn, pool, queue):
+    """A standalone `jobfeed api` beside `jobfeed up`'s database: as the CLI,
+    also when the kind came after the API started."""
     proc, url = await start_api_process(dsn, JOBFEED_TASKS="")
     async with proc, httpx.AsyncClient(base_url=url) as client:
+        early = await client.post("/api/jobs", json={"kind": "demo", "target": "early"})
+        assert early.status_code == 422 and early.json()["error"]["code"] == "unknown_kind"
+        await queue.register_kind("demo", max_attempts=5, lease=1.0, backoff=(0.2,))  # `jobfeed up` started
         big = await client.post("/api/jobs", json={"kind": "demo", "target": "big", "payload": {"steps": 1001}})
         ok = await client.post("/api/jobs", json={"kind": "demo", "target": "ok", "payload": {"steps": 5}})
     assert big.status_code == 422 and big.json()["error"]["code"] == "invalid_payload", big.text
