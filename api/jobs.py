@@ -12,8 +12,8 @@ from starlette.responses import JSONResponse, Response
 from jobfeed.worker import tasks, tracing
 from jobfeed.worker.startup import DEMO_KIND, load_demo_checks
 from jobfeed.worker.queue import Queue, QueueError
-from jobfeed.worker.submission import (InvalidSubmission, Schedule, check_schedule, check_submission, host_allowed,
-                                       parse_after, parse_signals, storable)
+from jobfeed.worker.submission import (InvalidSubmission, Schedule, check_notify_url, check_schedule,
+                                       check_submission, parse_after, parse_signals, storable)
 
 from . import access, auth, streams, uploads, waiting
 from .body import read_json
@@ -39,10 +39,10 @@ def _notify_url(body, hosts: tuple[str, ...]) -> str | None:
     url = body.get("notify_url")
     if url is None:
         return None
-    if not isinstance(url, str) or len(url) > 2048 or not storable(url) or not host_allowed(url, hosts):
-        raise ApiError(422, "notify_url_not_allowed",
-                       "notify_url must be an http(s) URL on a host in JOBFEED_WEBHOOK_HOSTS")
-    return url
+    try:
+        return check_notify_url(url, hosts)
+    except InvalidSubmission as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
 
 
 def _fields(body) -> dict:

@@ -76,9 +76,9 @@ def waiting(after: Sequence[uuid.UUID | str] | None, await_signals: Sequence[str
 
 def notify_url(url: str, hosts: tuple[str, ...]) -> str:
     """A notify_url on a host JOBFEED_WEBHOOK_HOSTS allows (unset: none)."""
-    from .submission import host_allowed
+    from .submission import InvalidSubmission, check_notify_url
 
-    if not isinstance(url, str) or len(url) > 2048 or not host_allowed(url, hosts):
-        raise QueueError("notify_url_not_allowed",
-                         "notify_url must be an http(s) URL on a host in JOBFEED_WEBHOOK_HOSTS", 422)
-    return url
+    try:
+        return check_notify_url(url, hosts)
+    except InvalidSubmission as exc:
+        raise _queue_error(exc) from None

@@ -154,6 +154,14 @@ def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
             and not any(c.isspace() or not c.isprintable() for c in url))
 
 
+def check_notify_url(url: object, hosts: tuple[str, ...]) -> str:
+    """A submission's notify_url: on a host JOBFEED_WEBHOOK_HOSTS allows (unset: none)."""
+    if not isinstance(url, str) or len(url) > 2048 or not storable(url) or not host_allowed(url, hosts):
+        raise InvalidSubmission(422, "notify_url_not_allowed",
+                                "notify_url must be an http(s) URL on a host in JOBFEED_WEBHOOK_HOSTS")
+    return url
+
+
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """When and how a job runs: not before run_after, priority (None: the
