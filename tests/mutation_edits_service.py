@@ -483,7 +483,7 @@ SERVICE_EDITS: list[Edit] = [
          "            raise\n        return Submission(rows",
          (PRODUCER,), "what PostgreSQL cannot store is a QueueError, not asyncpg's"),
     Edit("producer-max-payload-fixed", "worker/queue.py",
-         "            max_payload = self.settings.max_payload\n        # JOBFEED_MAX_ACTIVE",
+         "            max_payload = self.max_payload\n        # JOBFEED_MAX_ACTIVE",
          "            max_payload = MAX_PAYLOAD_BYTES\n        # JOBFEED_MAX_ACTIVE",
          (PRODUCER,), "Queue.submit's max_payload is JOBFEED_MAX_PAYLOAD"),
     Edit("kind-known-after-rollback", "worker/queue.py",

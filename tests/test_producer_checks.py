@@ -107,3 +107,10 @@ async def test_an_unknown_job_id_for_a_signal_is_not_found(pool):
     with pytest.raises(QueueError) as refused:
         await Queue(pool).signal(uuid.uuid4(), "go")
     assert refused.value.code == "not_found"
+
+
+async def test_a_queue_given_no_settings_takes_jobfeed_max_payload(pool, monkeypatch):
+    monkeypatch.setenv("JOBFEED_MAX_PAYLOAD", "1KiB")
+    with pytest.raises(QueueError) as refused:
+        await Queue(pool).submit("checked", "b", {"pad": "y" * 2048})
+    assert refused.value.code == "payload_too_large"

@@ -90,7 +90,7 @@ class Queue(LeaseCalls, AdminCalls):
         if notify_url is not None:
             notify_url = producer.notify_url(notify_url, self.settings.webhook_hosts)
         if max_payload is None:
-            max_payload = self.settings.max_payload
+            max_payload = self.max_payload
         # JOBFEED_MAX_ACTIVE_PER_REQUESTER counts a requester's requests however made
         max_active = None if requester is None else self.settings.max_active_per_requester
         try:
@@ -183,7 +183,7 @@ class Queue(LeaseCalls, AdminCalls):
         run_after = producer.due_at(run_after)
         producer.validated(kind, [p for _, p in items])
         if max_payload is None:
-            max_payload = self.settings.max_payload
+            max_payload = self.max_payload
         try:
             await self._add_kind(kind)
             rows = await self._fetch("submit_many", kind, *_batch(items), run_after, max_payload,

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import asyncpg
 
-from .settings import Settings
+from .settings import Settings, max_payload_from_env
 from .sql import query
 
 # SQLSTATEs raised by sql/functions (class JF) -> HTTP status.
@@ -88,6 +88,13 @@ class QueueCalls:
         if spec is None:
             return  # not ours to describe: the database decides (unknown_kind)
         await register_kind(self, spec.resolved(self.settings), overwrite=False)
+
+    @property
+    def max_payload(self) -> int:
+        """The payload limit: the settings' when given, else JOBFEED_MAX_PAYLOAD's
+        alone (not the whole environment's settings on each new Queue object: a
+        Queue per transaction is the outbox pattern's)."""
+        return self._settings.max_payload if self._settings is not None else max_payload_from_env()
 
     @property
     def settings(self) -> Settings:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import ipaddress
 import os
 import re
 from pathlib import Path
+from typing import Mapping
 
 from .limits import INT_MAX, MAX_PAYLOAD_BYTES
 
@@ -136,6 +138,18 @@ def parse_payload_limit(text: str, name: str = "JOBFEED_MAX_PAYLOAD") -> int:
     return value
 
 
+def max_payload_from_env(env: Mapping[str, str] | None = None) -> int:
+    """JOBFEED_MAX_PAYLOAD alone: what a Queue given no settings needs on every
+    submission, without reading (and checking) every other setting."""
+    text = (os.environ if env is None else env).get("JOBFEED_MAX_PAYLOAD")
+    return _payload_limit(text) if text else MAX_PAYLOAD_BYTES
+
+
+@functools.lru_cache(maxsize=8)
+def _payload_limit(text: str) -> int:
+    return parse_payload_limit(text)
+
+
 def check_admin_token(token: str | None, name: str = "JOBFEED_ADMIN_TOKEN") -> None:
     check_token(token, name)
     if token is not None and len(token) < MIN_ADMIN_TOKEN:
@@ -245,8 +259,7 @@ class Settings:
             values["retention"] = parse_duration(env["JOBFEED_RETENTION"], "JOBFEED_RETENTION")
         if env.get("JOBFEED_TASKS"):
             values["tasks"] = tuple(m.strip() for m in env["JOBFEED_TASKS"].split(",") if m.strip())
-        if env.get("JOBFEED_MAX_PAYLOAD"):
-            values["max_payload"] = parse_payload_limit(env["JOBFEED_MAX_PAYLOAD"])
+        values["max_payload"] = max_payload_from_env(env)
         if env.get("JOBFEED_CORS_ORIGINS"):
             values["cors_origins"] = tuple(o.strip() for o in env["JOBFEED_CORS_ORIGINS"].split(",") if o.strip())
         for key, field in (("JOBFEED_SSE_PING", "sse_ping"), ("JOBFEED_SSE_RETRY", "sse_retry"),
