@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -43,14 +44,21 @@ def server_running(data_dir: str) -> bool:
     return True
 
 
-def stop_server(data_dir: str) -> None:
-    """A test that failed leaves no server behind."""
-    if server_running(data_dir):
-        os.kill(int(open(os.path.join(data_dir, "pgdata", "postmaster.pid")).readline()), signal.SIGINT)
+@pytest.fixture
+def data_dir():
+    """A data folder of the test's own, removed after it with any server a failed
+    test left running (each holds a whole PostgreSQL cluster)."""
+    path = tempfile.mkdtemp(prefix="jobfeed-embedded-")
+    yield path
+    if server_running(path):
+        os.kill(int(open(os.path.join(path, "pgdata", "postmaster.pid")).readline()), signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while server_running(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    shutil.rmtree(path, ignore_errors=True)
 
 
-def test_jobs_survive_a_restart_and_processes_share_the_server():
-    data_dir = tempfile.mkdtemp(prefix="jobfeed-embedded-")
+def test_jobs_survive_a_restart_and_processes_share_the_server(data_dir):
     # Only `jobfeed migrate` (or `jobfeed up`) makes the schema; others refuse without it.
     refused = run(data_dir, "submit", "demo", "early")
     assert refused.returncode == 2 and "jobfeed migrate" in refused.stderr
@@ -79,10 +87,9 @@ def test_jobs_survive_a_restart_and_processes_share_the_server():
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_an_api_stopped_by_a_signal_stops_the_server(stop):
+def test_an_api_stopped_by_a_signal_stops_the_server(stop, data_dir):
     # uvicorn ends a signalled process by raising the signal again; by SIGTERM's
     # default that skipped the step where the embedded server is let go.
-    data_dir = tempfile.mkdtemp(prefix="jobfeed-embedded-")
     assert run(data_dir, "migrate").returncode == 0
     port = free_port()
     api = subprocess.Popen(JOBFEED + ["api", "--port", str(port)], env=env_for(data_dir),
@@ -98,7 +105,6 @@ def test_an_api_stopped_by_a_signal_stops_the_server(stop):
         assert not server_running(data_dir)
     finally:
         api.kill()
-        stop_server(data_dir)
 
 
 def _answers(port: int) -> bool:
@@ -119,24 +125,20 @@ def _listed(path: str) -> list[int]:
         return []
 
 
-def test_a_killed_process_does_not_keep_the_server_running_for_good():
-    data_dir = tempfile.mkdtemp(prefix="jobfeed-embedded-")
+def test_a_killed_process_does_not_keep_the_server_running_for_good(data_dir):
     assert run(data_dir, "migrate").returncode == 0
     worker = subprocess.Popen(JOBFEED + ["worker", "--kinds", "demo"], env=env_for(data_dir),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     users = os.path.join(data_dir, "pgdata", ".handle_pids.json")
     try:
-        try:
-            deadline = time.monotonic() + 30
-            while worker.pid not in _listed(users) and time.monotonic() < deadline:
-                time.sleep(0.1)
-        finally:
-            worker.kill()  # no chance to let the server go
-            worker.communicate()
-        assert server_running(data_dir), "a crash leaves the server to the next process"
-        # the next process is the last one: it stops the server as it leaves
-        submitted = run(data_dir, "submit", "demo", "after-the-crash")
-        assert submitted.returncode == 0, submitted.stderr
-        assert not server_running(data_dir)
+        deadline = time.monotonic() + 30
+        while worker.pid not in _listed(users) and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
-        stop_server(data_dir)
+        worker.kill()  # no chance to let the server go
+        worker.communicate()
+    assert server_running(data_dir), "a crash leaves the server to the next process"
+    # the next process is the last one: it stops the server as it leaves
+    submitted = run(data_dir, "submit", "demo", "after-the-crash")
+    assert submitted.returncode == 0, submitted.stderr
+    assert not server_running(data_dir)
