@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -185,3 +187,29 @@ def worker_env(dsn: str, **extra: str) -> dict[str, str]:
 
 
 JOBFEED = [sys.executable, "-m", "jobfeed.worker.cli"]
+
+
+def server_running(data_dir: str) -> bool:
+    pid_file = os.path.join(data_dir, "pgdata", "postmaster.pid")
+    if not os.path.exists(pid_file):
+        return False
+    pid = int(open(pid_file).readline())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def data_dir():
+    """A data folder of the test's own for an embedded server, removed after the
+    test with any server a failed test left running (each is a whole cluster)."""
+    path = tempfile.mkdtemp(prefix="jobfeed-data-")
+    yield path
+    if server_running(path):
+        os.kill(int(open(os.path.join(path, "pgdata", "postmaster.pid")).readline()), signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while server_running(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    shutil.rmtree(path, ignore_errors=True)

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 
 import httpx
 import pytest
 
-from conftest import JOBFEED
+from conftest import JOBFEED, server_running
 from servers import free_port
 
 pytestmark = pytest.mark.full  # starts its own PostgreSQL
@@ -30,32 +28,6 @@ def env_for(data_dir: str) -> dict[str, str]:
 
 def run(data_dir: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(JOBFEED + list(args), env=env_for(data_dir), capture_output=True, text=True, timeout=60)
-
-
-def server_running(data_dir: str) -> bool:
-    pid_file = os.path.join(data_dir, "pgdata", "postmaster.pid")
-    if not os.path.exists(pid_file):
-        return False
-    pid = int(open(pid_file).readline())
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-@pytest.fixture
-def data_dir():
-    """A data folder of the test's own, removed after it with any server a failed
-    test left running (each holds a whole PostgreSQL cluster)."""
-    path = tempfile.mkdtemp(prefix="jobfeed-embedded-")
-    yield path
-    if server_running(path):
-        os.kill(int(open(os.path.join(path, "pgdata", "postmaster.pid")).readline()), signal.SIGINT)
-        deadline = time.monotonic() + 30
-        while server_running(path) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_jobs_survive_a_restart_and_processes_share_the_server(data_dir):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import tempfile
 
 import httpx
 import pytest
@@ -25,8 +24,7 @@ def up_process(data_dir: str, port: int, *args: str) -> Process:
     return Process([sys.executable, "-m", "jobfeed.worker.cli", "up", "--grace", "1s", *args], env)
 
 
-async def test_up_runs_everything_and_keeps_state_across_restarts():
-    data_dir = tempfile.mkdtemp(prefix="jobfeed-up-")
+async def test_up_runs_everything_and_keeps_state_across_restarts(data_dir):
     port = free_port()
     proc = await up_process(data_dir, port).start(ready=r"jobfeed is up: (http://\S+/)")
     try:
