@@ -29,10 +29,25 @@ async def require_view(svc: Services, request: Request, job_id: uuid.UUID) -> No
     """Raise 404 unless this caller may see the job: one of its requesters, or
     an admin (who sees every job in the admin views anyway, and has no other
     way to download its outputs)."""
-    if svc.settings.job_access != "requesters":
-        return
+    if svc.settings.job_access == "requesters" and await _hidden(svc, request, [job_id]):
+        raise ApiError(404, "not_found", "no such job")
+
+
+async def require_after(svc: Services, request: Request, ids: list[uuid.UUID]) -> None:
+    """A submission's `after` may name only jobs its sender may see: waiting
+    for a private job would tell whether it exists and how it ended. One it
+    may not see is refused as no job at all, as the database refuses an id
+    that is no job."""
+    if svc.settings.job_access == "requesters" and ids and (hidden := await _hidden(svc, request, ids)):
+        raise ApiError(422, "unknown_dependency", f"no such job: {', '.join(map(str, hidden))}")
+
+
+async def _hidden(svc: Services, request: Request, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    """Those of `ids` this caller may not see (none for an admin)."""
     requester = svc.requester(request)
     presented = presented_request(request)
-    if (requester is None and presented is None) or not await svc.queue.may_view(job_id, requester, presented):
-        if not await auth.is_admin(request, svc.settings.admin_token, svc.pool):
-            raise ApiError(404, "not_found", "no such job")
+    hidden = [job_id for job_id in ids if (requester is None and presented is None)
+              or not await svc.queue.may_view(job_id, requester, presented)]
+    if hidden and await auth.is_admin(request, svc.settings.admin_token, svc.pool):
+        return []
+    return hidden

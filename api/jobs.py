@@ -120,6 +120,7 @@ async def write(request: Request, svc, sub: Submitting, queue: Queue | None = No
     """Submit: through the group commit, or, given `queue` (on a connection in
     a transaction: an upload's, a traced submission's), on it alone."""
     tracing.annotate({"jobfeed.kind": sub.kind})
+    await access.require_after(svc, request, sub.after)
     traceparent = tracing.current_traceparent()  # this request's span: every run of the job joins its trace
     if traceparent and queue is None:
         # The job and its trace context in one transaction: committed apart, a

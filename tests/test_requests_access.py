@@ -120,3 +120,31 @@ async def test_private_jobs_are_only_for_their_requesters(dsn, pool, queue):
             await queue.complete(job.id, job.generation, {"steps": 0})
             assert (await http.get(url, headers={"X-User": "bob"})).json()["status"] == "completed"
             assert await status(url, {"X-User": "carol"}) == 404
+
+
+async def test_after_names_only_jobs_the_sender_may_see(dsn, pool, queue):
+    """`after` must not tell whether a private job exists or how it ended: a
+    job the sender may not see is refused as no job at all, writing nothing."""
+    import httpx
+    from servers import ADMIN_TOKEN, serve
+    async with serve(dsn, requester_header="x-user", job_access="requesters") as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            private = (await http.post("/api/jobs", json={"kind": "demo", "target": "secret"},
+                                       headers={"X-User": "alice"})).json()
+
+            async def probe(target, headers):
+                return await http.post("/api/jobs", json={"kind": "demo", "target": target, "after": [private["id"]]},
+                                       headers=headers)
+
+            before = await pool.fetchval("select count(*) from jobfeed.jobs")
+            for headers in ({"X-User": "bob"}, {}):
+                refused = await probe("bob-probe", headers)
+                assert refused.status_code == 422, refused.text
+                assert refused.json()["error"] == {"code": "unknown_dependency",
+                                                   "message": f"no such job: {private['id']}"}
+            assert await pool.fetchval("select count(*) from jobfeed.jobs") == before
+            # its requesters may, by identity or by presenting the request, and so may an admin
+            assert (await probe("alice-next", {"X-User": "alice"})).status_code == 201
+            assert (await probe("holder-next", {"X-User": "carol",
+                                                "X-Jobfeed-Request": private["request_id"]})).status_code == 201
+            assert (await probe("admin-next", {"Authorization": f"Bearer {ADMIN_TOKEN}"})).status_code == 201
