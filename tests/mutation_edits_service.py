@@ -489,4 +489,8 @@ SERVICE_EDITS: list[Edit] = [
     Edit("kind-known-after-rollback", "worker/queue.py",
          "        if in_transaction is None or not in_transaction():", "        if True:",
          (PRODUCER,), "a Queue on a connection adds its kind again after a rolled-back transaction"),
+    Edit("after-ignores-access", "api/jobs.py",
+         "    await access.require_after(svc, request, sub.after)\n", "",
+         ("tests/test_requests_access.py::test_after_names_only_jobs_the_sender_may_see",),
+         "under requesters access, after names only jobs the sender may see"),
 ]

@@ -301,3 +301,79 @@ async def test_cli_after(dsn, pool):
     bad = jobfeed(dsn, "submit", "demo", "e", "--after", str(uuid.uuid4()))
     assert bad.returncode != 0 and "unknown_dependency" in bad.stderr
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 2
+
+
+@pytest.mark.parametrize("how", ["one", "bulk"])
+async def test_a_retried_job_waits_again_for_what_it_waited_for(queue, pool, k, how):
+    """An admin retry of a job canceled while waiting ran it at once: before its
+    dependency completed, and without its signal."""
+    async def retry(job_id):
+        if how == "one":
+            await queue.retry(job_id)
+        else:
+            assert await queue.bulk("retry", ids=[job_id]) == 1
+
+    a, _ = await queue.submit("k", "a")
+    d, _ = await queue.submit("k", "d", after=[a])
+    s, _ = await queue.submit("k", "s", await_signals=["go"])
+    for job_id in (d, s):
+        await queue.cancel(job_id)
+        await retry(job_id)
+        assert await state(pool, job_id) == "waiting"
+    assert (await queue.get_job(d))["status"] == "queued"  # publicly as before
+    await run(queue, a)
+    assert await state(pool, d) == "queued"
+    await run(queue, d)
+    await queue.signal(s, "go", {"n": 1})
+    assert await state(pool, s) == "queued"
+    await run(queue, s)
+
+    # with nothing left to wait for, or when the wait is what failed it, it runs at once
+    b, _ = await queue.submit("k", "b")
+    f, _ = await queue.submit("k", "f", after=[b])
+    await queue.cancel(f)
+    await run(queue, b)
+    await retry(f)
+    assert await state(pool, f) == "queued"
+    c, _ = await queue.submit("k", "c")
+    e, _ = await queue.submit("k", "e", after=[c])
+    await queue.cancel(c)
+    assert (await queue.admin_get_job(e))["last_error"]["code"] == "dependency_failed"
+    await retry(e)
+    assert await state(pool, e) == "queued"
+
+
+@pytest.mark.parametrize("first", ["completion", "retry"])
+async def test_race_dependency_finishing_while_the_dependent_is_retried(dsn, pool, queue, k, first):
+    """An admin retry of a job canceled while waiting, and its dependency's
+    completion, each while the other's transaction is open: without the
+    retry's lock on the dependency, the completion settles nothing (the job is
+    canceled), the retry sees the dependency unfinished, and the job waits on
+    a completed one for ever. Neither side deadlocks: both lock the dependency
+    before the dependent."""
+    a, _ = await queue.submit("k", "a")
+    d, _ = await queue.submit("k", "d", after=[a])
+    await queue.cancel(d)
+    (claimed,) = await queue.claim(["k"], 1, "w")
+    c1, c2 = await db.connect(dsn), await db.connect(dsn)
+    try:
+        complete = "select jobfeed.complete($1, $2, null)"
+        retry = "select jobfeed.retry($1)"
+        if first == "completion":
+            tx = c1.transaction()
+            await tx.start()
+            assert await c1.fetchval(complete, a, claimed.generation)
+            other = asyncio.create_task(c2.fetchval(retry, d))
+            await blocked_or_done(pool, c2.get_server_pid(), other)
+        else:
+            tx = c2.transaction()
+            await tx.start()
+            await c2.fetchval(retry, d)
+            other = asyncio.create_task(c1.fetchval(complete, a, claimed.generation))
+            await blocked_or_done(pool, c1.get_server_pid(), other)
+        await tx.commit()
+        await other
+    finally:
+        await c1.close()
+        await c2.close()
+    assert await state(pool, d) == "queued"

@@ -1,15 +1,16 @@
 -- Admin actions. Errors: not_found (JF404), invalid_state and target_busy (JF409).
 
--- Re-run a failed or canceled job: attempts back to 0, queued now. Its generation
--- keeps growing, so a stale worker of an earlier run stays fenced out.
+-- Re-run a failed or canceled job: attempts back to 0, queued now (or waiting
+-- again, see requeue). Its generation keeps growing, so a stale worker of an
+-- earlier run stays fenced out.
 create or replace function jobfeed.retry(p_id uuid, p_now timestamptz default null)
 returns jsonb language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_state jobfeed.job_state;
-    v_kind text;
-    v_ver bigint;
+    v_again record;
 begin
+    perform jobfeed.hold_dependencies(array(select d.dep_id from jobfeed.job_deps d where d.job_id = p_id));
     select j.state into v_state from jobfeed.jobs j where j.id = p_id for update;
     if not found then
         perform jobfeed.raise_error('JF404', 'not_found', 'no such job');
@@ -19,22 +20,49 @@ begin
                                     format('only failed or canceled jobs can be retried; this one is %s', v_state));
     end if;
     begin
-        update jobfeed.jobs j
-           set state = 'queued', attempts = 0, run_after = v_now, lease_until = null, finished_at = null,
-               result = null, updated_at = v_now, version = j.version + 1,
-               requesters = 0  -- its requests ended when it was final
-         where j.id = p_id
-        returning j.version, j.kind into v_ver, v_kind;
+        v_again := jobfeed.requeue(p_id, v_now);
     exception when unique_violation then
         perform jobfeed.raise_error('JF409', 'target_busy',
                                     'another unfinished job already holds this kind and target');
     end;
-    -- Its requests ended when it was final: one leaving later must not count
-    -- against those who request the retried run.
-    update jobfeed.requests r set left_at = v_now where r.job_id = p_id and r.left_at is null;
-    perform jobfeed.notify_changed(array[p_id], array[v_ver]);
-    perform jobfeed.notify_due(v_kind, 1);
+    perform jobfeed.notify_changed(array[p_id], array[v_again.o_version]);
+    if v_again.o_due then
+        perform jobfeed.notify_due(v_again.o_kind, 1);
+    end if;
     return jobfeed.admin_get_job(p_id);
+end $$;
+
+-- One retry of a failed or canceled job the caller has locked, after its
+-- dependencies (hold_dependencies): the order in which a dependency that
+-- finishes settles its dependents, so neither waits for the other, and none
+-- finishes unseen. Attempts back to 0, and due now; but waiting again while
+-- something it waits for (after, ctx.wait_for, a signal) is unfinished, unless
+-- that wait is what failed it (dependency_failed, signal_timeout): the retry
+-- then runs it without. Its requests ended when it was final: one leaving
+-- later must not count against those who request the retried run. Raises
+-- unique_violation when an unfinished job holds its target again.
+create or replace function jobfeed.requeue(p_id uuid, p_now timestamptz,
+                                           out o_version bigint, out o_kind text, out o_due boolean)
+language plpgsql as $$
+declare
+    v_waited boolean;
+begin
+    select j.state = 'failed' and j.last_error_code in ('dependency_failed', 'signal_timeout') into v_waited
+      from jobfeed.jobs j where j.id = p_id;
+    update jobfeed.jobs j
+       set state = 'queued', attempts = 0, run_after = p_now, lease_until = null, finished_at = null,
+           result = null, updated_at = p_now, version = j.version + 1, requesters = 0
+     where j.id = p_id
+    returning j.version, j.kind into o_version, o_kind;
+    update jobfeed.requests r set left_at = p_now where r.job_id = p_id and r.left_at is null;
+    o_due := coalesce(v_waited, false)
+             or not (exists (select from jobfeed.job_deps d join jobfeed.jobs j on j.id = d.dep_id
+                              where d.job_id = p_id and j.state not in ('completed', 'failed', 'canceled'))
+                     or exists (select from jobfeed.job_signals s where s.job_id = p_id and s.arrived_at is null));
+    if not o_due then
+        update jobfeed.jobs j set state = 'waiting' where j.id = p_id;
+        perform jobfeed.settle_waiting(p_id, p_now);
+    end if;
 end $$;
 
 -- Cancel a waiting, queued or running job. A worker running it is told at once
@@ -114,8 +142,7 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_ids uuid[];
     v_id uuid;
-    v_ver bigint;
-    v_kind text;
+    v_again record;
     v_done uuid[] := '{}';
     v_vers bigint[] := '{}';
     v_kinds text[] := '{}';
@@ -130,20 +157,19 @@ begin
            and (p_ids is null or j.id = any (p_ids))
            and (p_after is null or j.id > p_after)
          order by j.id
-         limit greatest(p_limit, 1)
-         for update);
+         limit greatest(p_limit, 1));
     foreach v_id in array v_ids loop
+        -- as retry(): its dependencies, then the job, still failed or canceled
+        perform jobfeed.hold_dependencies(array(select d.dep_id from jobfeed.job_deps d where d.job_id = v_id));
+        perform from jobfeed.jobs j where j.id = v_id and j.state in ('failed', 'canceled') for update;
+        continue when not found;
         begin  -- as retry(): a target held by an unfinished job again is left alone
-            update jobfeed.jobs j
-               set state = 'queued', attempts = 0, run_after = v_now, lease_until = null, finished_at = null,
-                   result = null, updated_at = v_now, version = j.version + 1,
-                   requesters = 0  -- as retry(): its requests ended when it was final
-             where j.id = v_id
-            returning j.version, j.kind into v_ver, v_kind;
-            update jobfeed.requests r set left_at = v_now where r.job_id = v_id and r.left_at is null;
+            v_again := jobfeed.requeue(v_id, v_now);
             v_done := v_done || v_id;
-            v_vers := v_vers || v_ver;
-            v_kinds := v_kinds || v_kind;
+            v_vers := v_vers || v_again.o_version;
+            if v_again.o_due then
+                v_kinds := v_kinds || v_again.o_kind;
+            end if;
         exception when unique_violation then
             null;
         end;
