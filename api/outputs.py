@@ -80,6 +80,9 @@ async def download(request: Request) -> Response:
         "X-Content-Type-Options": "nosniff",
         "Content-Security-Policy": "sandbox",
         "Cache-Control": "private, no-cache",
+        # as the handler saved it: given as media_type, Starlette would add
+        # "; charset=utf-8" to a text/* type whatever the bytes' encoding
+        "Content-Type": f.content_type,
     }
     wanted = byte_range(request.headers.get("range"), f.size)
     if_range = request.headers.get("if-range")
@@ -91,6 +94,5 @@ async def download(request: Request) -> Response:
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{f.size}"
     headers["Content-Length"] = str(end - start)
     if request.method == "HEAD":  # the headers alone: nothing is read from the database
-        return Response(status_code=status, headers=headers, media_type=f.content_type)
-    return StreamingResponse(files.read(svc.pool, f, start, end), status_code=status, headers=headers,
-                             media_type=f.content_type)
+        return Response(status_code=status, headers=headers)
+    return StreamingResponse(files.read(svc.pool, f, start, end), status_code=status, headers=headers)

@@ -493,4 +493,9 @@ SERVICE_EDITS: list[Edit] = [
          "    await access.require_after(svc, request, sub.after)\n", "",
          ("tests/test_requests_access.py::test_after_names_only_jobs_the_sender_may_see",),
          "under requesters access, after names only jobs the sender may see"),
+    Edit("output-type-with-charset", "api/outputs.py",
+         "        return Response(status_code=status, headers=headers)\n",
+         "        return Response(status_code=status, headers=headers, media_type=headers.pop(\"Content-Type\"))\n",
+         ("tests/test_files_outputs.py::test_a_text_output_is_served_with_the_type_it_was_saved_with",),
+         "an output is served with the content type it was saved with, no charset added"),
 ]

@@ -335,3 +335,16 @@ async def test_an_uploaded_video_is_split_analysed_in_parts_and_merged(dsn, pool
             assert part.status_code == 206 and part.content == expected[CHUNK - 3:2 * CHUNK + 1]
     children = await pool.fetch("select id from jobfeed.jobs where parent_id = $1", uuid.UUID(job_id))
     assert len(children) == 8
+
+
+async def test_a_text_output_is_served_with_the_type_it_was_saved_with(dsn, pool, demo_kind):
+    """Starlette added "; charset=utf-8" to every text/* type, declaring a
+    Windows-1252 CSV as UTF-8."""
+    csv = "naïve;€\n".encode("cp1252")
+    plain = await _job_with_output(pool, csv, "out.csv", "text/csv")
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url) as client:
+        for method in ("GET", "HEAD"):
+            r = await client.request(method, f"/api/jobs/{plain}/outputs/out.csv")
+            assert r.headers["content-type"] == "text/csv", method
+        assert r.status_code == 200
+        assert (await client.get(f"/api/jobs/{plain}/outputs/out.csv")).content == csv
