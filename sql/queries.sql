@@ -166,6 +166,9 @@ select jobfeed.close_admin_session($1);
 -- name: register_schedule
 select jobfeed.register_schedule($1, $2, $3, $4);
 
+-- name: drop_schedule
+select jobfeed.drop_schedule($1);
+
 -- name: enqueue_slot
 select jobfeed.enqueue_slot($1, $2, $3);
 

@@ -498,4 +498,8 @@ SERVICE_EDITS: list[Edit] = [
          "        return Response(status_code=status, headers=headers, media_type=headers.pop(\"Content-Type\"))\n",
          ("tests/test_files_outputs.py::test_a_text_output_is_served_with_the_type_it_was_saved_with",),
          "an output is served with the content type it was saved with, no charset added"),
+    Edit("schedule-never-dropped", "worker/tasks.py",
+         "        if spec.periodic is None:\n            await queue.drop_schedule(spec.kind)\n", "",
+         ("tests/test_periodic.py::test_a_kind_whose_schedule_was_removed_is_no_longer_listed",),
+         "a kind whose worker runs it without a schedule is no longer listed as periodic"),
 ]

@@ -171,3 +171,26 @@ async def test_two_workers_run_each_slot_once(queue, pool, dsn):
     targets = [r["target"] for r in await pool.fetch("select target from jobfeed.jobs where kind = 'beat'")]
     assert len(slots) >= 2 and len(targets) == len(slots) == len(set(targets))
     assert len(ran) == len(set(ran)) >= 2
+
+
+async def test_a_kind_whose_schedule_was_removed_is_no_longer_listed(pool, queue):
+    """A worker running a kind that lost its schedule made no more slots, but
+    `jobfeed schedules` still showed it, with a next slot that never came."""
+    from jobfeed.worker import tasks
+    from jobfeed.worker.tasks import TaskSpec
+
+    async def handler(job, ctx):
+        return None
+
+    def spec(periodic):
+        return TaskSpec("nightly", handler, max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0, periodic=periodic)
+
+    every = Periodic("nightly", every=3600)
+    await tasks.register_kind(queue, spec(every), overwrite=True)
+    await schedules.register(queue, [every])
+    await tasks.register_kind(queue, spec(every), overwrite=True)  # a restart keeps it
+    assert [s["kind"] for s in await queue.list_schedules()] == ["nightly"]
+    await tasks.register_kind(queue, spec(None), overwrite=False)  # an API process: not its say
+    assert [s["kind"] for s in await queue.list_schedules()] == ["nightly"]
+    await tasks.register_kind(queue, spec(None), overwrite=True)
+    assert await queue.list_schedules() == []

@@ -67,6 +67,9 @@ class AdminCalls(QueueCalls):
     async def register_schedule(self, kind: str, schedule: str | None, timezone: str, every: float | None) -> None:
         await self._fetch("register_schedule", kind, schedule, timezone, _seconds(every))
 
+    async def drop_schedule(self, kind: str) -> None:
+        await self._fetch("drop_schedule", kind)
+
     async def enqueue_slot(self, kind: str, slot: dt.datetime, now: dt.datetime | None = None) -> uuid.UUID | None:
         """The slot's new job, or None when the slot was taken already."""
         return await self._fetchval("enqueue_slot", kind, slot, now)

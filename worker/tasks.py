@@ -332,9 +332,11 @@ async def register_kind(queue, spec: TaskSpec, *, overwrite: bool) -> None:
                               backoff=spec.backoff, jitter=spec.jitter, description=spec.description,
                               overwrite=overwrite, priority=spec.priority, max_running=spec.max_running,
                               max_running_per_key=spec.max_running_per_key, rate=spec.rate)
-    if overwrite:  # workers run the kind: they say what abandoning it does
+    if overwrite:  # workers run the kind: they say what abandoning it does, and whether it is periodic
         await queue.set_kind_request_policy(spec.kind, on_abandon=spec.on_abandon, on_duplicate=spec.on_duplicate,
                                             reuse_for=spec.reuse_for, dedupe=spec.dedupe)
+        if spec.periodic is None:
+            await queue.drop_schedule(spec.kind)
 
 
 class Context:

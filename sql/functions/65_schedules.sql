@@ -12,6 +12,13 @@ returns void language sql security definer set search_path = jobfeed, pg_temp as
      where (s.schedule, s.timezone, s.every) is distinct from (excluded.schedule, excluded.timezone, excluded.every)
 $$;
 
+-- A worker runs p_kind, which has no schedule (any more): it makes no slots,
+-- so none is listed as coming. Its slots' records stay until the sweeper's.
+create or replace function jobfeed.drop_schedule(p_kind text)
+returns void language sql security definer set search_path = jobfeed, pg_temp as $$
+    delete from jobfeed.schedules s where s.kind = p_kind
+$$;
+
 -- Record slot p_slot of p_kind and insert its job (target: the slot's time,
 -- RFC 3339 UTC; due at the slot) in one transaction. Null when the slot was
 -- taken already (another scheduler, or a repeat) or came before the schedule

@@ -93,6 +93,7 @@ grant execute on function
     jobfeed.worker_beat(text, text, text[], int, int, interval, timestamptz),
     jobfeed.worker_stopped(text),
     jobfeed.register_schedule(text, text, text, interval, timestamptz),
+    jobfeed.drop_schedule(text),
     jobfeed.enqueue_slot(text, timestamptz, timestamptz),
     jobfeed.list_schedules(),
     jobfeed.signals_of(uuid[]),
