@@ -193,6 +193,9 @@ select jobfeed.output_begin($1, $2, $3, $4, $5);
 -- name: output_finish
 select jobfeed.output_finish($1, $2, $3, $4);
 
+-- name: output_discard
+select jobfeed.output_discard($1, $2);
+
 -- name: files_of
 select id, name, size, content_type, chunk_size from jobfeed.files_of($1, $2);
 

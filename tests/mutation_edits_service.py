@@ -502,4 +502,13 @@ SERVICE_EDITS: list[Edit] = [
          "        if spec.periodic is None:\n            await queue.drop_schedule(spec.kind)\n", "",
          ("tests/test_periodic.py::test_a_kind_whose_schedule_was_removed_is_no_longer_listed",),
          "a kind whose worker runs it without a schedule is no longer listed as periodic"),
+    Edit("output-kept-on-error", "worker/files.py",
+         "        await asyncio.shield(_discard(db, job_id, file_id))\n", "",
+         ("tests/test_files_outputs.py::test_an_unfinished_output_is_not_kept",),
+         "an output whose chunks raised is dropped at once"),
+    Edit("output-begin-same-name-only", "sql/functions/47_files.sql",
+         "f.direction = 'out' and f.size is null and f.generation < p_generation;",
+         "f.direction = 'out' and f.size is null and f.generation < p_generation and f.name = p_name;",
+         ("tests/test_files_outputs.py::test_an_unfinished_output_is_not_kept",),
+         "a dead attempt's unfinished outputs, of any name, go at the next attempt's first save"),
 ]

@@ -99,6 +99,35 @@ async def test_outputs_are_fenced_by_generation_and_replaced_by_a_later_attempt(
     assert await pool.fetchval("select count(*) from jobfeed.file_chunks") == 2
 
 
+async def test_an_unfinished_output_is_not_kept(dsn, pool, demo_kind):
+    """An output whose saving stopped half way stayed stored, seen by nobody,
+    until the job was swept: its chunks raised, or its worker died."""
+    queue = Queue(pool)
+    job_id = (await queue.submit("demo", "t")).id
+    first, ctx = await claim_demo(pool, queue, job_id)
+
+    async def broken():
+        yield b"a" * CHUNK
+        yield b"b" * CHUNK
+        raise RuntimeError("the source went away")
+    with pytest.raises(RuntimeError, match="went away"):
+        await ctx.save_output("big.bin", broken())
+    stored = "select count(*) from jobfeed.file_chunks"
+    assert await pool.fetchval("select count(*) from jobfeed.job_files where job_id = $1", job_id) == 0
+    assert await pool.fetchval(stored) == 0
+
+    # a worker that died saving: its file is dropped by the next attempt's first save, of any name
+    file_id = await pool.fetchval("select jobfeed.output_begin($1, $2, 'big.bin', 'text/plain', $3)",
+                                  job_id, first.generation, CHUNK)
+    assert await pool.fetchval("select jobfeed.file_put($1, 0, $2)", file_id, b"x" * CHUNK)
+    await _expire(pool, job_id)
+    second, ctx2 = await claim_demo(pool, queue, job_id)
+    await ctx2.save_output("final.bin", b"done")
+    assert [r["name"] for r in await pool.fetch("select name from jobfeed.job_files where job_id = $1", job_id)] \
+        == ["final.bin"]
+    assert await pool.fetchval(stored) == 1
+
+
 async def test_bad_output_names_are_refused(dsn, pool, demo_kind):
     queue = Queue(pool)
     job_id = (await queue.submit("demo", "t")).id

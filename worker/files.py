@@ -5,11 +5,17 @@ ever holds a whole file."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import uuid
 from typing import Any, AsyncIterable, AsyncIterator, Iterable
 
+import asyncpg
+
 from .sql import query
+
+log = logging.getLogger("jobfeed.files")
 
 CHUNK_SIZE = 256 * 1024  # one row of file_chunks; a range read fetches the chunks it spans
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -161,14 +167,28 @@ async def save_output(db, job_id: uuid.UUID, generation: int, name: str,
         size += len(data)
         return bool(ok)
 
-    async for piece in _pieces(chunks):
-        for data in rechunk.feed(piece):
-            if not await put(data):
-                return False
-    rest = rechunk.rest()
-    if rest is not None and not await put(rest):
-        return False
+    try:
+        async for piece in _pieces(chunks):
+            for data in rechunk.feed(piece):
+                if not await put(data):
+                    return False
+        rest = rechunk.rest()
+        if rest is not None and not await put(rest):
+            return False
+    except BaseException:
+        # the chunks raised, or a write did: drop what was written (shielded,
+        # since a cancellation of the handler may be why we are here)
+        await asyncio.shield(_discard(db, job_id, file_id))
+        raise
     return bool(await db.fetchval(query("output_finish"), job_id, generation, file_id, size))
+
+
+async def _discard(db, job_id: uuid.UUID, file_id: int) -> None:
+    try:
+        await db.execute(query("output_discard"), job_id, file_id)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        # left for a later attempt's first save, or the sweeper's delete of the job
+        log.warning("could not drop the unfinished output %s of job %s: %s", file_id, job_id, exc)
 
 
 MAX_NAME_BYTES = 200

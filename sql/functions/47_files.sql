@@ -41,7 +41,7 @@ $$;
 
 -- An output the attempt (id, generation) starts writing; null when the job is
 -- no longer running under that generation. An older attempt's unfinished
--- output of the same name is garbage now.
+-- outputs, whatever their names, are garbage now (its worker died saving).
 create or replace function jobfeed.output_begin(
     p_job uuid, p_generation int, p_name text, p_content_type text, p_chunk_size int)
 returns bigint language plpgsql security definer set search_path = jobfeed, pg_temp as $$
@@ -53,13 +53,19 @@ begin
         return null;
     end if;
     delete from jobfeed.job_files f
-     where f.job_id = p_job and f.direction = 'out' and f.name = p_name and f.size is null
-       and f.generation < p_generation;
+     where f.job_id = p_job and f.direction = 'out' and f.size is null and f.generation < p_generation;
     insert into jobfeed.job_files (job_id, direction, name, content_type, chunk_size, generation)
     values (p_job, 'out', p_name, p_content_type, p_chunk_size, p_generation)
     returning id into v_id;
     return v_id;
 end $$;
+
+-- An output whose saving failed (its chunks raised, or a write did): its
+-- chunks go now, not with the job.
+create or replace function jobfeed.output_discard(p_job uuid, p_file bigint)
+returns void language sql security definer set search_path = jobfeed, pg_temp as $$
+    delete from jobfeed.job_files f where f.id = p_file and f.job_id = p_job and f.size is null
+$$;
 
 -- Publish an output: fenced by generation (false, and the file dropped, when
 -- the attempt has lost the job). It replaces the output of that name, and the

@@ -62,7 +62,8 @@ to jobfeed_api;
 
 grant execute on function
     jobfeed.output_begin(uuid, int, text, text, int),
-    jobfeed.output_finish(uuid, int, bigint, bigint, timestamptz)
+    jobfeed.output_finish(uuid, int, bigint, bigint, timestamptz),
+    jobfeed.output_discard(uuid, bigint)
 to jobfeed_worker;
 
 grant execute on function
