@@ -17,6 +17,7 @@ from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Registry, TaskSpec, Transient
 from conftest import JOBFEED, worker_env
+from interleave import one_inside_the_other
 from queue_sql import ATTEMPTS, public
 from servers import ROOT, Process
 from waiting import eventually, wait_state
@@ -192,16 +193,6 @@ async def test_wait_for_an_unknown_job_fails_the_parent_and_writes_no_child(queu
         Context(queue, got, 1.0).wait_for(["not-an-id"])
 
 
-async def blocked_or_done(pool, pid: int, task: asyncio.Task) -> None:
-    """Until the task is done or its session waits on a lock."""
-    for _ in range(200):
-        if task.done() or await pool.fetchval(
-                "select wait_event_type = 'Lock' from pg_stat_activity where pid = $1", pid):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("neither done nor waiting on a lock")
-
-
 @pytest.mark.parametrize("marked", [False, True], ids=["new", "waited-for-already"])
 @pytest.mark.parametrize("first", ["child", "parent"])
 async def test_race_the_last_child_finishing_while_the_parent_waits(dsn, pool, queue, k, first, marked):
@@ -214,27 +205,10 @@ async def test_race_the_last_child_finishing_while_the_parent_waits(dsn, pool, q
         await queue.submit("k", "other", after=[c_job])
     p, _ = await queue.submit("k", "parent")
     jobs = {j.id: j for j in await queue.claim(["k"], 2, "w")}
-    c1, c2 = await db.connect(dsn), await db.connect(dsn)
-    try:
-        complete = "select jobfeed.complete($1, $2, null)"
-        wait = "select jobfeed.wait_for($1, $2, '[]', $3::uuid[])"
-        if first == "child":
-            tx = c1.transaction()
-            await tx.start()
-            assert await c1.fetchval(complete, c_job, jobs[c_job].generation)
-            other = asyncio.create_task(c2.fetchval(wait, p, jobs[p].generation, [c_job]))
-            await blocked_or_done(pool, c2.get_server_pid(), other)
-        else:
-            tx = c2.transaction()
-            await tx.start()
-            assert await c2.fetchval(wait, p, jobs[p].generation, [c_job])
-            other = asyncio.create_task(c1.fetchval(complete, c_job, jobs[c_job].generation))
-            await blocked_or_done(pool, c1.get_server_pid(), other)
-        await tx.commit()
-        assert await other
-    finally:
-        await c1.close()
-        await c2.close()
+    complete = ("select jobfeed.complete($1, $2, null)", c_job, jobs[c_job].generation)
+    wait = ("select jobfeed.wait_for($1, $2, '[]', $3::uuid[])", p, jobs[p].generation, [c_job])
+    both = await one_inside_the_other(dsn, pool, *((complete, wait) if first == "child" else (wait, complete)))
+    assert all(both)
     assert await state(pool, p) == "queued"
 
 

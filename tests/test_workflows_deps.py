@@ -13,6 +13,7 @@ from jobfeed.api.app import create_app
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue, QueueError
 from queue_sql import park_at, public
+from interleave import one_inside_the_other
 from servers import ADMIN_TOKEN, asgi_client, make_settings
 from waiting import eventually
 
@@ -117,16 +118,6 @@ async def test_race_dependency_finishing_while_the_dependent_is_submitted(dsn, p
         await c2.close()
 
 
-async def blocked_or_done(pool, pid: int, task: asyncio.Task) -> None:
-    """Until the task is done or its session waits on a lock."""
-    for _ in range(200):
-        if task.done() or await pool.fetchval(
-                "select wait_event_type = 'Lock' from pg_stat_activity where pid = $1", pid):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("neither done nor waiting on a lock")
-
-
 SUBMIT_AFTER = "select id from jobfeed.submit_waiting('k', $1, '{}', $2::uuid[], '{}')"
 
 
@@ -141,26 +132,13 @@ async def test_race_each_side_commits_while_the_other_is_under_way(dsn, pool, qu
     if marked:
         await queue.submit("k", "other", after=[a])
     (claimed,) = await queue.claim(["k"], 1, "w")
-    c1, c2 = await db.connect(dsn), await db.connect(dsn)
-    try:
-        complete = "select jobfeed.complete($1, $2, null)"
-        if first == "completion":
-            tx = c1.transaction()
-            await tx.start()
-            assert await c1.fetchval(complete, a, claimed.generation)
-            other = asyncio.create_task(c2.fetchval(SUBMIT_AFTER, "d", [a]))
-            await blocked_or_done(pool, c2.get_server_pid(), other)
-        else:
-            tx = c2.transaction()
-            await tx.start()
-            await c2.fetchval(SUBMIT_AFTER, "d", [a])
-            other = asyncio.create_task(c1.fetchval(complete, a, claimed.generation))
-            await blocked_or_done(pool, c1.get_server_pid(), other)
-        await tx.commit()
-        await other
-    finally:
-        await c1.close()
-        await c2.close()
+    complete = ("select jobfeed.complete($1, $2, null)", a, claimed.generation)
+    submit = (SUBMIT_AFTER, "d", [a])
+    if first == "completion":
+        done, _ = await one_inside_the_other(dsn, pool, complete, submit)
+    else:
+        _, done = await one_inside_the_other(dsn, pool, submit, complete)
+    assert done
     d = await pool.fetchval("select id from jobfeed.jobs where target = 'd'")
     assert await state(pool, d) == "queued"
 
@@ -355,25 +333,11 @@ async def test_race_dependency_finishing_while_the_dependent_is_retried(dsn, poo
     d, _ = await queue.submit("k", "d", after=[a])
     await queue.cancel(d)
     (claimed,) = await queue.claim(["k"], 1, "w")
-    c1, c2 = await db.connect(dsn), await db.connect(dsn)
-    try:
-        complete = "select jobfeed.complete($1, $2, null)"
-        retry = "select jobfeed.retry($1)"
-        if first == "completion":
-            tx = c1.transaction()
-            await tx.start()
-            assert await c1.fetchval(complete, a, claimed.generation)
-            other = asyncio.create_task(c2.fetchval(retry, d))
-            await blocked_or_done(pool, c2.get_server_pid(), other)
-        else:
-            tx = c2.transaction()
-            await tx.start()
-            await c2.fetchval(retry, d)
-            other = asyncio.create_task(c1.fetchval(complete, a, claimed.generation))
-            await blocked_or_done(pool, c1.get_server_pid(), other)
-        await tx.commit()
-        await other
-    finally:
-        await c1.close()
-        await c2.close()
+    complete = ("select jobfeed.complete($1, $2, null)", a, claimed.generation)
+    retry = ("select jobfeed.retry($1)", d)
+    if first == "completion":
+        done, _ = await one_inside_the_other(dsn, pool, complete, retry)
+    else:
+        _, done = await one_inside_the_other(dsn, pool, retry, complete)
+    assert done
     assert await state(pool, d) == "queued"
