@@ -54,7 +54,8 @@ class Api:
     servers.start_api_process runs it, but on a port chosen here so that a
     restarted API answers at the same address (the browser reconnects to it)."""
 
-    def __init__(self, dsn: str):
+    def __init__(self, dsn: str, **env: str):
+        self.env = env
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
@@ -65,13 +66,15 @@ class Api:
     async def start(self) -> None:
         self.proc = Process([sys.executable, "-m", "uvicorn", "jobfeed.api.app:create_app", "--factory",
                              "--host", "127.0.0.1", "--port", str(self.port),
-                             "--timeout-graceful-shutdown", "2", *UVICORN_HTTP], api_env(self.dsn))
+                             "--timeout-graceful-shutdown", "2", *UVICORN_HTTP], api_env(self.dsn, **self.env))
         await self.proc.start(ready=r"Uvicorn running on")
 
 
 @pytest.fixture
-async def api(dsn):
-    server = Api(dsn)
+async def api(dsn, request):
+    """The API; a test may give it settings: parametrize "api" with a dict of
+    environment variables, indirect=True."""
+    server = Api(dsn, **getattr(request, "param", {}))
     await server.start()
     yield server
     await server.proc.stop()

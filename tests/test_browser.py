@@ -130,6 +130,19 @@ async def test_submit_form_works_with_the_keyboard_only(api, new_page):
     await expect(page.locator("#status")).to_have_text("queued")  # no worker runs in this test
 
 
+@pytest.mark.parametrize("api", [{"JOBFEED_JOB_ACCESS": "requesters"}], indirect=True)
+async def test_a_private_job_is_shown_to_the_tab_that_submitted_it(api, worker, new_page):
+    """Under JOBFEED_JOB_ACCESS=requesters the job page presents its tab's
+    request id; it did not, so the submitter saw "No such job" for their own
+    job. Someone else with the link still does."""
+    page = await new_page()
+    url = await submit(page, "private-1", '{"steps": 3, "step_ms": 20}')
+    await expect_completed(page, 3)
+    stranger = await new_page()
+    await stranger.goto(url)
+    await expect(stranger.locator("#heading")).to_have_text("No such job")
+
+
 async def test_following_our_own_link_keeps_the_job_and_a_resubmission_joins_it(api, new_page, http):
     """The walkthrough in one tab: from the job page, "Submit another job", the
     same target again: the same job, never canceled on the way (only closing,

@@ -200,6 +200,7 @@ const CONNECTION = {
 
 function follow() {
   const following = followJob(jobId, {
+    requestId, // a private job (JOBFEED_JOB_ACCESS=requesters) is shown to its requesters only
     onUpdate: render,
     onConnection: (state) => {
       if (state !== "ended") setConnection(state, CONNECTION[state]);

@@ -112,8 +112,11 @@ export function submitJobWithFiles(kind, target, payload, files, { token, onProg
   });
 }
 
-export async function getJob(id) {
-  return (await request(`api/jobs/${encodeURIComponent(id)}`)).data;
+// requestId: one of the job's request ids, which JOBFEED_JOB_ACCESS=requesters
+// asks of whoever reads a private job (an identity set by a proxy also does).
+export async function getJob(id, requestId = null) {
+  const headers = requestId ? { "X-Jobfeed-Request": requestId } : {};
+  return (await request(`api/jobs/${encodeURIComponent(id)}`, { headers })).data;
 }
 
 // The job's page in jobfeed's UI.
@@ -130,8 +133,10 @@ export function jobPageUrl(id) {
 // requesters changed.)
 // Returns {close(), done}: done resolves with the final view, or rejects with
 // ApiError (status 404) for an unknown job; close() stops following (done then
-// stays pending).
-export function followJob(id, { onUpdate = () => {}, onConnection = () => {}, retryMs = 3000 } = {}) {
+// stays pending). requestId: as for getJob (EventSource sends no headers, so
+// the stream gets it as ?request=).
+export function followJob(id, { onUpdate = () => {}, onConnection = () => {}, retryMs = 3000,
+                                requestId = null } = {}) {
   let source = null;
   let timer = null;
   let ended = false;
@@ -162,8 +167,11 @@ export function followJob(id, { onUpdate = () => {}, onConnection = () => {}, re
     // After a refusal this is a new EventSource: tell the server what we have,
     // so it skips a first view we already showed (the browser does this itself
     // when it reconnects after a drop).
-    const since = Number.isFinite(version) ? `?last_event_id=${version}` : "";
-    source = new EventSource(url(`api/jobs/${encodeURIComponent(id)}/events${since}`));
+    const query = new URLSearchParams();
+    if (Number.isFinite(version)) query.set("last_event_id", version);
+    if (requestId) query.set("request", requestId);
+    const search = query.toString() ? `?${query}` : "";
+    source = new EventSource(url(`api/jobs/${encodeURIComponent(id)}/events${search}`));
     source.addEventListener("open", () => onConnection("live"));
     source.addEventListener("job", (event) => deliver(JSON.parse(event.data)));
     source.addEventListener("error", refused);
@@ -177,7 +185,7 @@ export function followJob(id, { onUpdate = () => {}, onConnection = () => {}, re
     }
     source.close(); // refused (404 for an unknown id, 204 once final): ask why
     try {
-      const view = await getJob(id);
+      const view = await getJob(id, requestId);
       if (view.version > version) deliver(view);
     } catch (err) {
       if (err.status === 404) {
