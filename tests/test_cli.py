@@ -149,6 +149,9 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     ("JOBFEED_PORT", "70000"),
     ("JOBFEED_DATA_DIR", __file__),  # a file, not a folder
     ("JOBFEED_DATA_DIR", __file__ + "/data"),  # under a file
+    # a secret that came out empty (a deploy template): as unset, submissions would be open
+    ("JOBFEED_API_TOKEN", ""), ("JOBFEED_ADMIN_TOKEN", " "), ("JOBFEED_METRICS_TOKEN", ""),
+    ("JOBFEED_WEBHOOK_SECRET", ""),
 ])
 async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, value):
     out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})

@@ -191,6 +191,10 @@ def default_data_dir() -> Path:
     return Path(base) / "jobfeed"
 
 
+# Settings that guard something: set but empty is refused, not taken as unset.
+SECRETS = ("JOBFEED_ADMIN_TOKEN", "JOBFEED_API_TOKEN", "JOBFEED_METRICS_TOKEN", "JOBFEED_WEBHOOK_SECRET")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
@@ -246,6 +250,11 @@ class Settings:
             values["host"] = parse_host(env["JOBFEED_HOST"], "JOBFEED_HOST")
         if env.get("JOBFEED_PORT"):
             values["port"] = parse_port(env["JOBFEED_PORT"], "JOBFEED_PORT")
+        for key in SECRETS:
+            if key in env and not env[key].strip():
+                # a deploy template whose secret came out empty: taken as unset, it
+                # would leave submissions (or metrics) open, or webhooks unsigned
+                raise SettingError(f"{key} is set but empty: give it a value, or unset it")
         for key, field in (("JOBFEED_ADMIN_TOKEN", "admin_token"), ("JOBFEED_API_TOKEN", "api_token")):
             if env.get(key):
                 values[field] = env[key]
