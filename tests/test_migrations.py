@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import uuid
 
 import asyncpg
 import pytest
@@ -228,3 +229,27 @@ async def test_release_n_runs_beside_n_plus_1_until_a_migration_raises_the_floor
             await migrate.require_schema(conn)
     finally:
         await conn.close()
+
+
+async def test_a_database_owner_without_createrole_migrates_once_the_roles_exist(pg_admin_url, template_url):
+    """The service roles are the cluster's, made by the first database migrated
+    (the template's, here). An owner given its own database, without
+    CREATEROLE, was refused: CREATE ROLE checks that right before it looks for
+    the role."""
+    from migration_dbs import as_user
+    name, owner = f"m_{uuid.uuid4().hex[:12]}", f"own_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_admin_url)
+    try:
+        await admin.execute(f"create role {owner} login nocreaterole")
+        await admin.execute(f"create database {name} owner {owner}")
+        conn = await db.connect(as_user(db.with_database(pg_admin_url, name), owner))
+        try:
+            assert await migrate.migrate(conn)
+            assert (await migrate.require_schema(conn)).compatible
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f"drop database if exists {name} with (force)")
+        await admin.execute(f"drop owned by {owner}")
+        await admin.execute(f"drop role if exists {owner}")
+        await admin.close()

@@ -7,6 +7,9 @@ declare
     r text;
 begin
     foreach r in array array['jobfeed_api', 'jobfeed_worker', 'jobfeed_sweeper'] loop
+        -- Looked up first: CREATE ROLE needs CREATEROLE even when the role
+        -- exists, and a database owner given roles made beforehand has none.
+        continue when exists (select from pg_roles where rolname = r);
         begin
             execute format('create role %I nologin', r);
         exception when duplicate_object or unique_violation then
