@@ -48,7 +48,7 @@ def check_listen(host: str, port: int) -> None:
             raise UsageError(f"the API could not listen on {host}:{port} ({exc.strerror})") from None
 
 
-def serve_processes(settings: Settings, workers: int) -> None:
+def serve_processes(settings: Settings, workers: int, log_level: str = "info") -> None:
     """uvicorn's own loop and signal handling; each worker process builds the
     app from the environment. Limits go by name, read from the environment:
     each of uvicorn's worker processes imports the protocol anew.
@@ -62,8 +62,8 @@ def serve_processes(settings: Settings, workers: int) -> None:
     previous = {sig: signal.signal(sig, _stopped) for sig in stops}
     try:
         uvicorn.run("jobfeed.api.app:create_app", factory=True, host=settings.host, port=settings.port,
-                    workers=workers, log_level="info", timeout_graceful_shutdown=5, **uvicorn_options(),
-                    log_config=logs.uvicorn_log_config(settings.log_format))
+                    workers=workers, log_level=log_level, timeout_graceful_shutdown=5, **uvicorn_options(),
+                    log_config=logs.uvicorn_log_config(settings.log_format, log_level))
     except _Stopped:
         pass
     finally:

@@ -139,6 +139,28 @@ async def _completed(client: httpx.AsyncClient, location: str):
     return (await client.get(location)).json()["status"] == "completed"
 
 
+@pytest.mark.parametrize("how", ["env", "flag"])
+async def test_jobfeed_api_logs_at_the_level_asked_for(dsn, how):
+    """jobfeed api logged uvicorn's start lines and every access line at INFO
+    whatever JOBFEED_LOG_LEVEL or --log-level said."""
+    port = free_port()
+    flag = ["--log-level", "warning"] if how == "flag" else []
+    env = worker_env(dsn, JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN, **({"JOBFEED_LOG_LEVEL": "warning"} if how == "env" else {}))
+    api = await Process(JOBFEED + flag + ["api", "--port", str(port)], env).start()
+
+    async def answers():
+        try:
+            async with httpx.AsyncClient(timeout=2) as client:
+                return (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+    try:
+        await eventually(answers, what="the API to answer")
+    finally:
+        assert await api.stop(timeout=15) == 0, api.log
+    assert not [line for line in api.output if "INFO" in line or "Uvicorn running" in line], api.log
+
+
 def test_an_unknown_log_format_is_refused_at_start():
     import os
     import subprocess

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     args.argv = argv  # `worker --processes N` starts its children with the same command line
     try:
-        level = _log_level(args)
+        level = args.level = _log_level(args)  # also uvicorn's, in `jobfeed api`
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))
         logs.configure(level, settings.log_format)
         if args.command == "api":

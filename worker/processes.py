@@ -102,7 +102,7 @@ def cmd_api(settings: Settings, args) -> int:
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="jobfeed-metrics-")
     try:
-        serve_processes(settings, workers=args.workers)
+        serve_processes(settings, workers=args.workers, log_level=args.level)
     finally:
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)
