@@ -325,3 +325,16 @@ async def test_leave_a_request(dsn, pool, queue, demo_kind):
     for bad, message, code in ((str(uuid.uuid4()), "not_found", 1), ("nope", "not a request id", 2)):
         out = jobfeed(dsn, "leave", bad)
         assert out.returncode == code and message in one_line(out)
+
+
+@pytest.mark.parametrize("args", [["schedules"], ["show", "--json", "{id}"], ["show", "{id}"]])
+async def test_a_reader_that_leaves_early_gets_no_traceback(dsn, pool, args):
+    """`jobfeed show ID | head -1`: the pipe closed before all was written
+    ended in a BrokenPipeError traceback and exit 1 (a failed job's code)."""
+    job_id = jobfeed(dsn, "submit", "demo", "piped").stdout.strip()
+    proc = subprocess.Popen(JOBFEED + [a.format(id=job_id) for a in args], env=worker_env(dsn),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before it writes anything
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert proc.returncode in (0, 141)

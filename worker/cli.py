@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any, Callable
 
@@ -150,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         level = args.level = _log_level(args)  # also uvicorn's, in `jobfeed api`
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))
         logs.configure(level, settings.log_format)
-        if args.command == "api":
-            return cmd_api(settings, args)
-        return run(COMMANDS[args.command](settings, args))
+        code = cmd_api(settings, args) if args.command == "api" else run(COMMANDS[args.command](settings, args))
+        sys.stdout.flush()  # here, where a reader that left is caught (below), not at exit
+        return code
     except (SettingError, UsageError, migrations.SchemaError) as exc:
         return _fail(str(exc), 2)
     except db.DatabaseUnreachable as exc:
@@ -169,6 +170,17 @@ def main(argv: list[str] | None = None) -> int:
                      " jobfeed_sweeper, the other commands of jobfeed_api)", 2)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (`jobfeed show ID | head -1`): stop quietly,
+    as a shell command killed by SIGPIPE does, with no traceback now or when
+    Python flushes stdout at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
