@@ -151,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         level = args.level = _log_level(args)  # also uvicorn's, in `jobfeed api`
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None))
         logs.configure(level, settings.log_format)
-        code = cmd_api(settings, args) if args.command == "api" else run(COMMANDS[args.command](settings, args))
-        sys.stdout.flush()  # here, where a reader that left is caught (below), not at exit
-        return code
+        if args.command == "api":
+            return cmd_api(settings, args)
+        return run(COMMANDS[args.command](settings, args))
     except (SettingError, UsageError, migrations.SchemaError) as exc:
         return _fail(str(exc), 2)
     except db.DatabaseUnreachable as exc:
@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _reader_gone() -> int:
     """The reader of our output left (`jobfeed show ID | head -1`): stop quietly,
-    as a shell command killed by SIGPIPE does, with no traceback now or when
-    Python flushes stdout at exit."""
+    as a shell command killed by SIGPIPE does; stdout goes nowhere, so that
+    Python's flush of it at exit raises nothing either."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     return 128 + signal.SIGPIPE
