@@ -531,4 +531,8 @@ SERVICE_EDITS: list[Edit] = [
          "    except BrokenPipeError:\n        return _reader_gone()\n", "",
          ("tests/test_cli.py::test_a_reader_that_leaves_early_gets_no_traceback",),
          "a reader that leaves early gets no traceback"),
+    Edit("dashboard-flow-read-once", "static/js/admin-flow.js",
+         "  flowTimer = setInterval(() => { if (!document.hidden) load(); }, FLOW_EVERY_MS);\n", "",
+         ("tests/test_browser_admin.py::test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk",),
+         "the dashboard shows a kind paused elsewhere"),
 ]

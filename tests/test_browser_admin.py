@@ -263,6 +263,12 @@ async def test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk(api, new_p
     await demo.get_by_role("button", name="Resume demo").click()
     await expect(demo.get_by_role("button", name="Pause demo")).to_be_visible()
     assert {k["kind"]: k for k in (await http.get("/api/kinds")).json()["kinds"]}["demo"]["paused"] is False
+    # paused elsewhere (the CLI, another admin): the open page shows it too
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    assert (await http.post("/api/admin/kinds/demo/pause", headers=admin)).status_code == 200
+    await expect(demo.locator(".badge")).to_have_text("paused")
+    assert (await http.post("/api/admin/kinds/demo/resume", headers=admin)).status_code == 200
+    await expect(demo.get_by_role("button", name="Pause demo")).to_be_visible()
 
     schedule = page.locator("#schedules tbody tr")
     await expect(schedule).to_have_count(1)

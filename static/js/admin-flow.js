@@ -110,9 +110,17 @@ async function confirm() {
   loadJobs();
 }
 
+// Kinds (paused or not) and schedules (their next run) change outside this
+// page too (the CLI, another admin, time passing), and the admin event stream
+// carries jobs only: read again every few seconds while the page is seen.
+const FLOW_EVERY_MS = 5000;
+let flowTimer = null;
+
 export function startFlow() {
-  loadKinds();
-  loadSchedules();
+  const load = () => { loadKinds(); loadSchedules(); };
+  load();
+  clearInterval(flowTimer);
+  flowTimer = setInterval(() => { if (!document.hidden) load(); }, FLOW_EVERY_MS);
 }
 
 export function listenToFlow() {
