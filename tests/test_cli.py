@@ -152,6 +152,7 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     # a secret that came out empty (a deploy template): as unset, submissions would be open
     ("JOBFEED_API_TOKEN", ""), ("JOBFEED_ADMIN_TOKEN", " "), ("JOBFEED_METRICS_TOKEN", ""),
     ("JOBFEED_WEBHOOK_SECRET", ""),
+    ("JOBFEED_CORS_ORIGINS", "not a url"), ("JOBFEED_CORS_ORIGINS", "https://a.example.com/path"),
 ])
 async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, value):
     out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})

@@ -191,6 +191,17 @@ def default_data_dir() -> Path:
     return Path(base) / "jobfeed"
 
 
+def parse_origins(text: str, name: str) -> tuple[str, ...]:
+    """Comma-separated origins as a browser sends them (scheme://host[:port],
+    no path, no trailing slash: anything else could never match one), or *."""
+    origins = tuple(o.strip() for o in text.split(",") if o.strip())
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[^\s/?#@]+", origin):
+            raise SettingError(f"{name}: {origin!r} is not an origin (like https://app.example.com or "
+                               "http://localhost:3000, without a path)")
+    return origins
+
+
 # Settings that guard something: set but empty is refused, not taken as unset.
 SECRETS = ("JOBFEED_ADMIN_TOKEN", "JOBFEED_API_TOKEN", "JOBFEED_METRICS_TOKEN", "JOBFEED_WEBHOOK_SECRET")
 
@@ -270,7 +281,7 @@ class Settings:
             values["tasks"] = tuple(m.strip() for m in env["JOBFEED_TASKS"].split(",") if m.strip())
         values["max_payload"] = max_payload_from_env(env)
         if env.get("JOBFEED_CORS_ORIGINS"):
-            values["cors_origins"] = tuple(o.strip() for o in env["JOBFEED_CORS_ORIGINS"].split(",") if o.strip())
+            values["cors_origins"] = parse_origins(env["JOBFEED_CORS_ORIGINS"], "JOBFEED_CORS_ORIGINS")
         for key, field in (("JOBFEED_SSE_PING", "sse_ping"), ("JOBFEED_SSE_RETRY", "sse_retry"),
                            ("JOBFEED_FEED_BATCH", "feed_batch"),
                            ("JOBFEED_LISTENER_HEALTH", "listener_health"),
