@@ -3,6 +3,8 @@ routes list, so neither can drift from the other)."""
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -420,7 +422,7 @@ def document() -> dict:
         paths.setdefault(path, {})[method.lower()] = operation
     return {
         "openapi": "3.0.3",
-        "info": {"title": "jobfeed", "version": "0.1.0",
+        "info": {"title": "jobfeed", "version": importlib.metadata.version("jobfeed"),
                  "description": "A PostgreSQL job service: submit jobs, watch them live, run them with workers."},
         "paths": paths,
         "components": {
