@@ -539,4 +539,9 @@ SERVICE_EDITS: list[Edit] = [
          "        if origin != \"*\" and not re.fullmatch(", "        if False and not re.fullmatch(",
          ("tests/test_cli.py::test_a_bad_setting_is_refused_at_start_naming_it",),
          "JOBFEED_CORS_ORIGINS takes origins only"),
+    Edit("submit-page-kinds-once", "static/js/submit.js",
+         "    setTimeout(loadKinds, KINDS_RETRY_MS);\n    return;\n  }\n  const wanted",
+         "    return;\n  }\n  const wanted",
+         ("tests/test_browser.py::test_the_submit_page_lists_a_kind_registered_after_it_opened",),
+         "the submit page asks for kinds again until there are some"),
 ]

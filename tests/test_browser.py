@@ -143,6 +143,18 @@ async def test_a_private_job_is_shown_to_the_tab_that_submitted_it(api, worker, 
     await expect(stranger.locator("#heading")).to_have_text("No such job")
 
 
+@pytest.mark.parametrize("api", [{"JOBFEED_TASKS": ""}], indirect=True)
+async def test_the_submit_page_lists_a_kind_registered_after_it_opened(api, new_page, pool):
+    """With no kind yet (or the database away), the page told the user to
+    reload it; it now asks again by itself."""
+    page = await new_page()
+    await page.goto("/")
+    await expect(page.locator("#kind")).to_contain_text("No kinds registered")
+    await pool.execute("select jobfeed.register_kind('late')")
+    await expect(page.locator("#kind")).to_be_enabled()
+    await expect(page.locator("#kind option")).to_have_text(["late"])
+
+
 async def test_following_our_own_link_keeps_the_job_and_a_resubmission_joins_it(api, new_page, http):
     """The walkthrough in one tab: from the job page, "Submit another job", the
     same target again: the same job, never canceled on the way (only closing,

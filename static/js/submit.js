@@ -29,6 +29,10 @@ function describeKind() {
   kindHelp.textContent = description + settings;
 }
 
+// Until kinds are listed (the database is away, or no worker has registered
+// one yet), the page asks again on its own: nobody need reload it.
+const KINDS_RETRY_MS = 3000;
+
 async function loadKinds() {
   try {
     const { data } = await api("api/kinds");
@@ -36,11 +40,14 @@ async function loadKinds() {
   } catch (err) {
     kindSelect.replaceChildren(h("option", { value: "" }, "Could not load kinds"));
     showError(formError, err);
+    setTimeout(loadKinds, KINDS_RETRY_MS);
     return;
   }
+  clearMessage(formError);
   if (kinds.length === 0) {
     kindSelect.replaceChildren(h("option", { value: "" }, "No kinds registered"));
-    kindHelp.textContent = "No kind of job is registered yet: start a worker (jobfeed worker) and reload.";
+    kindHelp.textContent = "No kind of job is registered yet: start a worker (jobfeed worker).";
+    setTimeout(loadKinds, KINDS_RETRY_MS);
     return;
   }
   const wanted = new URLSearchParams(location.search).get("kind");
