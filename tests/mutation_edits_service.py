@@ -544,4 +544,13 @@ SERVICE_EDITS: list[Edit] = [
          "    return;\n  }\n  const wanted",
          ("tests/test_browser.py::test_the_submit_page_lists_a_kind_registered_after_it_opened",),
          "the submit page asks for kinds again until there are some"),
+    Edit("dashboard-long-names-unbroken", "static/app.css",
+         ".legend li { min-width: 0; overflow-wrap: anywhere; }\n#kinds th, #counts th, #jobs td { overflow-wrap: anywhere; }\n",
+         "",
+         ("tests/test_browser_admin.py::test_long_kind_names_and_errors_keep_the_dashboard_in_its_width",),
+         "long kind names break rather than widen the dashboard"),
+    Edit("dashboard-list-error-whole", "static/js/admin-list.js",
+         "errorText(job.last_error, LIST_ERROR_CHARS)", "errorText(job.last_error)",
+         ("tests/test_browser_admin.py::test_long_kind_names_and_errors_keep_the_dashboard_in_its_width",),
+         "a list row shows the start of a long error"),
 ]

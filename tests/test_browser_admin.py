@@ -318,3 +318,34 @@ async def test_admin_detail_links_a_child_and_its_parent_both_ways(api, new_page
     await listed.locator("a", has_text="demo: child").click()
     await expect(page.locator("#detail-heading")).to_have_text("demo: child")
     assert page.url.endswith(f"#job={child}")
+
+
+async def test_long_kind_names_and_errors_keep_the_dashboard_in_its_width(api, new_page, http, pool):
+    """A 48-character kind name widened the page on a phone (and hid the
+    counts' columns on a desktop); an 8,000-character error made its row
+    thousands of pixels tall. Names now break; a row shows the start of the
+    error, the detail all of it in a box that scrolls."""
+    from jobfeed.worker.queue import Queue
+    kind = "akindwhosenamegoesonandon" + "x" * 23  # no place to break
+    queue = Queue(pool)
+    await queue.register_kind(kind, max_attempts=1, lease=30.0, backoff=(1.0,))
+    job_id = (await queue.submit(kind, "long-error")).id
+    (job,) = await queue.claim([kind], 1, "w")
+    await queue.fail_permanent(job.id, job.generation, "broken", "why " * 2000)
+    await queue.submit(kind, "queued-one")
+
+    for viewport in (PHONE, DESKTOP):
+        page = await new_page(viewport)
+        await page.goto(f"/admin#job={job_id}")
+        await page.fill("#token", ADMIN_TOKEN)
+        await page.press("#token", "Enter")
+        row = page.locator(f'#jobs tbody tr[data-job-id="{job_id}"]')
+        await expect(row).to_contain_text("broken: why")
+        await expect(page.locator("#detail-heading")).to_have_text(f"{kind}: long-error")
+        await expect(page.locator("#kinds").get_by_text(kind)).to_be_visible()
+        await shot(page, "dashboard-long-names")
+        assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth"), viewport
+        assert (await row.bounding_box())["height"] < 600, viewport
+        box = await page.locator("#detail .long-text").first.bounding_box()
+        assert box["height"] < 400, viewport
+        await page.close()

@@ -86,7 +86,7 @@ function renderDetail() {
     ["Public status", job.status],
     ["Attempts", `${job.attempts} of ${job.max_attempts} (generation ${job.generation})`],
     ["Progress", p ? `${p.done} of ${p.total}${p.message ? ` · ${p.message}` : ""}` : "—"],
-    ["Last error", job.last_error ? h("span", { class: "error-text" }, errorText(job.last_error)) : "—"],
+    ["Last error", job.last_error ? h("span", { class: "error-text long-text" }, errorText(job.last_error)) : "—"],
     ["Run after", timeEl(job.run_after)],
     ["Lease until", timeEl(job.lease_until)],
     ["Worker", job.worker_id || "—"],
@@ -109,7 +109,8 @@ function renderDetail() {
     h("td", { "data-label": "Started", class: "small" }, timeEl(a.started_at)),
     h("td", { "data-label": "Finished", class: "small" }, timeEl(a.finished_at)),
     h("td", { "data-label": "Outcome" }, a.outcome || "running"),
-    h("td", { "data-label": "Error", class: a.error ? "error-text small" : "muted" }, errorText(a.error) || "—")))
+    h("td", { "data-label": "Error", class: a.error ? "error-text small" : "muted" },
+      a.error ? h("span", { class: "long-text" }, errorText(a.error)) : "—")))
     : [h("tr", {}, h("td", { colspan: 7, class: "muted" }, "Not started yet."))]));
 
   $("detail-payload").textContent = prettyJson(job.payload ?? {});

@@ -6,6 +6,9 @@ import { $, adminApi, badge, errorText } from "./admin-shared.js";
 import { openJob, selectedJobId } from "./admin-detail.js";
 import { STATES } from "./states.js";
 
+// A row shows this much of its job's last error (its detail, all of it).
+const LIST_ERROR_CHARS = 300;
+
 export const jobs = new Map(); // id -> admin view, the rows of the table
 let nextCursor = null;
 
@@ -74,7 +77,7 @@ export function renderJobs() {
       h("div", { class: "small muted" }, job.kind))),
   h("td", { "data-label": "State" }, badge(job.state)),
   h("td", { class: "num", "data-label": "Attempts" }, `${job.attempts} / ${job.max_attempts}`),
-  h("td", { "data-label": "Last error", class: "error-text small" }, errorText(job.last_error) || h("span", { class: "muted" }, "—")),
+  h("td", { "data-label": "Last error", class: "error-text small" }, errorText(job.last_error, LIST_ERROR_CHARS) || h("span", { class: "muted" }, "—")),
   h("td", { "data-label": "Updated", class: "small" }, timeEl(job.updated_at))));
   $("jobs").tBodies[0].replaceChildren(...rows);
   $("jobs-empty").hidden = rows.length > 0;

@@ -37,6 +37,9 @@ export function badge(state) {
   return h("span", { class: "badge", "data-status": state }, state);
 }
 
-export function errorText(error) {
-  return error ? `${error.code}: ${error.message}` : "";
+// "code: message"; at most `max` characters (a list row), the rest cut with
+// an ellipsis: a message may be any length, and the detail shows it whole.
+export function errorText(error, max = Infinity) {
+  const text = error ? `${error.code}: ${error.message}` : "";
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
