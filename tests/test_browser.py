@@ -18,6 +18,7 @@ import os
 import re
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -58,7 +59,8 @@ async def test_job_page_reconnects_after_the_api_goes_away(api, worker, new_page
     the end, then stops asking for the stream."""
     page = await new_page()
     streams: list[str] = []
-    page.on("request", lambda request: streams.append(request.url) if request.url.endswith("/events") else None)
+    page.on("request", lambda request: streams.append(request.url)
+            if urlsplit(request.url).path.endswith("/events") else None)  # with ?request= (the tab's)
     await submit(page, "restart-1", '{"steps": 8, "step_ms": 300}')
     await expect(page.locator("#status")).to_have_text("processing")
 
