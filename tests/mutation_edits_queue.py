@@ -257,6 +257,12 @@ QUEUE_EDITS: list[Edit] = [
          "",
          (DEPS + "::test_race_dependency_finishing_while_the_dependent_is_retried",),
          "a dependency finishing while its dependent is retried never strands the dependent"),
+    Edit("rerun-only-when-attempts-used", "sql/functions/10_helpers.sql",
+         "         where j.state = 'running' and j.lease_until < p_now\n           and j.rerun_payload is not null",
+         "         where j.state = 'running' and j.lease_until < p_now and j.max_attempts <= j.attempts\n"
+         "           and j.rerun_payload is not null",
+         ("tests/test_requests_rerun.py::test_a_lease_expiring_with_attempts_left_runs_the_rerun_not_the_old_payload",),
+         "a lease expiring while a rerun is pending runs the rerun, not the old payload again"),
     Edit("cancel-finished", "sql/functions/60_admin.sql",
          "    if v_state not in ('waiting', 'queued', 'running') then",
          "    if v_state not in ('waiting', 'queued', 'running', 'completed') then",

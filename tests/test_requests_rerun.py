@@ -101,6 +101,21 @@ async def test_rerun_survives_a_lease_expiring_with_no_attempts_left(pool, queue
     assert rerun.payload == {"v": 2}
 
 
+async def test_a_lease_expiring_with_attempts_left_runs_the_rerun_not_the_old_payload(pool, queue, kinds):
+    """A worker killed while a rerun was pending: the reclaim ran the old
+    payload again, to completion, and only then the rerun (three runs where
+    one more was asked for)."""
+    s = await queue.submit("again", "killed", {"v": 1})
+    (job,) = await queue.claim(["again"], 1, "w")
+    await queue.submit("again", "killed", {"v": 2})
+    await pool.execute("update jobfeed.jobs set lease_until = now() - interval '1 minute' where id = $1", s.id)
+    (rerun,) = await queue.claim(["again"], 1, "w2")  # the claim finds the expired lease itself
+    assert (rerun.id, rerun.payload, rerun.generation) == (s.id, {"v": 2}, job.generation + 1)
+    assert await queue.complete(rerun.id, rerun.generation, {"ok": 1})
+    assert (await queue.get_job(s.id))["status"] == "completed"
+    assert await attempts(pool, s.id) == ["lease_expired", "completed"]
+
+
 async def test_100_concurrent_duplicates_during_one_attempt_give_exactly_one_rerun(dsn, kinds):
     big = await db.create_pool(dsn, min_size=20, max_size=20)
     try:

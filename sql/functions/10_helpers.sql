@@ -193,11 +193,12 @@ declare
     v_kinds text[];
     v_rerun record;
 begin
-    -- A rerun asked for (on_duplicate="rerun") still runs: the job is queued
-    -- with the newest payload instead of failing.
+    -- A rerun asked for (on_duplicate="rerun") runs next, with the newest
+    -- payload: queued now, whether or not attempts are left, so that neither
+    -- the lease's end fails the job nor a reclaim runs the old payload again.
     for v_rerun in
         select j.id, j.generation from jobfeed.jobs j
-         where j.state = 'running' and j.lease_until < p_now and j.max_attempts <= j.attempts
+         where j.state = 'running' and j.lease_until < p_now
            and j.rerun_payload is not null and (p_kinds is null or j.kind = any (p_kinds))
          for update skip locked
     loop
