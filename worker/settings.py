@@ -262,7 +262,7 @@ class Settings:
         if env.get("JOBFEED_PORT"):
             values["port"] = parse_port(env["JOBFEED_PORT"], "JOBFEED_PORT")
         for key in SECRETS:
-            if key in env and not env[key].strip():
+            if env.get(key) == "":
                 # a deploy template whose secret came out empty: taken as unset, it
                 # would leave submissions (or metrics) open, or webhooks unsigned
                 raise SettingError(f"{key} is set but empty: give it a value, or unset it")
