@@ -4,8 +4,9 @@ an edit here whenever a bug is fixed (the edit that brings the bug back)."""
 
 from mutation_edit import Edit
 from mutation_edits_queue import QUEUE_EDITS
+from mutation_edits_passes import PASS_EDITS
 from mutation_edits_service import SERVICE_EDITS
 
 __all__ = ["EDITS", "Edit"]
 
-EDITS: list[Edit] = QUEUE_EDITS + SERVICE_EDITS
+EDITS: list[Edit] = QUEUE_EDITS + SERVICE_EDITS + PASS_EDITS
