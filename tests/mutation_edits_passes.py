@@ -8,6 +8,7 @@ from mutation_edit import (
 )
 
 PRODUCER = "tests/test_producer_checks.py"
+STUCK = "tests/test_runner_stuck.py"
 
 PASS_EDITS: list[Edit] = [
     # ------------------------------------------------------------ found by black-box passes (2026-12-04)
@@ -259,4 +260,33 @@ PASS_EDITS: list[Edit] = [
          "errorText(job.last_error, LIST_ERROR_CHARS)", "errorText(job.last_error)",
          ("tests/test_browser_admin.py::test_long_kind_names_and_errors_keep_the_dashboard_in_its_width",),
          "a list row shows the start of a long error"),
+    # ------------------------------------------------------------ handlers that will not stop (2026-12-04, stop 39)
+    Edit("stop-never-gives-up", "worker/runner.py",
+         "        if entry.stop(reason):\n            asyncio.get_running_loop().call_later(",
+         "        if entry.stop(reason) and False:\n            asyncio.get_running_loop().call_later(",
+         (STUCK + "::test_a_canceled_job_whose_handler_goes_on_frees_its_slot",
+          STUCK + "::test_shutdown_releases_a_job_whose_handler_ignores_it"),
+         "a handler that ignores its cancel is given up on: its slot freed, its release written"),
+    Edit("timeout-never-gives-up", "worker/runner.py",
+         "        if spec.timeout is not None:  # a handler that ignores",
+         "        if False:  # a handler that ignores",
+         (STUCK + "::test_a_handler_that_ignores_its_timeout_is_given_up_on",),
+         "a handler that ignores its timeout's cancel is given up on, the timeout written"),
+    Edit("own-cancel-held", "worker/runner.py",
+         "            if task.cancelling():\n                raise", "            if True:\n                raise",
+         (STUCK + "::test_a_base_exception_of_the_handlers_own_is_a_failure_at_once",),
+         "a CancelledError of the handler's own is a failure written at once"),
+    Edit("base-exception-held", "worker/runner.py",
+         "        except BaseException as exc:\n            # a bug",
+         "        except (Exception, SystemExit, KeyboardInterrupt) as exc:\n            # a bug",
+         (STUCK + "::test_a_base_exception_of_the_handlers_own_is_a_failure_at_once",),
+         "GeneratorExit or another BaseException from a handler is a failure written at once"),
+    Edit("late-error-past-timeout-kept", "worker/run_context.py",
+         "        if not past():\n            raise", "        if not window.expired():\n            raise",
+         ("tests/test_workflows_children.py::test_a_run_past_its_timeout_is_a_transient_failure",),
+         "an error raised after blocking past the timeout is the timeout"),
+    Edit("stuck-task-holds-the-exit", "worker/startup.py",
+         "    if stuck:\n", "    if stuck and False:\n",
+         (STUCK + "::test_a_worker_process_exits_on_sigterm_past_a_handler_that_ignores_it",),
+         "a worker process exits on SIGTERM past a handler that ignores its cancellation"),
 ]

@@ -359,7 +359,7 @@ def test_timeout_is_parsed_and_checked():
             registry.task("bad", timeout=bad)(part)
 
 
-@pytest.mark.parametrize("on_cancel", ["stops", "returns", "raises", "exits", "blocks"])
+@pytest.mark.parametrize("on_cancel", ["stops", "returns", "raises", "exits", "blocks", "blocks-raises"])
 async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run, on_cancel):
     """Also when the handler catches its cancellation and returns, or raises an
     error of its own: what it does past its timeout is not its outcome."""
@@ -368,6 +368,9 @@ async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run, o
             if on_cancel == "blocks":  # the event loop itself, past the timeout: no cancel can reach it
                 time.sleep(0.4)
                 return {"blocked": True}
+            if on_cancel == "blocks-raises":  # its error came past the timeout too
+                time.sleep(0.4)
+                raise Permanent("too_late", "raised after blocking past the timeout")
             try:
                 await asyncio.sleep(30)
             except asyncio.CancelledError:

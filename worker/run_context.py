@@ -8,10 +8,11 @@ import asyncio
 import dataclasses
 import logging
 import time
+from typing import Any
 
 from .queue import Job
 from .retrying import RETRYABLE
-from .tasks import Context, LeaseLost, Permanent, TaskSpec, Transient, WaitFor
+from .tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -113,23 +114,50 @@ class RunContext(Context):
             self._lose()
 
 
+# How long a canceled handler has to end before the runner gives up on it:
+# writes its outcome (timeout, release) and leaves the task behind, for a
+# handler that catches CancelledError and goes on can hold neither a slot nor
+# the worker's exit for ever.
+CANCEL_WAIT = 5.0
+
+
 @dataclasses.dataclass
 class Running:
     ctx: RunContext
     task: asyncio.Task | None = None
-    stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget
+    stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget | timeout
     recording: bool = False         # the handler is done; its outcome is being written
     renew_at: float = 0.0           # monotonic time of the next lease renewal
+    started: float = 0.0            # monotonic time the attempt started
+    abandoned: bool = False         # the runner gave up on the handler and wrote its outcome for it
+    ended: bool = False             # the attempt left the runner's books
+    timer: asyncio.TimerHandle | None = None  # gives up past the kind's timeout
 
     @property
     def renew_every(self) -> float:
         return max(self.ctx.lease / 3, 0.05)
 
-    def stop(self, reason: str) -> None:
-        """Cancel the handler (never the write of its outcome)."""
+    def stop(self, reason: str) -> bool:
+        """Cancel the handler (never the write of its outcome); True if this did."""
         if self.stop_reason is None and not self.recording and self.task is not None:
             self.stop_reason = reason
             self.task.cancel()
+            return True
+        return False
+
+
+def timed_out(spec: TaskSpec) -> Transient:
+    return Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s")
+
+
+def stopped(reason: str, spec: TaskSpec) -> tuple[str, Any]:
+    """The outcome of a run the runner stopped: a stopping worker releases it
+    (another takes it at once, no attempt counted); a lost one writes nothing."""
+    if reason == "timeout":
+        return ("error", timed_out(spec))
+    if reason in ("shutdown", "budget"):
+        return ("error", Release(reason, f"worker {reason}", retry_after=0))
+    return ("lost", None)
 
 
 async def call_handler(spec: TaskSpec, job: Job, ctx: Context):
@@ -139,19 +167,25 @@ async def call_handler(spec: TaskSpec, job: Job, ctx: Context):
         return await spec.handler(job, ctx)
     loop = asyncio.get_running_loop()
     window = asyncio.timeout(spec.timeout)
+
+    def past() -> bool:
+        deadline = window.when()
+        return window.expired() or (deadline is not None and loop.time() > deadline)
+
     result = None
     try:
         async with window:
             result = await spec.handler(job, ctx)
-    except (Exception, SystemExit, KeyboardInterrupt):  # TimeoutError, or raised while being canceled
-        if not window.expired():
+    except asyncio.CancelledError:
+        raise  # the runner's stop (lost, shutdown): its outcome, not a timeout
+    except BaseException:  # TimeoutError, or raised while being canceled or after blocking past it
+        if not past():
             raise
     # also when the handler caught its cancellation and returned, or blocked the
-    # event loop past its deadline (no cancellation could reach it): its result
-    # came past the timeout
-    deadline = window.when()
-    if window.expired() or (deadline is not None and loop.time() > deadline):
-        raise Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s") from None
+    # event loop past its deadline (no cancellation could reach it): its
+    # outcome came past the timeout
+    if past():
+        raise timed_out(spec) from None
     return result
 
 

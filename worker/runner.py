@@ -25,11 +25,12 @@ from .db import Listener
 from .queue import ClaimTimes, Job, Queue
 from .queue_calls import UNSTORABLE_CODE, result_json
 from .retrying import retrying
-from .tasks import Abandon, JobError, LeaseLost, Release, TaskSpec, Transient, WaitFor
+from .tasks import Abandon, JobError, LeaseLost, TaskSpec, Transient, WaitFor
 from .claimer import ClaimConnection
 from .completions import Completions
 from .outcomes import LOST, Outcome, as_raised, outcome_label, record_outcome
-from .run_context import Running, RunContext, call_handler, lease_of, run_again_with_no_children
+from .run_context import (CANCEL_WAIT, Running, RunContext, call_handler, lease_of,
+                          run_again_with_no_children, stopped)
 from .seats import Seats
 from .startup import RESERVE_SECONDS
 from .testsignal import Signal, Timer
@@ -53,7 +54,8 @@ class RunnerSignals:
 class Runner:
     def __init__(self, queue: Queue, dsn: str, specs: Sequence[TaskSpec], *, concurrency: int = 10,
                  worker_id: str | None = None, poll_interval: float = 5.0, grace: float = 30.0,
-                 budget: float | None = None, reserve: float = RESERVE_SECONDS, max_jobs: int | None = None):
+                 budget: float | None = None, reserve: float = RESERVE_SECONDS, max_jobs: int | None = None,
+                 cancel_wait: float = CANCEL_WAIT):
         if not specs:
             raise ValueError("a worker needs at least one kind to run")
         self.queue = queue
@@ -64,6 +66,7 @@ class Runner:
         self.worker_id = worker_id or default_worker_id()
         self.poll_interval = poll_interval
         self.grace = grace
+        self.cancel_wait = cancel_wait
         self.budget = budget
         self.reserve = reserve
         self.max_jobs = max_jobs
@@ -72,6 +75,7 @@ class Runner:
         self.claimed_count = 0
         self._running: dict[tuple[uuid.UUID, int], Running] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._stuck: set[asyncio.Task] = set()  # handlers given up on that still run
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._beat = asyncio.Event()  # a job started: the heartbeat looks at its lease
@@ -246,12 +250,11 @@ class Runner:
                 continue
             entry = self._running.get(key)
             if entry is not None:
-                self._lose(entry)
+                self._lose(key, entry)
 
-    @staticmethod
-    def _lose(entry: Running) -> None:
+    def _lose(self, key: tuple[uuid.UUID, int], entry: Running) -> None:
         entry.ctx.lost.set()
-        entry.stop("lost")
+        self._stop_run(key, entry, "lost")
 
     async def _on_listen(self) -> None:
         self._wake.set()  # (re)connected: something may have become due meanwhile
@@ -270,8 +273,11 @@ class Runner:
         key = (job.id, job.generation)
         # The lease the claim granted, which may differ from ours (the kind's
         # settings in the database are the last registering worker's).
-        entry = Running(RunContext(self.queue, job, job.lease or lease_of(spec)))
-        entry.renew_at = time.monotonic() + entry.renew_every
+        entry = Running(RunContext(self.queue, job, job.lease or lease_of(spec)), started=time.monotonic())
+        entry.renew_at = entry.started + entry.renew_every
+        if spec.timeout is not None:  # a handler that ignores the timeout's cancel is given up on
+            entry.timer = asyncio.get_running_loop().call_later(spec.timeout + self.cancel_wait, self._give_up,
+                                                                key, entry, "timeout")
         self._running[key] = entry
         self._beat.set()
         self.claimed_count += 1
@@ -299,54 +305,69 @@ class Runner:
             await self._run_attempt(key, entry, spec)
 
     async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: Running, spec: TaskSpec) -> None:
-        job = entry.ctx.job
-        started = time.monotonic()
         try:
-            try:
-                result = await call_handler(spec, job, entry.ctx)
-                if isinstance(result, WaitFor) and not result.ids:
-                    result = await run_again_with_no_children(spec, entry.ctx)
-            except asyncio.CancelledError:
-                if entry.stop_reason is None:
-                    raise  # not ours: the runner itself is being torn down
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # we run in a task
-                outcome: tuple[str, Any]
-                if entry.stop_reason in ("shutdown", "budget"):
-                    outcome = ("error", Release(entry.stop_reason, f"worker {entry.stop_reason}", retry_after=0))
-                else:
-                    outcome = ("lost", None)
-            except LeaseLost:
-                outcome = ("lost", None)
-            except Abandon:
-                outcome = ("abandoned", None)
-            except JobError as exc:
-                outcome = ("error", as_raised(redact.redacted(exc), spec))
-            except (Exception, SystemExit, KeyboardInterrupt) as exc:
-                # a bug or an unclassified error: worth retrying; a library's
-                # sys.exit() too: it ends this attempt, not the worker and its other jobs
-                log.exception("job %s (%s) raised", job.id, job.kind)
-                outcome = ("error", redact.unexpected(exc))
-            else:
-                if isinstance(result, WaitFor):
-                    outcome = ("wait", result)  # with its children, in one call of its own (not the batch)
-                else:
-                    try:
-                        text = result_json(result)
-                    except (TypeError, ValueError, RecursionError) as exc:  # a set, NaN, a cycle
-                        outcome = ("error", Transient(UNSTORABLE_CODE, f"the result is not JSON: {exc}"))
-                    else:
-                        if entry.ctx.children:
-                            outcome = ("spawn", result)  # with its children, in one call of its own
-                        else:
-                            seconds = time.monotonic() - started
-                            tracing.annotate({"jobfeed.outcome": metrics.COMPLETED, "jobfeed.code": ""})
-                            entry.recording = True  # from here on, a stop() must not cancel it
-                            await self._flush_progress(entry)
-                            with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
-                                self._completions.add(job.id, job.generation, text, entry.ctx.lease,  # in a batch
-                                                      functools.partial(self._count_end, job, seconds))
-                            return
-            seconds = time.monotonic() - started
+            outcome = await self._outcome(entry, spec)
+            if outcome is not None and not entry.abandoned:
+                await self._record(key, entry, outcome)
+        finally:
+            if not entry.abandoned:  # else the give-up's task ends it
+                self._end(key, entry)
+
+    async def _outcome(self, entry: Running, spec: TaskSpec) -> tuple[str, Any] | None:
+        """The handler's run as an outcome to write; None when its completion
+        went to the batch writer, or the runner gave up on it meanwhile."""
+        job = entry.ctx.job
+        try:
+            result = await call_handler(spec, job, entry.ctx)
+            if isinstance(result, WaitFor) and not result.ids:
+                result = await run_again_with_no_children(spec, entry.ctx)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            assert task is not None  # we run in a task
+            if entry.stop_reason is not None:
+                task.uncancel()
+                return stopped(entry.stop_reason, spec)
+            if task.cancelling():
+                raise  # not ours: the runner itself is being torn down
+            # the handler's own: a task it awaited was canceled
+            log.exception("job %s (%s) raised", job.id, job.kind)
+            return ("error", redact.unexpected(exc))
+        except LeaseLost:
+            return ("lost", None)
+        except Abandon:
+            return ("abandoned", None)
+        except JobError as exc:
+            return ("error", as_raised(redact.redacted(exc), spec))
+        except BaseException as exc:
+            # a bug or an unclassified error: worth retrying; a library's
+            # sys.exit() too (or GeneratorExit, KeyboardInterrupt): it ends this
+            # attempt, not the worker and its other jobs
+            log.exception("job %s (%s) raised", job.id, job.kind)
+            return ("error", redact.unexpected(exc))
+        if entry.abandoned:
+            return None
+        if isinstance(result, WaitFor):
+            return ("wait", result)  # with its children, in one call of its own (not the batch)
+        try:
+            text = result_json(result)
+        except (TypeError, ValueError, RecursionError) as exc:  # a set, NaN, a cycle
+            return ("error", Transient(UNSTORABLE_CODE, f"the result is not JSON: {exc}"))
+        if entry.ctx.children:
+            return ("spawn", result)  # with its children, in one call of its own
+        seconds = time.monotonic() - entry.started
+        tracing.annotate({"jobfeed.outcome": metrics.COMPLETED, "jobfeed.code": ""})
+        entry.recording = True  # from here on, a stop() must not cancel it
+        await self._flush_progress(entry)
+        with tracing.span("jobfeed outcome", attributes={"jobfeed.outcome": metrics.COMPLETED}):
+            self._completions.add(job.id, job.generation, text, entry.ctx.lease,  # in a batch
+                                  functools.partial(self._count_end, job, seconds))
+        return None
+
+    async def _record(self, key: tuple[uuid.UUID, int], entry: Running, outcome: tuple[str, Any]) -> None:
+        """Write an outcome other than a completion, its slot freed first."""
+        job = entry.ctx.job
+        try:
+            seconds = time.monotonic() - entry.started
             label, code = outcome_label(job, outcome)
             tracing.annotate({"jobfeed.outcome": label, "jobfeed.code": code})
             entry.recording = True
@@ -367,11 +388,51 @@ class Runner:
                 self._slot_freed()
         except Exception:
             log.exception("job %s: recording the outcome failed; the lease will expire and it runs again", job.id)
+
+    def _end(self, key: tuple[uuid.UUID, int], entry: Running) -> None:
+        if entry.ended:
+            return
+        entry.ended = True
+        if entry.timer is not None:
+            entry.timer.cancel()
+        entry.ctx.close()
+        self._running.pop(key, None)
+        metrics.RUNNING.labels(entry.ctx.job.kind).dec()
+        self._slot_freed()
+
+    def _stop_run(self, key: tuple[uuid.UUID, int], entry: Running, reason: str) -> None:
+        """Cancel a handler; one that has not ended cancel_wait later is given up on."""
+        if entry.stop(reason):
+            asyncio.get_running_loop().call_later(self.cancel_wait, self._give_up, key, entry, reason)
+
+    def _give_up(self, key: tuple[uuid.UUID, int], entry: Running, reason: str) -> None:
+        """The handler ignored its cancellation (caught CancelledError and went
+        on): write the outcome its stop meant, free its slot and leave the task
+        behind, out of the runner's books. Whatever it does later is dropped;
+        its writes find the generation fenced."""
+        if entry.ended or entry.recording or entry.task is None or entry.task.done():
+            return
+        if entry.stop_reason is None:  # past the kind's timeout, whose cancel it ignored
+            entry.stop_reason = reason  # no more renewals
+            entry.task.cancel()
+        entry.abandoned = True
+        job = entry.ctx.job
+        log.error("job %s (%s): the handler did not end %gs after being canceled (%s); leaving it behind",
+                  job.id, job.kind, self.cancel_wait, entry.stop_reason)
+        self._tasks.discard(entry.task)
+        self._stuck.add(entry.task)
+        entry.task.add_done_callback(self._stuck.discard)
+        spec = self.specs[job.kind]
+        task = asyncio.create_task(self._record_given_up(key, entry, stopped(entry.stop_reason, spec)),
+                                   name=f"job-{job.id}-{job.generation}-given-up")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _record_given_up(self, key: tuple[uuid.UUID, int], entry: Running, outcome: tuple[str, Any]) -> None:
+        try:
+            await self._record(key, entry, outcome)
         finally:
-            entry.ctx.close()
-            self._running.pop(key, None)
-            metrics.RUNNING.labels(job.kind).dec()
-            self._slot_freed()
+            self._end(key, entry)
 
     def _count_end(self, job: Job, seconds: float, written: Outcome) -> None:
         """An attempt's outcome in the metrics, as written (LOST when its write
@@ -425,7 +486,7 @@ class Runner:
                 for key, entry in group:
                     renewed.append(key)
                     if key[0] in lost:
-                        self._lose(entry)
+                        self._lose(key, entry)
                     else:
                         entry.renew_at = now + entry.renew_every
             if renewed:
@@ -467,19 +528,26 @@ class Runner:
 
     # -------------------------------------------------------------- stopping
     def _cancel_all(self, reason: str) -> None:
-        for entry in list(self._running.values()):
-            entry.stop(reason)
+        for key, entry in list(self._running.items()):
+            self._stop_run(key, entry, reason)
             if reason in ("shutdown", "budget"):  # released: another worker should take it at once
                 self._handed_back.add(entry.ctx.job.kind)
 
+    async def _wait_tasks(self, timeout: float) -> None:
+        """Until every job's task has ended, or `timeout`. The set changes as
+        it waits (a give-up swaps a stuck handler for the write of its
+        outcome): looked at again every tenth of a second."""
+        until = time.monotonic() + timeout
+        while self._tasks and (left := until - time.monotonic()) > 0:
+            await asyncio.wait(set(self._tasks), timeout=min(left, 0.1))
+
     async def _shutdown(self) -> None:
+        await self._wait_tasks(self.grace)
         if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=self.grace)
-            if pending:
-                log.info("worker %s: %d jobs still running after %.1fs; releasing them",
-                         self.worker_id, len(pending), self.grace)
-                self._cancel_all("shutdown")
-                await asyncio.wait(set(self._tasks), timeout=10)
+            log.info("worker %s: %d jobs still running after %.1fs; releasing them",
+                     self.worker_id, len(self._running), self.grace)
+            self._cancel_all("shutdown")
+            await self._wait_tasks(self.cancel_wait + 10)
         try:  # completions queued by handlers that finished are written before we go
             await asyncio.wait_for(self._completions.drained(), 10)
         except asyncio.TimeoutError:
@@ -491,3 +559,6 @@ class Runner:
                 await self.queue.wake_all(sorted(self._handed_back))
             except Exception as exc:  # the poll finds the jobs all the same
                 log.warning("worker %s: could not wake the other workers (%s)", self.worker_id, exc)
+        if self._stuck:
+            log.error("worker %s: %d handlers given up on still run; the process must exit to end them",
+                      self.worker_id, len(self._stuck))

@@ -10,6 +10,7 @@ import logging
 import os
 import secrets
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -44,13 +45,45 @@ class UsageError(Exception):
     """Bad input on the command line: message to stderr, exit 2."""
 
 
+# How long the tasks still running when a command's coroutine returns have,
+# once canceled, to end before the process leaves without them.
+LEFTOVER_WAIT = 2.0
+
+
 def run(coro):
-    """asyncio.run on uvloop where it is installed (not on Windows)."""
+    """asyncio.run, on uvloop where it is installed (not on Windows). Unlike
+    asyncio.run, a task that ignores its cancellation (a handler the worker
+    gave up on: runner._give_up) cannot hold the process open for ever: the
+    process exits without it, once everything else is closed."""
     try:
         import uvloop
+        factory = uvloop.new_event_loop
     except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+        factory = asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        try:
+            result = runner.run(coro)
+        except BaseException:
+            _exit_if_stuck(runner.get_loop(), 1)
+            raise
+        _exit_if_stuck(runner.get_loop(), result if isinstance(result, int) else 0)
+        return result
+
+
+def _exit_if_stuck(loop: asyncio.AbstractEventLoop, code: int) -> None:
+    left = asyncio.all_tasks(loop)
+    if not left:
+        return
+    for task in left:
+        task.cancel()
+    _, stuck = loop.run_until_complete(asyncio.wait(left, timeout=LEFTOVER_WAIT))
+    if stuck:
+        log.error("%d tasks ignore their cancellation (%s); exiting without them", len(stuck),
+                  ", ".join(sorted(t.get_name() for t in stuck)))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # asyncio's own close would wait on them for ever
 
 
 async def prepare(settings: Settings, role: str | None = None) -> str:

@@ -1,0 +1,162 @@
+"""Handlers that will not be stopped, and what ends them all the same: one that
+catches its cancellation and goes on is given up on (its slot freed, its
+outcome written, the task left behind) a while after a cancel, a shutdown or
+its timeout; one that raises a BaseException of its own records a failure at
+once rather than holding its job until the lease ends."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import JOBFEED, path_with_tests, worker_env
+from jobfeed.worker.runner import Runner
+from jobfeed.worker.tasks import Context, TaskSpec
+from waiting import eventually, wait_state
+
+CANCEL_WAIT = 0.3
+
+
+async def none_left(runner: Runner) -> None:
+    """Until the handlers given up on have ended (the test released them)."""
+    async def ended():
+        return not runner._stuck
+    await eventually(ended, what="the abandoned handler to end")
+
+
+def spec(kind: str, handler, timeout: float | None = None) -> TaskSpec:
+    return TaskSpec(kind, handler, max_attempts=3, lease=5.0, backoff=(60.0,), jitter=0.0, timeout=timeout)
+
+
+def swallowing(entered: asyncio.Event, released: asyncio.Event):
+    """A handler that catches every CancelledError until the test releases it."""
+    async def handler(job, ctx: Context):
+        entered.set()
+        while not released.is_set():
+            try:
+                await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                pass
+        return {"late": True}
+    return handler
+
+
+async def test_a_canceled_job_whose_handler_goes_on_frees_its_slot(queue, pool, run):
+    entered, released = asyncio.Event(), asyncio.Event()
+    quick_done = asyncio.Event()
+
+    async def handler(job, ctx):
+        if job.target == "next":
+            quick_done.set()
+            return {"next": True}
+        return await swallowing(entered, released)(job, ctx)
+
+    runner = await run(spec("stubborn", handler), concurrency=1, cancel_wait=CANCEL_WAIT)
+    try:
+        job_id = (await queue.submit("stubborn", "first")).id
+        await asyncio.wait_for(entered.wait(), 5)
+        await queue.cancel(job_id)
+        nxt = (await queue.submit("stubborn", "next")).id
+        # the one slot comes free though the handler never ends: the next job runs
+        await wait_state(pool, nxt, "completed", timeout=10)
+        assert runner.running_count == 0 and len(runner._stuck) == 1
+        assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job_id) == "canceled"
+    finally:
+        released.set()
+    await none_left(runner)
+    view = await queue.admin_get_job(job_id)
+    assert (view["state"], view["result"]) == ("canceled", None)  # its late return dropped
+
+
+async def test_shutdown_releases_a_job_whose_handler_ignores_it(queue, pool, dsn):
+    entered, released = asyncio.Event(), asyncio.Event()
+    s = spec("stubborn", swallowing(entered, released))
+    await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease, backoff=s.backoff, jitter=0.0)
+    runner = Runner(queue, dsn, [s], poll_interval=0.2, grace=0.2, cancel_wait=CANCEL_WAIT)
+    running = asyncio.create_task(runner.run())
+    try:
+        job_id = (await queue.submit("stubborn", "x")).id
+        await asyncio.wait_for(entered.wait(), 5)
+        runner.stop()
+        await asyncio.wait_for(running, 10)  # before: waited on the handler for ever
+        row = await pool.fetchrow("select state::text, attempts, last_error_code from jobfeed.jobs where id = $1",
+                                  job_id)
+        assert dict(row) == {"state": "queued", "attempts": 0, "last_error_code": "shutdown"}
+        assert len(runner._stuck) == 1
+    finally:
+        released.set()
+        runner.stop()
+        await asyncio.wait_for(running, 10)
+    await none_left(runner)
+    assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job_id) == "queued"
+
+
+async def test_a_handler_that_ignores_its_timeout_is_given_up_on(queue, pool, run):
+    entered, released = asyncio.Event(), asyncio.Event()
+    runner = await run(spec("stubborn", swallowing(entered, released), timeout=0.2), cancel_wait=CANCEL_WAIT)
+    try:
+        job_id = (await queue.submit("stubborn", "x")).id
+        await asyncio.wait_for(entered.wait(), 5)
+        await eventually(lambda: pool.fetchval("select last_error_code = 'timeout' from jobfeed.jobs where id = $1",
+                                               job_id), what="the timeout recorded")
+        row = await pool.fetchrow("select state::text, attempts from jobfeed.jobs where id = $1", job_id)
+        assert dict(row) == {"state": "queued", "attempts": 1}  # a transient failure, retried after backoff
+        assert runner.running_count == 0
+    finally:
+        released.set()
+    await none_left(runner)
+    log = (await queue.admin_get_job(job_id))["attempts_log"]
+    assert [(a["outcome"], a["error"]["code"]) for a in log] == [("transient", "timeout")]  # nothing more
+
+
+@pytest.mark.parametrize("raised", ["own-cancel", "generator-exit", "base-exception"])
+async def test_a_base_exception_of_the_handlers_own_is_a_failure_at_once(queue, pool, run, raised):
+    class Odd(BaseException):
+        pass
+
+    async def handler(job, ctx):
+        if job.attempt > 1:
+            return {"attempt": job.attempt}
+        if raised == "own-cancel":  # a task it awaited was canceled: not the worker's stop
+            inner = asyncio.create_task(asyncio.sleep(30))
+            asyncio.get_running_loop().call_soon(inner.cancel)
+            await inner
+        if raised == "generator-exit":
+            raise GeneratorExit("closed")
+        raise Odd("odd")
+
+    await run(spec("odd", handler))
+    job_id = (await queue.submit("odd", "x")).id
+    # before: nothing written, the job held until its 5 s lease ran out
+    await eventually(lambda: pool.fetchval("select attempts = 1 from jobfeed.jobs where id = $1", job_id),
+                     timeout=2, what="the failure recorded")
+    row = await pool.fetchrow("select state::text, last_error_code from jobfeed.jobs where id = $1", job_id)
+    assert dict(row) == {"state": "queued", "last_error_code": "internal_error"}
+
+
+async def test_a_worker_process_exits_on_sigterm_past_a_handler_that_ignores_it(dsn, pool, queue):
+    proc = subprocess.Popen(JOBFEED + ["worker", "--kinds", "stuck", "--grace", "0.2s"],
+                            env=worker_env(dsn, JOBFEED_TASKS="stuck_tasks", PYTHONPATH=path_with_tests()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        await eventually(lambda: pool.fetchval("select count(*) from jobfeed.kinds where kind = 'stuck'"),
+                         what="the worker to register its kind")
+        job_id, _ = await queue.submit("stuck", "x")
+        await wait_state(pool, job_id, "running")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 30)  # before: never exited
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out, _ = proc.communicate(timeout=10)
+    assert code == 0, out
+    assert took < 20, out
+    assert "leaving it behind" in out and "exiting without them" in out, out
+    row = await pool.fetchrow("select state::text, attempts, last_error_code from jobfeed.jobs where id = $1", job_id)
+    assert dict(row) == {"state": "queued", "attempts": 0, "last_error_code": "shutdown"}, out
