@@ -289,4 +289,15 @@ PASS_EDITS: list[Edit] = [
          "    if stuck:\n", "    if stuck and False:\n",
          (STUCK + "::test_a_worker_process_exits_on_sigterm_past_a_handler_that_ignores_it",),
          "a worker process exits on SIGTERM past a handler that ignores its cancellation"),
+    Edit("reuse-capped", "sql/functions/35_requests.sql",
+         "    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests, never capped\n",
+         "    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);\n"
+         "    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests, never capped\n",
+         ("tests/test_requests_access.py::test_a_submission_that_reuses_a_recent_result_is_not_capped",),
+         "a submission that reuses a recent result is not refused by the per-requester cap"),
+    Edit("reuse-capped-in-batches", "sql/functions/35_requests.sql",
+         "                    and (coalesce(t.force, false) or jobfeed.reusable(p_kind, t.target, t.requester, v_now) is null)\n",
+         "",
+         ("tests/test_requests_access.py::test_a_submission_that_reuses_a_recent_result_is_not_capped",),
+         "a batch's items that reuse a recent result are not counted by the per-requester cap"),
 ]

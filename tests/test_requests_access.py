@@ -56,6 +56,29 @@ async def test_the_cap_holds_under_concurrent_submissions(pool, queue, k):
     assert await pool.fetchval("select count(*) from jobfeed.jobs where target like 'b%'") == 0
 
 
+async def test_a_submission_that_reuses_a_recent_result_is_not_capped(pool, queue, k):
+    """It adds no active request (the job is completed). Before: refused with
+    429 too_many_jobs like a new job, alone and in a batch."""
+    done = await queue.submit("cached", "old", request=True)
+    (job,) = await queue.claim(["cached"], 1, "w")
+    assert await queue.complete(job.id, job.generation, {"n": 1})
+    for n in range(2):
+        await queue.submit_request_json("cached", f"busy{n}", requester="cap", max_active=2)
+    job_id, created, _, request_id, reused = await queue.submit_request_json("cached", "old", requester="cap",
+                                                                             max_active=2)
+    assert (job_id, created, reused) == (done.id, False, True)
+    rows = await queue.submit_many_requests_json("cached", [("old", {}), ("old", {})], requesters=["cap", "cap"],
+                                                 notify_urls=[None, None], max_active=2)
+    assert len(rows) == 2
+    assert await pool.fetchval("select count(*) from jobfeed.requests where job_id = $1", done.id) == 4
+    with pytest.raises(QueueError) as refused:  # a new job still counts, alone or beside a reuse
+        await queue.submit_many_requests_json("cached", [("old", {}), ("new", {})], requesters=["cap", "cap"],
+                                              notify_urls=[None, None], max_active=2)
+    assert refused.value.code == "too_many_jobs"
+    with pytest.raises(QueueError):  # and so does a forced run of a reusable target
+        await queue.submit_request_json("cached", "old", requester="cap", max_active=2, force=True)
+
+
 @pytest.mark.parametrize("waiting", [False, True])
 async def test_python_submissions_with_a_requester_keep_the_cap_too(pool, k, waiting):
     """Before: Queue.submit(requester=...) never passed the setting on, so a

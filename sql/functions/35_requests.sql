@@ -206,9 +206,8 @@ declare
     v_job jobfeed.jobs;
     v_request uuid;
 begin
-    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
     v_id := case when not coalesce(p_force, false) then jobfeed.reusable(p_kind, p_target, p_requester, v_now) end;
-    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests
+    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests, never capped
         insert into jobfeed.requests (job_id, requester, notify_url, created_at)
         values (v_id, p_requester, p_notify_url, v_now)
         returning requests.id into v_request;
@@ -219,6 +218,7 @@ begin
                             v_request, true;
         return;
     end if;
+    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
     loop
         select s.id, s.created into v_id, v_created
           from jobfeed.submit_v3(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
@@ -284,9 +284,13 @@ begin
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
     end if;
     if p_max_active is not null then  -- each requester's lock in name order: no circular waits
+        -- an item that will reuse a recent result adds no active request
         perform jobfeed.check_requester_cap(r.requester, r.n::int, p_max_active)
-           from (select t.requester, count(*) as n from unnest(p_requesters) t(requester)
-                  where t.requester is not null group by t.requester order by t.requester) r;
+           from (select t.requester, count(*) as n
+                   from unnest(p_requesters, p_targets, p_forces) t(requester, target, force)
+                  where t.requester is not null
+                    and (coalesce(t.force, false) or jobfeed.reusable(p_kind, t.target, t.requester, v_now) is null)
+                  group by t.requester order by t.requester) r;
     end if;
     if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.dedupe = 'requester') then
         -- dedupe="requester": items share by (target, requester), so each goes
