@@ -369,7 +369,7 @@ QUEUE_EDITS: list[Edit] = [
          (f"{RUNNER}::test_a_claim_connection_that_dies_is_replaced",),
          "a claim connection that the server ended is replaced at the next claim, so jobs still run"),
     Edit("timeout-not-transient", "worker/run_context.py",
-         'raise Transient("timeout", ', 'raise Permanent("timeout", ',
+         'return Transient("timeout", ', 'return Permanent("timeout", ',
          (CHILDREN,), "a run past its timeout is a transient failure (code timeout), retried"),
     # The claim's timings (wait, age, traceparent) on each of its paths.
     Edit("claim-timings-lost", "sql/functions/40_claim.sql",
