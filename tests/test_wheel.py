@@ -28,9 +28,10 @@ ADMIN_TOKEN = "wheel-test-admin-token"
 ROLES = {"api": "jobfeed_api", "worker": "jobfeed_worker", "sweeper": "jobfeed_sweeper"}
 
 
-def run(*args: str | Path, cwd: Path) -> None:
+def run(*args: str | Path, cwd: Path) -> str:
     out = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, f"{args} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout + out.stderr
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,9 @@ def wheel(tmp_path_factory) -> Path:
     src = base / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "results"))
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", base / "dist", src, cwd=base)
+    log = run(sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", base / "dist", src, cwd=base)
+    # every folder of the package is named in pyproject.toml, data-only ones too
+    assert "absent from the `packages` configuration" not in log, log[-3000:]
     [built] = (base / "dist").glob("jobfeed-*.whl")
     return built
 
