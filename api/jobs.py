@@ -13,7 +13,7 @@ from jobfeed.worker import tasks, tracing
 from jobfeed.worker.startup import DEMO_KIND, load_demo_checks
 from jobfeed.worker.queue import Queue, QueueError
 from jobfeed.worker.submission import (InvalidSubmission, Schedule, check_notify_url, check_schedule,
-                                       check_submission, parse_after, parse_signals, storable)
+                                       check_signal_name, check_submission, parse_after, parse_signals)
 
 from . import access, auth, streams, uploads, waiting
 from .body import read_json
@@ -212,14 +212,12 @@ async def signal(request: Request) -> Response:
     else:
         await auth.require_admin(request, svc.settings.admin_token, svc.pool)
     job_id = parse_job_id(request.path_params["job_id"])
-    name = request.path_params["name"]
-    if not 1 <= len(name.encode("utf-8")) <= 100 or not storable(name):
-        raise ApiError(409, "not_awaited", "this job awaits no such signal")
-    data = await read_json(request, svc.body_limit) if await _has_body(request) else None
     try:
-        first, text = await svc.queue.signal_json(job_id, name, data)
-    except (asyncpg.DataError, asyncpg.ProgramLimitExceededError):
-        raise ApiError(422, "invalid_payload", "the signal holds JSON that PostgreSQL cannot store") from None
+        name = check_signal_name(request.path_params["name"])
+    except InvalidSubmission as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
+    data = await read_json(request, svc.body_limit) if await _has_body(request) else None
+    first, text = await svc.queue.signal_json(job_id, name, data)  # QueueError invalid_payload: a 422
     return json_text(with_flag(text, "first", first))
 
 

@@ -6,6 +6,7 @@ A Queue on a connection adds its kind again after a rolled-back transaction."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 
@@ -42,7 +43,7 @@ async def jobs(pool) -> int:
     (lambda q: q.submit("checked", "t", run_after=dt.datetime.now(UTC) + dt.timedelta(days=36500)),
      "invalid_run_at"),
     (lambda q: q.submit("checked", "t", concurrency_key=""), "invalid_input"),
-    (lambda q: q.submit("checked", "t", priority=2**40), "invalid_input"),
+    (lambda q: q.submit("checked", "t", priority=2**40), "invalid_priority"),
     (lambda q: q.submit("checked", "a\x00b"), "invalid_input"),
     (lambda q: q.submit("checked", "t", {"note": "a\x00b"}), "invalid_input"),
     (lambda q: q.submit("checked", "t", {"x": float("nan")}), "invalid_input"),
@@ -56,6 +57,54 @@ async def test_a_refused_submission_is_a_queue_error_and_writes_nothing(pool, ca
     assert refused.value.code == code and 400 <= refused.value.status < 500, refused.value
     assert await jobs(pool) == 0
     assert await pool.fetchval("select count(*) from jobfeed.requests") == 0
+
+
+@pytest.mark.parametrize("kw, code", [
+    pytest.param({"priority": 1.5}, "invalid_priority", id="priority-float"),
+    pytest.param({"priority": True}, "invalid_priority", id="priority-bool"),
+    pytest.param({"priority": -2**31}, "invalid_priority", id="priority-below-range"),
+    pytest.param({"await_signals": "go"}, "invalid_request", id="await-signals-string"),
+    pytest.param({"after": str(uuid.uuid4())}, "invalid_request", id="after-string"),
+    pytest.param({"run_after": "2030-01-01T00:00:00Z"}, "invalid_run_at", id="run-after-string"),
+    pytest.param({"run_after": dt.date(2030, 1, 1)}, "invalid_run_at", id="run-after-date"),
+])
+async def test_what_http_refuses_the_producer_refuses(pool, kw, code):
+    """As POST /api/jobs answers 422: a priority that is no whole number in
+    range, a string where a list is due (not split into characters), a
+    run_after that is no datetime; in submit and submit_many alike."""
+    queue = Queue(pool, settings=Settings())
+    calls = [lambda: queue.submit("checked", "t", **kw)]
+    if set(kw) <= {"priority", "run_after"}:  # what submit_many takes too
+        calls.append(lambda: queue.submit_many("checked", [("t", None)], **kw))
+    for call in calls:
+        with pytest.raises(QueueError) as refused:
+            await call()
+        assert (refused.value.code, refused.value.status) == (code, 422), refused.value
+    assert await jobs(pool) == 0
+
+
+@pytest.mark.parametrize("name, data, code, status", [
+    pytest.param("go\x00", None, "not_awaited", 409, id="name-nul"),
+    pytest.param("", None, "not_awaited", 409, id="name-empty"),
+    pytest.param("go", {"note": "a\x00b"}, "invalid_payload", 422, id="data-nul"),
+    pytest.param("go", float("nan"), "invalid_payload", 422, id="data-nan"),
+])
+async def test_a_signal_http_refuses_is_a_queue_error(pool, name, data, code, status):
+    queue = Queue(pool, settings=Settings())
+    job = await queue.submit("checked", "t", await_signals=["go"])
+    with pytest.raises(QueueError) as refused:
+        await queue.signal(job.id, name, data)
+    assert (refused.value.code, refused.value.status) == (code, status), refused.value
+    assert (await queue.signal(job.id, "go", {"ok": 1}))[0]  # nothing was delivered before
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1])
+async def test_wait_refuses_a_timeout_that_is_no_duration(pool, timeout):
+    queue = Queue(pool, settings=Settings())
+    job = await queue.submit("checked", "t")
+    with pytest.raises(ValueError, match="timeout must be seconds from 0"):
+        await asyncio.wait_for(queue.wait(job.id, timeout), 5)  # NaN waited for ever
+    assert (await queue.wait(job.id, 0))["status"] == "queued"
 
 
 async def test_a_notify_url_on_an_allowed_host_is_taken(pool):

@@ -1,8 +1,8 @@
 """What Queue.submit and Queue.submit_many check before the database, so that a
 producer's refusal is a QueueError as over HTTP: the kind's own validate()
 (when this process has loaded the kind), a run_after already past (due now,
-queued as a job submitted now) or too far ahead, the waiting fields, a
-notify_url's host. The database checks the rest (the kind, the sizes); what it
+queued as a job submitted now), too far ahead or no datetime, the priority, the
+waiting fields, a notify_url's host, a signal's name. The database checks the rest (the kind, the sizes); what it
 cannot store (a NUL, NaN, an int out of range, an empty key) is refused as
 `invalid_input` instead of asyncpg's own errors."""
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import asyncpg
 
@@ -61,14 +61,32 @@ def due_at(run_after: dt.datetime | None) -> dt.datetime | None:
         raise _queue_error(exc) from None
 
 
+def priority(value: int | None) -> int | None:
+    """A priority as HTTP takes it: None (the kind's) or a whole number in range."""
+    from .submission import InvalidSubmission, check_priority
+
+    try:
+        return check_priority(value)
+    except InvalidSubmission as exc:
+        raise _queue_error(exc) from None
+
+
+def _listed(values: object) -> object:
+    """values as a list, as a JSON array; a string (or any non-iterable) as it
+    is, to be refused as HTTP refuses it, rather than split into characters."""
+    if values is None:
+        return []
+    return values if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) else list(values)
+
+
 def waiting(after: Sequence[uuid.UUID | str] | None, await_signals: Sequence[str] | None,
             signal_timeout: float | None) -> tuple[list[uuid.UUID], list[str], float | None]:
     """after (job ids), await_signals (names) and signal_timeout, checked."""
     from .submission import InvalidSubmission, parse_after, parse_signals
 
     try:
-        ids = parse_after([str(a) for a in after or ()])
-        names, timeout = parse_signals(list(await_signals or ()), signal_timeout)
+        ids = parse_after(_listed(after))  # type: ignore[arg-type]
+        names, timeout = parse_signals(_listed(await_signals), signal_timeout)
     except InvalidSubmission as exc:
         raise _queue_error(exc) from None
     return ids, names, timeout
@@ -80,5 +98,15 @@ def notify_url(url: str, hosts: tuple[str, ...]) -> str:
 
     try:
         return check_notify_url(url, hosts)
+    except InvalidSubmission as exc:
+        raise _queue_error(exc) from None
+
+
+def signal_name(name: str) -> str:
+    """A signal's name as HTTP takes it: one no job can await is not_awaited."""
+    from .submission import InvalidSubmission, check_signal_name
+
+    try:
+        return check_signal_name(name)
     except InvalidSubmission as exc:
         raise _queue_error(exc) from None

@@ -17,7 +17,7 @@ import asyncpg
 from . import producer
 from .limits import MAX_PAYLOAD_BYTES
 from .queue_admin import AdminCalls
-from .queue_calls import QueueError, _batch, _seconds
+from .queue_calls import UNSTORABLE, QueueError, _batch, _seconds
 from .queue_lease import LeaseCalls
 from .queue_records import ClaimTimes, Job, Submission
 from .sql import query
@@ -86,6 +86,7 @@ class Queue(LeaseCalls, AdminCalls):
         Checked as over HTTP (worker/producer.py): a run_after already past is
         now; max_payload defaults to JOBFEED_MAX_PAYLOAD; refusals are QueueError."""
         run_after = producer.due_at(run_after)
+        priority = producer.priority(priority)
         producer.validated(kind, (payload,))
         if notify_url is not None:
             notify_url = producer.notify_url(notify_url, self.settings.webhook_hosts)
@@ -181,6 +182,7 @@ class Queue(LeaseCalls, AdminCalls):
         if not items:
             return []
         run_after = producer.due_at(run_after)
+        priority = producer.priority(priority)
         producer.validated(kind, [p for _, p in items])
         if max_payload is None:
             max_payload = self.max_payload
@@ -208,14 +210,18 @@ class Queue(LeaseCalls, AdminCalls):
         """Deliver signal name (with JSON data) to a job that awaits it: ->
         (first, public view). Only the first delivery of a name counts; a
         repeat answers first=False and changes nothing. QueueError not_found
-        (404), not_awaited (409)."""
+        (404), not_awaited (409), invalid_payload (422: data PostgreSQL cannot
+        store), as over HTTP."""
         if (jid := _as_id(job_id)) is None:
             raise QueueError("not_found", "no such job", 404)
-        first, view = await self.signal_json(jid, name, data)
+        first, view = await self.signal_json(jid, producer.signal_name(name), data)
         return first, json.loads(view)
 
     async def signal_json(self, job_id: uuid.UUID, name: str, data: Any = None) -> tuple[bool, str]:
-        rows = await self._fetch("signal", job_id, name, json.dumps(data))
+        try:
+            rows = await self._fetch("signal", job_id, name, json.dumps(data))
+        except UNSTORABLE:  # a NUL, a lone surrogate, NaN (json.dumps writes it; PostgreSQL refuses it)
+            raise QueueError("invalid_payload", "the signal holds JSON that PostgreSQL cannot store", 422) from None
         return rows[0]["first"], rows[0]["view"]
 
     async def submit_many_requests_json(
@@ -271,7 +277,10 @@ class Queue(LeaseCalls, AdminCalls):
         seconds; None for an unknown job. Listens for the job's change
         notifications on one connection (of the pool, held meanwhile) and
         re-reads only when one names the job: it never polls. On a Connection
-        inside a transaction, LISTEN starts only at commit: wait outside one."""
+        inside a transaction, LISTEN starts only at commit: wait outside one.
+        timeout: seconds from 0 (inf: until final); ValueError for NaN or less."""
+        if not timeout >= 0:  # NaN too, which would wait for ever
+            raise ValueError(f"timeout must be seconds from 0, not {timeout!r}")
         if (jid := _as_id(job_id)) is None:
             return None
         key = str(jid)
@@ -282,7 +291,7 @@ class Queue(LeaseCalls, AdminCalls):
                 changed.set()
 
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout, 0.0)
+        deadline = loop.time() + timeout
         async with self._listening("jobfeed_changed", on_change) as conn:
             while True:
                 changed.clear()  # before reading: a change after the read wakes us

@@ -55,6 +55,9 @@ def parse_after(values: list) -> list[uuid.UUID]:
         raise InvalidSubmission(422, "invalid_request", f"after must be a list of at most {MAX_AFTER} job ids")
     ids = []
     for item in values:
+        if isinstance(item, uuid.UUID):  # as Queue.submit may be given them
+            ids.append(item)
+            continue
         try:
             if not isinstance(item, str):
                 raise ValueError(item)
@@ -67,10 +70,7 @@ def parse_after(values: list) -> list[uuid.UUID]:
 def parse_signals(names: object, timeout: object) -> tuple[list[str], float | None]:
     """A submission's await_signals (names) and signal_timeout (a duration such
     as "10m", or seconds as a number)."""
-    # a name is a path segment of POST /api/jobs/{id}/signals/{name}: no "/"
-    if not isinstance(names, list) or len(names) > MAX_AFTER or not all(
-            isinstance(n, str) and storable(n) and "/" not in n and 1 <= len(n.encode("utf-8")) <= 100
-            for n in names):
+    if not isinstance(names, list) or len(names) > MAX_AFTER or not all(signal_name(n) for n in names):
         raise InvalidSubmission(422, "invalid_request",
                                 f"await_signals must be a list of at most {MAX_AFTER} names of 1 to 100 bytes"
                                 " without '/'")
@@ -79,6 +79,19 @@ def parse_signals(names: object, timeout: object) -> tuple[list[str], float | No
     if not names:
         raise InvalidSubmission(422, "invalid_request", "signal_timeout needs await_signals")
     return names, duration_field(timeout, "signal_timeout", "invalid_request", zero=False)
+
+
+def signal_name(name: object) -> bool:
+    """A name a job may await: 1 to 100 bytes PostgreSQL can store, no "/" (it
+    is a path segment of POST /api/jobs/{id}/signals/{name})."""
+    return isinstance(name, str) and storable(name) and "/" not in name and 1 <= len(name.encode("utf-8")) <= 100
+
+
+def check_signal_name(name: object) -> str:
+    """A signal's name as delivered: one no job can await is refused as not awaited."""
+    if isinstance(name, str) and signal_name(name):
+        return name
+    raise InvalidSubmission(409, "not_awaited", "this job awaits no such signal")
 
 
 def duration_field(value: object, name: str, code: str, *, zero: bool) -> float:
@@ -198,6 +211,8 @@ def due(when: dt.datetime) -> dt.datetime | None:
     """When a job is due (naive: UTC): None for a time already past (due now,
     queued as a job submitted now, not ahead of those submitted before it);
     more than MAX_DURATION ahead is refused."""
+    if not isinstance(when, dt.datetime):  # a date, or a string from Python (HTTP's run_at is parsed)
+        raise InvalidSubmission(422, "invalid_run_at", f"run_after must be a datetime, not a {type(when).__name__}")
     now = dt.datetime.now(dt.timezone.utc)
     aware = when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
     if aware <= now:
@@ -205,6 +220,14 @@ def due(when: dt.datetime) -> dt.datetime | None:
     if aware - now > dt.timedelta(seconds=MAX_DURATION):
         raise InvalidSubmission(422, "invalid_run_at", f"run_at is at most {MAX_DURATION:,} seconds from now")
     return when
+
+
+def check_priority(priority: object) -> int | None:
+    """A submission's priority: None (the kind's) or a whole number (not a bool) in range."""
+    if priority is None or (isinstance(priority, int) and not isinstance(priority, bool)
+                            and -INT_MAX <= priority <= INT_MAX):
+        return priority
+    raise InvalidSubmission(422, "invalid_priority", f"priority must be a whole number from {-INT_MAX} to {INT_MAX}")
 
 
 def check_schedule(run_at: object = None, delay: object = None, priority: object = None,
@@ -218,9 +241,7 @@ def check_schedule(run_at: object = None, delay: object = None, priority: object
     elif delay is not None:
         seconds = duration_field(delay, "delay", "invalid_delay", zero=True)
         run_after = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
-                                 or not -INT_MAX <= priority <= INT_MAX):
-        raise InvalidSubmission(422, "invalid_priority", f"priority must be a whole number from {-INT_MAX} to {INT_MAX}")
+    priority = check_priority(priority)
     if concurrency_key is not None and (not isinstance(concurrency_key, str) or not storable(concurrency_key)
                                         or not 1 <= len(concurrency_key.encode("utf-8")) <= MAX_TARGET_BYTES):
         raise InvalidSubmission(422, "invalid_concurrency_key",
