@@ -329,4 +329,9 @@ PASS_EDITS: list[Edit] = [
          "        if not timeout >= 0:", "        if timeout < 0:",
          (PRODUCER + "::test_wait_refuses_a_timeout_that_is_no_duration",),
          "Queue.wait refuses a NaN timeout rather than waiting for ever"),
+    Edit("retry-after-any-float", "worker/tasks.py",
+         "    if value.isascii() and value.isdigit():\n        return float(value)",
+         "    with contextlib.suppress(ValueError):\n        return max(float(value), 0.0)",
+         ("tests/test_http_errors.py::test_a_retry_after_that_is_not_delay_seconds_is_ignored",),
+         "a Retry-After that is not digits (nan, -1, 5.5, 1e3) is ignored, not taken as seconds"),
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -22,8 +23,11 @@ async def upstream():
         status, _, query = path.lstrip("/").partition("?")
         params = dict(p.split("=") for p in query.split("&") if p)
         await asyncio.sleep(float(params.get("delay", 0)))
-        extra = f"Retry-After: {params['retry_after']}\r\n" if "retry_after" in params else ""
-        writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n".encode())
+        # percent-decoded, as the raw bytes they stand for: %B2 is the byte 0xB2, read as '²'
+        retry_after = unquote(params["retry_after"], "latin-1") if "retry_after" in params else None
+        extra = f"Retry-After: {retry_after}\r\n" if retry_after is not None else ""
+        writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n"
+                     .encode("latin-1"))
         await writer.drain()
         writer.close()
 
@@ -64,11 +68,21 @@ async def test_retry_after_is_honoured(upstream):
     # neither seconds nor a date: as if none was sent, the status still decides
     (429, Transient, "soon-ish", None), (403, Release, "soon-ish", 60),
     # more than a job's run_after can hold: the longest delay jobfeed takes
-    (503, Transient, "99999999999999", 10**9), (503, Transient, "1e400", 10**9),
-    (503, Transient, "nan", None), (503, Transient, "-5", 0),
+    (503, Transient, "99999999999999", 10**9), (503, Transient, "9" * 400, 10**9),
     (403, Release, "0", 0),  # at once, as said: not the 60 s of no header
 ])
 async def test_an_odd_retry_after_keeps_the_status_class(upstream, status, error, header, after):
+    with pytest.raises(error) as caught:
+        await fetch(f"{upstream}/{status}?retry_after={header}")
+    assert type(caught.value) is error and caught.value.retry_after == after
+
+
+# %B2: '²', a digit to str.isdigit()
+@pytest.mark.parametrize("header", ["nan", "-1", "-5", "inf", "1e3", "1e400", "5.5", "+5", "0x10", "%B2"])
+@pytest.mark.parametrize("status, error, after", [(503, Transient, None), (403, Release, 60)])
+async def test_a_retry_after_that_is_not_delay_seconds_is_ignored(upstream, status, error, after, header):
+    """RFC 9110's delay-seconds is digits only: a number Python's float() reads
+    (NaN, negative, a fraction, an exponent) is neither it nor a date."""
     with pytest.raises(error) as caught:
         await fetch(f"{upstream}/{status}?retry_after={header}")
     assert type(caught.value) is error and caught.value.retry_after == after

@@ -453,13 +453,13 @@ _RELEASE_STATUS = {401, 403}
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """Retry-After as seconds: delay-seconds (RFC 9110: digits only, so no
+    "-1", "5.5", "1e3" or "nan") or an HTTP-date; anything else as if not sent."""
     value = response.headers.get("retry-after")
     if not value:
         return None
-    try:
-        return max(float(value), 0.0)  # JobError bounds it above
-    except ValueError:
-        pass
+    if value.isascii() and value.isdigit():
+        return float(value)  # JobError bounds it above (float: 5,000 digits are inf, not an error)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (ValueError, TypeError, IndexError):  # neither seconds nor a date: as if not sent
