@@ -17,6 +17,8 @@ from starlette.responses import Response
 
 from jobfeed.worker.queue import QueueError
 
+from .headers import HEADERS
+
 log = logging.getLogger("jobfeed.api")
 
 
@@ -80,7 +82,8 @@ async def _database_gone(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error_response(500, "internal_error", "internal error")
+    # Starlette's ServerErrorMiddleware sends this answer, outside SecurityHeaders: its headers are given here.
+    return error_response(500, "internal_error", "internal error", HEADERS)
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {  # Starlette types each handler by its exception

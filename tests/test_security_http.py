@@ -10,8 +10,10 @@ import json
 import httpx
 import pytest
 
+from jobfeed import task
 from jobfeed.api.app import create_app
-from servers import ADMIN_TOKEN, asgi_client, make_settings
+from jobfeed.api.headers import HEADERS
+from servers import ADMIN_TOKEN, asgi_client, make_settings, serve
 
 GOOD_JOB = json.dumps({"kind": "demo", "target": "t"}).encode()
 
@@ -166,3 +168,38 @@ async def test_ui_pages_carry_security_headers(client, path):
 async def test_static_files_and_api_answers_are_nosniff(client):
     assert (await client.get("/static/app.css")).headers["x-content-type-options"] == "nosniff"
     assert (await client.get("/api/kinds")).headers["x-content-type-options"] == "nosniff"
+
+
+class OddError(BaseException):
+    pass
+
+
+RAISED = {"runtime": RuntimeError, "exit": SystemExit, "interrupt": KeyboardInterrupt, "odd": OddError}
+
+
+def _raises(payload: dict) -> None:
+    raise RAISED[payload["raise"]]("from validate()")
+
+
+@task("hook_raises", validate=_raises)
+async def hook_raises(job, ctx):
+    return None
+
+
+async def test_a_validate_that_raises_anything_answers_a_json_500_with_the_headers(dsn, pool):
+    """A real server: past the app's handler for Exception, uvicorn answered a
+    SystemExit, KeyboardInterrupt or other BaseException from a kind's validate()
+    with a bare text 500, and even a RuntimeError's JSON 500 lacked the
+    security headers (Starlette sends it outside every middleware of ours)."""
+    async with serve(dsn) as server:
+        for name in RAISED:
+            # a client each: uvicorn closes the connection after an error the app raised
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as c:
+                response = await c.post("/api/jobs", json={"kind": "hook_raises", "target": name,
+                                                           "payload": {"raise": name}})
+            assert response.status_code == 500, (name, response.text)
+            assert response.json() == {"error": {"code": "internal_error", "message": "internal error"}}, name
+            assert {k: response.headers.get(k) for k in HEADERS} == HEADERS, name
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as c:
+            assert (await c.get("/api/kinds")).status_code == 200  # the server goes on
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0

@@ -35,6 +35,7 @@ def _queue_error(exc) -> QueueError:
 def validated(kind: str, payloads: Sequence[dict | None]) -> None:
     """The kind's validate() on each payload (None: {}), as a submission over
     HTTP runs it."""
+    from .submission import InvalidSubmission, run_validate
     from .tasks import registry
 
     spec = registry.get(kind)
@@ -44,9 +45,9 @@ def validated(kind: str, payloads: Sequence[dict | None]) -> None:
         if payload is not None and not isinstance(payload, dict):
             continue  # not a JSON object: the database refuses it (invalid_payload)
         try:
-            spec.validate({} if payload is None else payload)
-        except (ValueError, TypeError) as exc:
-            raise QueueError("invalid_payload", str(exc) or "payload refused by its kind", 422) from None
+            run_validate(kind, spec.validate, {} if payload is None else payload)
+        except InvalidSubmission as exc:
+            raise _queue_error(exc) from None
 
 
 def due_at(run_after: dt.datetime | None) -> dt.datetime | None:

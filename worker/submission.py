@@ -4,12 +4,13 @@ input the same way, with the same code."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import json
 import re
 import uuid
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from .limits import INT_MAX, MAX_TARGET_BYTES
@@ -144,13 +145,25 @@ def check_submission(kind: object, target: object, payload: object) -> tuple[str
     payload = check_payload(payload)
     spec = registry.get(kind)
     if spec is not None and spec.validate is not None:
-        try:
-            spec.validate(payload)
-        except (ValueError, TypeError) as exc:
-            # TypeError too: a validate() that compares or converts a value of
-            # the wrong type fails this way, and the payload is what is wrong.
-            raise InvalidSubmission(422, "invalid_payload", str(exc) or "payload refused by its kind") from None
+        run_validate(kind, spec.validate, payload)
     return kind, target, payload
+
+
+def run_validate(kind: str, validate: Callable[[dict], None], payload: dict) -> None:
+    """The kind's validate(): ValueError or TypeError refuse the payload; any
+    other exception is a bug in the hook."""
+    try:
+        validate(payload)
+    except (ValueError, TypeError) as exc:
+        # TypeError too: a validate() that compares or converts a value of
+        # the wrong type fails this way, and the payload is what is wrong.
+        raise InvalidSubmission(422, "invalid_payload", str(exc) or "payload refused by its kind") from None
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        # SystemExit, KeyboardInterrupt, ...: past the API's handler for
+        # Exception, uvicorn would answer a bare 500 (no JSON, no security headers).
+        raise RuntimeError(f"validate() of kind {kind!r} raised {type(exc).__name__}") from exc
 
 
 def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
