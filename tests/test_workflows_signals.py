@@ -77,6 +77,10 @@ async def test_http_signals_need_the_api_token_or_admin(dsn, queue, pool, k):
         admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         other = await client.post(f"/api/jobs/{job_id}/signals/nope", json={}, headers=admin)
         assert (other.status_code, other.json()["error"]["code"]) == (409, "not_awaited")
+        nul = await client.post(url, json={"ref": "a\x00b"}, headers=admin)  # JSON may spell \u0000
+        assert (nul.status_code, nul.json()["error"]["code"]) == (422, "invalid_payload"), nul.text
+        nul_name = await client.post(f"/api/jobs/{job_id}/signals/pa%00id", json={}, headers=admin)
+        assert (nul_name.status_code, nul_name.json()["error"]["code"]) == (409, "not_awaited")
         ok = await client.post(url, json={"ref": 1}, headers=admin)
         assert ok.status_code == 200 and ok.json()["first"] is True
         again = await client.post(url, json={"ref": 2}, headers=admin)
