@@ -2,9 +2,9 @@
 producer's refusal is a QueueError as over HTTP: the kind's own validate()
 (when this process has loaded the kind), a run_after already past (due now,
 queued as a job submitted now), too far ahead or no datetime, the priority, the
-waiting fields, a notify_url's host, a signal's name. The database checks the rest (the kind, the sizes); what it
-cannot store (a NUL, NaN, an int out of range, an empty key) is refused as
-`invalid_input` instead of asyncpg's own errors."""
+waiting fields, a notify_url's host, a signal's name. The database checks the
+rest (the kind, the sizes); what it cannot store (a NUL, NaN, an empty key) is
+refused as `invalid_input` instead of asyncpg's own errors."""
 
 from __future__ import annotations
 
