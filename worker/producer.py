@@ -64,6 +64,8 @@ def due_at(run_after: dt.datetime | None) -> dt.datetime | None:
 
 def priority(value: int | None) -> int | None:
     """A priority as HTTP takes it: None (the kind's) or a whole number in range."""
+    if value is None:  # most submissions: nothing to import or check
+        return None
     from .submission import InvalidSubmission, check_priority
 
     try:
