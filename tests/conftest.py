@@ -207,9 +207,10 @@ def data_dir():
     test with any server a failed test left running (each is a whole cluster)."""
     path = tempfile.mkdtemp(prefix="jobfeed-data-")
     yield path
-    if server_running(path):
-        os.kill(int(open(os.path.join(path, "pgdata", "postmaster.pid")).readline()), signal.SIGINT)
-        deadline = time.monotonic() + 30
-        while server_running(path) and time.monotonic() < deadline:
-            time.sleep(0.1)
+    for folder in (path, *(str(p) for p in Path(path).iterdir() if p.is_dir())):  # a test's data folder in it too
+        if server_running(folder):
+            os.kill(int(open(os.path.join(folder, "pgdata", "postmaster.pid")).readline()), signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while server_running(folder) and time.monotonic() < deadline:
+                time.sleep(0.1)
     shutil.rmtree(path, ignore_errors=True)

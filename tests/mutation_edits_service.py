@@ -88,7 +88,7 @@ SERVICE_EDITS: list[Edit] = [
          (LIMITS,), "a chunked body is refused while it streams, never read whole"),
     # ------------------------------------------------------------ runner
     Edit("heartbeat-once-per-lease", "worker/run_context.py",
-         "return max(self.ctx.lease / 3, 0.05)", "return max(self.ctx.lease / 1, 0.05)",
+         "return max(self.ctx.lease, MIN_LEASE) / 3", "return max(self.ctx.lease, MIN_LEASE) / 1",
          (HEARTBEAT, RUNNER), "gap: leases are renewed ~3 times per lease"),
     Edit("heartbeat-longest-lease", "worker/runner.py",
          "next_at = min((r.renew_at for _, r in held", "next_at = max((r.renew_at for _, r in held",

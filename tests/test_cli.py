@@ -15,7 +15,7 @@ import pytest
 
 from conftest import JOBFEED, path_with_tests, worker_env
 from jobfeed.worker import db, tasks
-from jobfeed.worker.settings import Settings
+from jobfeed.worker.settings import SettingError, Settings
 from jobfeed.worker.startup import GC_YOUNG
 from servers import ADMIN_TOKEN, Process
 
@@ -153,12 +153,22 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     ("JOBFEED_API_TOKEN", ""), ("JOBFEED_ADMIN_TOKEN", " "), ("JOBFEED_METRICS_TOKEN", ""),
     ("JOBFEED_WEBHOOK_SECRET", ""),
     ("JOBFEED_CORS_ORIGINS", "not a url"), ("JOBFEED_CORS_ORIGINS", "https://a.example.com/path"),
+    # shorter than the database's intervals hold, or than the heartbeat renews in time
+    ("JOBFEED_LEASE", "0.0000001s"), ("JOBFEED_LEASE", "0.4ms"), ("JOBFEED_LEASE", "149ms"),
+    ("JOBFEED_BACKOFF", "1s,0.0000001s"), ("JOBFEED_RETENTION", "0.5ms"),
 ])
 async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, value):
     out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})
     assert out.returncode == 2
     assert setting in one_line(out) and "s3c" not in out.stderr
     assert await job_count(pool) == 0
+
+
+def test_durations_at_their_least_are_taken():
+    settings = Settings.from_env({"JOBFEED_LEASE": "150ms", "JOBFEED_BACKOFF": "1ms,2ms", "JOBFEED_RETENTION": "1ms"})
+    assert (settings.lease, settings.backoff, settings.retention) == (0.15, (0.001, 0.002), 0.001)
+    with pytest.raises(SettingError, match="JOBFEED_LEASE: '0.1s' is shorter than the least allowed, 150ms"):
+        Settings.from_env({"JOBFEED_LEASE": "0.1s"})
 
 
 @pytest.mark.parametrize("args, flag", [

@@ -5,15 +5,18 @@ its data kept across restarts."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from conftest import JOBFEED, server_running
+from jobfeed.worker import db
 from servers import free_port
 
 pytestmark = pytest.mark.full  # starts its own PostgreSQL
@@ -114,3 +117,43 @@ def test_a_killed_process_does_not_keep_the_server_running_for_good(data_dir):
     submitted = run(data_dir, "submit", "demo", "after-the-crash")
     assert submitted.returncode == 0, submitted.stderr
     assert not server_running(data_dir)
+
+
+def _cluster(pgdata: Path, version: str, *marks: str) -> None:
+    """The look of a cluster: PG_VERSION and the marks named ("log/": a folder)."""
+    pgdata.mkdir()
+    (pgdata / "PG_VERSION").write_text(version + "\n")
+    for mark in marks:
+        (pgdata / mark).mkdir() if mark.endswith("/") else (pgdata / mark).write_text("[]")
+
+
+def _as_it_is(path: Path) -> list[tuple]:
+    """A folder's files with their contents, modes and owners (or a file's)."""
+    found = [path, *path.rglob("*")] if path.is_dir() else [path]
+    return [(str(p), p.stat().st_mode, p.stat().st_uid, p.read_bytes() if p.is_file() else None) for p in found]
+
+
+MAJOR = db._embedded_major()
+
+
+@pytest.mark.parametrize("name, make, why", [
+    ("pgdata", lambda p: p.write_text("not a folder"), "is not a folder"),
+    ("pgdata", lambda p: (p.mkdir(), (p / "notes.txt").write_text("mine")), "holds no PostgreSQL cluster"),
+    ("pgdata", lambda p: _cluster(p, "15", "log"), "holds a PostgreSQL 15 cluster and the embedded server is"),
+    ("pgdata", lambda p: _cluster(p, MAJOR, "log/"), "holds a PostgreSQL cluster jobfeed did not make"),
+    # one of jobfeed's that cannot start: the server log's last line says why
+    ("pgdata", lambda p: _cluster(p, MAJOR, ".handle_pids.json"), "did not start on .*postgresql.conf"),
+    ("a$b/pgdata", lambda p: None, 'cannot use a folder whose path holds any of "\\$`'),
+])
+def test_a_pgdata_jobfeed_cannot_use_is_refused_in_one_line_and_left_as_it_is(data_dir, name, make, why):
+    pgdata = Path(data_dir, name)
+    pgdata.parent.mkdir(exist_ok=True)
+    make(pgdata)
+    before = _as_it_is(pgdata) if pgdata.exists() else None
+    out = run(str(pgdata.parent), "up", "--port", str(free_port()))
+    assert out.returncode == 2 and out.stdout == ""
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert re.search(f"^error: JOBFEED_DATA_DIR: .*{re.escape(str(pgdata))}.*", out.stderr)
+    assert re.search(why, out.stderr), out.stderr
+    if before is not None and "did not start" not in why:  # nothing of the user's is touched
+        assert _as_it_is(pgdata) == before

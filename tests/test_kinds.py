@@ -53,6 +53,11 @@ async def test_a_new_kinds_settings_apply_to_jobs_submitted_after(queue, pool):
 
 @pytest.mark.parametrize("options, message", [
     ({"lease": -1}, "lease must be longer than zero"),
+    # a lease the heartbeat could not renew in time, a rate period an interval rounds to none
+    ({"lease": 0.1}, "lease: '0.1' is shorter than the least allowed, 150ms"),
+    ({"lease": "0.4ms"}, "lease: '0.4ms' is shorter than the least allowed, 150ms"),
+    ({"rate": "1/0.0000001s"}, "rate period: '0.0000001s' is shorter than the least allowed, 1ms"),
+    ({"rate": "1/0.9ms"}, "rate period"),
     ({"lease": "soon"}, "lease"),
     ({"lease": [5]}, "neither seconds nor a duration"),
     ({"backoff": ()}, "at least one delay"),
@@ -72,8 +77,9 @@ async def test_a_new_kinds_settings_apply_to_jobs_submitted_after(queue, pool):
     # durations an interval cannot hold (or that a worker could not sleep on)
     ({"every": 1e12}, "every: 1000000000000.0 must be from 1 ms to 1,000,000,000 seconds"),
     ({"timeout": float("nan")}, "timeout: nan must be from 1 ms"),
-    ({"lease": float("inf")}, "lease: inf must be from 1 ms"),
-    ({"lease": 1e-9}, "lease: 1e-09 must be from 1 ms"),
+    ({"lease": float("inf")}, "lease: inf must be from 150 ms"),
+    ({"lease": 1e-9}, "lease: '1e-09' is shorter than the least allowed, 150ms"),
+    ({"timeout": 1e-9}, "timeout: '1e-09' is shorter than the least allowed, 1ms"),
 ])
 def test_options_the_kinds_table_cannot_hold_are_refused_at_decoration(options, message):
     with pytest.raises(ValueError, match=message):
@@ -88,6 +94,8 @@ def test_a_kind_name_no_route_could_name_is_refused(kind):
 
 def test_durations_are_taken_for_lease_and_backoff():
     reg = Registry()
+    reg.task("least", lease="150ms", rate="1/1ms")(_run)
+    assert (reg.get("least").lease, reg.get("least").rate) == (0.15, (1, 0.001))
     reg.task("k", lease="5m", backoff="1m,5m")(_run)
     reg.task("j", lease=30, backoff=("1s", 60))(_run)
     assert (reg.get("k").lease, reg.get("k").backoff) == (300.0, (60.0, 300.0))

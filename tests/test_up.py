@@ -11,6 +11,7 @@ import sys
 import httpx
 import pytest
 
+from conftest import server_running
 from servers import Process, free_port
 from waiting import eventually
 
@@ -67,3 +68,17 @@ async def test_up_runs_everything_and_keeps_state_across_restarts(data_dir):
             assert (await client.get(job_url)).json()["status"] == "completed"
     finally:
         assert await again.stop(timeout=15) == 0, again.log
+
+
+async def test_up_runs_on_a_data_folder_whose_path_has_a_space(data_dir):
+    # pg_ctl hands the socket folder to a shell unquoted: it is put where no space is
+    spaced = os.path.join(data_dir, "my data")
+    proc = await up_process(spaced, free_port()).start(ready=r"jobfeed is up: (http://\S+/)")
+    try:
+        async with httpx.AsyncClient(base_url=proc.match.group(1), timeout=10) as client:
+            assert (await client.get("/readyz")).status_code == 200
+        assert server_running(spaced)
+    finally:
+        code = await proc.stop(timeout=15)
+    assert code == 0, proc.log
+    assert not server_running(spaced), "the server is let go as jobfeed stops"

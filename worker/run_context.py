@@ -12,6 +12,7 @@ from typing import Any
 
 from .queue import Job
 from .retrying import RETRYABLE
+from .settings import MIN_LEASE
 from .tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient, WaitFor
 
 log = logging.getLogger("jobfeed.worker")
@@ -135,7 +136,8 @@ class Running:
 
     @property
     def renew_every(self) -> float:
-        return max(self.ctx.lease / 3, 0.05)
+        # a third of the lease, no more often than a third of the shortest one
+        return max(self.ctx.lease, MIN_LEASE) / 3
 
     def stop(self, reason: str) -> bool:
         """Cancel the handler (never the write of its outcome); True if this did."""

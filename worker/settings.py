@@ -28,18 +28,33 @@ class SettingError(ValueError):
 # The longest duration anything takes (seconds, about 31 years): further than
 # any schedule, lease or retention needs, and well inside what a date can hold.
 MAX_DURATION = 10**9
+# The shortest duration kept in the database (a kind's options and rate period,
+# JOBFEED_BACKOFF, JOBFEED_RETENTION): an interval holds whole microseconds, so
+# a shorter one could round to none; nothing a worker times is shorter.
+MIN_DURATION = 0.001
+# The shortest lease: the heartbeat renews a lease every third of it, but no
+# more often than every MIN_LEASE / 3 (worker/run_context.py); a shorter lease
+# would lapse between renewals and its job be taken from a healthy worker.
+MIN_LEASE = 0.15
 
 
-def parse_duration(text: str, name: str = "duration", *, zero: bool = False,
+def too_short(name: str, text: object, least: float) -> SettingError:
+    return SettingError(f"{name}: {str(text)[:64]!r} is shorter than the least allowed, {least * 1000:g}ms")
+
+
+def parse_duration(text: str, name: str = "duration", *, zero: bool = False, least: float = 0.0,
                    most: float | None = MAX_DURATION) -> float:
-    """'500ms', '30s', '5m', '1h', '7d' -> seconds; zero only when allowed, at
-    most `most` (None: no bound, for a caller that clamps)."""
+    """'500ms', '30s', '5m', '1h', '7d' -> seconds; zero only when allowed,
+    otherwise at least `least`; at most `most` (None: no bound, for a caller
+    that clamps)."""
     match = _DURATION.match(str(text))
     if not match:
         raise SettingError(f"{name}: {str(text)[:64]!r} is not a duration (write e.g. 500ms, 30s, 5m, 1h, 7d)")
     seconds = float(match.group(1)) * _UNITS[match.group(2)]
     if seconds <= 0 and not zero:
         raise SettingError(f"{name}: {text!r} must be longer than zero")
+    if 0 < seconds < least:
+        raise too_short(name, text, least)
     if most is not None and seconds > most:
         raise SettingError(f"{name}: {str(text)[:64]!r} is longer than the most allowed, {most:,.0f}s")
     return seconds
@@ -55,7 +70,8 @@ def parse_list(text: str, name: str, example: str) -> list[str]:
 
 
 def parse_durations(text: str, name: str) -> tuple[float, ...]:
-    return tuple(parse_duration(p, name) for p in parse_list(text, name, "1m,5m,15m,60m"))
+    """Delays kept in the database (a backoff): each at least MIN_DURATION."""
+    return tuple(parse_duration(p, name, least=MIN_DURATION) for p in parse_list(text, name, "1m,5m,15m,60m"))
 
 
 # A host name's labels (RFC 1123; "_" too, as in some container names).
@@ -272,11 +288,12 @@ class Settings:
         if env.get("JOBFEED_BACKOFF"):
             values["backoff"] = parse_durations(env["JOBFEED_BACKOFF"], "JOBFEED_BACKOFF")
         if env.get("JOBFEED_LEASE"):
-            values["lease"] = parse_duration(env["JOBFEED_LEASE"], "JOBFEED_LEASE")
+            values["lease"] = parse_duration(env["JOBFEED_LEASE"], "JOBFEED_LEASE", least=MIN_LEASE)
         if env.get("JOBFEED_MAX_ATTEMPTS"):
             values["max_attempts"] = parse_positive_int(env["JOBFEED_MAX_ATTEMPTS"], "JOBFEED_MAX_ATTEMPTS")
         if env.get("JOBFEED_RETENTION"):
-            values["retention"] = parse_duration(env["JOBFEED_RETENTION"], "JOBFEED_RETENTION")
+            values["retention"] = parse_duration(env["JOBFEED_RETENTION"], "JOBFEED_RETENTION",
+                                                 least=MIN_DURATION)
         if env.get("JOBFEED_TASKS"):
             values["tasks"] = tuple(m.strip() for m in env["JOBFEED_TASKS"].split(",") if m.strip())
         values["max_payload"] = max_payload_from_env(env)

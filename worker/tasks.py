@@ -23,7 +23,8 @@ from .queue import Job  # noqa: F401  (handlers import it from here)
 from .limits import INT_MAX
 from .retrying import retrying
 from .schedules import Periodic, periodic
-from .settings import MAX_DURATION, SettingError, Settings, parse_duration, parse_durations
+from .settings import (MAX_DURATION, MIN_DURATION, MIN_LEASE, SettingError, Settings, parse_duration,
+                       parse_durations, too_short)
 
 
 class JobError(Exception):
@@ -103,6 +104,8 @@ def parse_rate(text: str, name: str = "rate") -> tuple[int, float]:
         raise ValueError(f"{name}: {text!r} is not a rate (write e.g. 100/1m, 5/1s)") from None
     if not 1 <= n <= INT_MAX:
         raise ValueError(f"{name}: {text!r} needs from 1 to {INT_MAX} starts per period")
+    if seconds < MIN_DURATION:  # the kinds table's interval would round it to none
+        raise too_short(f"{name} period", period, MIN_DURATION)
     return n, seconds
 
 
@@ -240,7 +243,8 @@ def _check_retries(kind: object, max_attempts: object, lease: object, backoff: S
         raise ValueError(f"@task({kind!r}): max_attempts must be a whole number from 1 to {INT_MAX}")
     if not (isinstance(jitter, (int, float)) and not isinstance(jitter, bool) and 0 <= jitter <= 1):
         raise ValueError(f"@task({kind!r}): jitter must be a number from 0 to 1")
-    seconds = None if lease is None else _seconds(lease, f"@task({kind!r}) lease")
+    # at least what the heartbeat renews in time
+    seconds = None if lease is None else _seconds(lease, f"@task({kind!r}) lease", least=MIN_LEASE)
     if seconds is not None and seconds <= 0:
         raise ValueError(f"@task({kind!r}): lease must be longer than zero")
     if backoff is None:
@@ -256,9 +260,10 @@ def _check_retries(kind: object, max_attempts: object, lease: object, backoff: S
     return seconds, delays
 
 
-def _seconds(value: object, name: str) -> float:
-    """An @task option given in seconds or as a duration ("5m"); ValueError
-    naming the option otherwise. Whether zero or less will do is the caller's."""
+def _seconds(value: object, name: str, least: float = MIN_DURATION) -> float:
+    """An @task option given in seconds or as a duration ("5m"), at least
+    `least` unless zero or less; ValueError naming the option otherwise.
+    Whether zero or less will do is the caller's."""
     if isinstance(value, str):
         seconds = parse_duration(value, name, zero=True)  # a SettingError is a ValueError
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -266,8 +271,10 @@ def _seconds(value: object, name: str) -> float:
     else:
         seconds = float(value)
     # what an interval in the kinds table holds (microseconds, up to the longest duration)
-    if not (seconds <= MAX_DURATION) or 0 < seconds < 0.001:
-        raise ValueError(f"{name}: {value!r} must be from 1 ms to {MAX_DURATION:,} seconds")
+    if not (seconds <= MAX_DURATION):
+        raise ValueError(f"{name}: {value!r} must be from {least * 1000:g} ms to {MAX_DURATION:,} seconds")
+    if 0 < seconds < least:
+        raise too_short(name, value, least)
     return seconds
 
 
