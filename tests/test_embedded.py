@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from conftest import JOBFEED, server_running
-from jobfeed.worker import db
+from jobfeed.worker import embedded
 from servers import free_port
 
 pytestmark = pytest.mark.full  # starts its own PostgreSQL
@@ -133,7 +133,7 @@ def _as_it_is(path: Path) -> list[tuple]:
     return [(str(p), p.stat().st_mode, p.stat().st_uid, p.read_bytes() if p.is_file() else None) for p in found]
 
 
-MAJOR = db._embedded_major()
+MAJOR = embedded._embedded_major()
 
 
 @pytest.mark.parametrize("name, make, why", [
