@@ -305,4 +305,9 @@ PASS_EDITS: list[Edit] = [
          ', "jobfeed.sql", "jobfeed.sql.functions",\n            "jobfeed.sql.migrations", "jobfeed.static", "jobfeed.static.js"]',
          ']',
          ("tests/test_wheel.py",), "the wheel's data folders are named packages: setuptools builds it without a warning"),
+    # ------------------------------------------------------------ the web UI's findings (fixC)
+    Edit("signin-leaves-focus-on-the-form", "static/js/admin-session.js",
+         '  $("counts-heading").focus();\n', "",
+         ("tests/test_browser_admin.py::test_admin_filters_by_state_and_opens_a_linked_job",),
+         "after signing in, the focus moves into the dashboard"),
 ]

@@ -98,6 +98,9 @@ async def test_admin_filters_by_state_and_opens_a_linked_job(api, new_page, http
     await page.goto(f"/admin#job={ids['filter-b']}")
     await page.fill("#token", ADMIN_TOKEN)
     await page.press("#token", "Enter")
+    # the focus was on the form, now hidden: the dashboard's first heading takes it
+    await expect(page.locator("#counts-heading")).to_be_focused()
+    assert await page.evaluate("document.getElementById('dashboard').contains(document.activeElement)")
     await expect(page.locator("#detail-heading")).to_have_text("demo: filter-b")
     await expect(page.locator("#detail .badge")).to_have_text("canceled")
     await expect(page.locator("#retry")).to_be_enabled()
