@@ -310,4 +310,8 @@ PASS_EDITS: list[Edit] = [
          '  $("counts-heading").focus();\n', "",
          ("tests/test_browser_admin.py::test_admin_filters_by_state_and_opens_a_linked_job",),
          "after signing in, the focus moves into the dashboard"),
+    Edit("share-note-ignores-access-mode", "api/ui.py",
+         'job_page = _page("job.html", _with_job_access)', 'job_page = _page("job.html")',
+         ("tests/test_browser.py::test_a_private_job_is_shown_to_the_tab_that_submitted_it",),
+         "under JOBFEED_JOB_ACCESS=requesters the share panel does not offer the link to anyone"),
 ]

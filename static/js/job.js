@@ -214,7 +214,16 @@ function follow() {
   );
 }
 
+// Under JOBFEED_JOB_ACCESS=requesters (the server names the mode in a meta
+// tag) the link shows the job to its requesters only: anyone else sees "No
+// such job". The page's own text is the default mode's.
+const SHARE_NOTE = {
+  requesters: "Only the people who asked for this job can watch it: the link does not open it for anyone else.",
+};
+
 function setUpSharing() {
+  const mode = document.querySelector('meta[name="jobfeed-job-access"]')?.content;
+  if (SHARE_NOTE[mode]) $("share-note").textContent = SHARE_NOTE[mode];
   const url = jobPageUrl(jobId);
   const input = $("share-url");
   input.value = url;
