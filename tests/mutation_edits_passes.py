@@ -314,4 +314,9 @@ PASS_EDITS: list[Edit] = [
          'job_page = _page("job.html", _with_job_access)', 'job_page = _page("job.html")',
          ("tests/test_browser.py::test_a_private_job_is_shown_to_the_tab_that_submitted_it",),
          "under JOBFEED_JOB_ACCESS=requesters the share panel does not offer the link to anyone"),
+    Edit("bulk-retry-skips-unsaid", "worker/queue_admin.py",
+         "            skipped += picked - changed\n", "",
+         ("tests/test_flow_admin.py::test_bulk_retry_over_http_says_how_many_it_skipped",
+          "tests/test_browser_admin.py::test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk"),
+         "a bulk retry says how many of the jobs it was asked about it left alone"),
 ]
