@@ -319,4 +319,8 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_flow_admin.py::test_bulk_retry_over_http_says_how_many_it_skipped",
           "tests/test_browser_admin.py::test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk"),
          "a bulk retry says how many of the jobs it was asked about it left alone"),
+    Edit("pages-live-while-database-away", "static/js/api.js",
+         "? ready.database && ready.feed !== false : null;", "? true : null;",
+         ("tests/test_browser_database.py",),
+         "the job page and the dashboard say updates are paused while the database is away"),
 ]
