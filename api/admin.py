@@ -204,7 +204,9 @@ async def _bulk(request: Request, action: str) -> Response:
     svc = services(request)
     # no body is the empty filter: 422 filter_required, not a JSON error
     where = _bulk_filter(await read_json(request, 1 << 20, if_empty={}))
-    return JSONResponse({"count": await svc.queue.bulk(action, **where)})
+    changed, skipped = await svc.queue.bulk_outcome(action, **where)
+    # "skipped" only when some were: the contract's answer is {"count": N}
+    return JSONResponse({"count": changed, "skipped": skipped} if skipped else {"count": changed})
 
 
 async def bulk_retry(request: Request) -> Response:

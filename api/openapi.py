@@ -386,7 +386,10 @@ SCHEMAS = {
                                   "error_code": {"type": "string", "description": "the job's last error code"},
                                   "ids": {"type": "array", "maxItems": 10000,
                                           "items": {"type": "string", "format": "uuid"}}}},
-    "BulkCount": {"type": "object", "properties": {"count": {"type": "integer"}}},
+    "BulkCount": {"type": "object", "properties": {
+        "count": {"type": "integer"},
+        "skipped": {"type": "integer", "description": "present when some matching jobs were left as they were: "
+                    "a retry whose target a newer unfinished job holds, or a job that changed meanwhile"}}},
     "Stats": {"type": "object", "properties": {
         "now": _TIME,
         "as_of": _TIME,

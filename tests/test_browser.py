@@ -35,6 +35,7 @@ async def test_two_pages_follow_one_job_to_completion(worker, new_page):
     first = await new_page(DESKTOP)
     url = await submit(first, "video-1", '{"steps": 5, "step_ms": 400}')
     await expect(first.locator("#share-url")).to_have_value(url)
+    await expect(first.locator("#share-note")).to_have_text("Anyone with this link can watch the job.")
     await first.context.grant_permissions(["clipboard-read", "clipboard-write"])
     await first.click("#copy")
     await expect(first.locator("#copy-status")).to_have_text("Link copied.")
@@ -136,9 +137,11 @@ async def test_submit_form_works_with_the_keyboard_only(api, new_page):
 async def test_a_private_job_is_shown_to_the_tab_that_submitted_it(api, worker, new_page):
     """Under JOBFEED_JOB_ACCESS=requesters the job page presents its tab's
     request id; it did not, so the submitter saw "No such job" for their own
-    job. Someone else with the link still does."""
+    job. Someone else with the link still does, and the share panel says so
+    (it said anyone with the link could watch)."""
     page = await new_page()
     url = await submit(page, "private-1", '{"steps": 3, "step_ms": 20}')
+    await expect(page.locator("#share-note")).to_contain_text("does not open it for anyone else")
     await expect_completed(page, 3)
     stranger = await new_page()
     await stranger.goto(url)

@@ -98,6 +98,9 @@ async def test_admin_filters_by_state_and_opens_a_linked_job(api, new_page, http
     await page.goto(f"/admin#job={ids['filter-b']}")
     await page.fill("#token", ADMIN_TOKEN)
     await page.press("#token", "Enter")
+    # the focus was on the form, now hidden: the dashboard's first heading takes it
+    await expect(page.locator("#counts-heading")).to_be_focused()
+    assert await page.evaluate("document.getElementById('dashboard').contains(document.activeElement)")
     await expect(page.locator("#detail-heading")).to_have_text("demo: filter-b")
     await expect(page.locator("#detail .badge")).to_have_text("canceled")
     await expect(page.locator("#retry")).to_be_enabled()
@@ -287,6 +290,18 @@ async def test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk(api, new_p
     await expect(page.locator("#bulk-message")).to_have_text("Canceled 3 jobs.")
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 3
     await expect(page.locator("#jobs tbody tr")).to_have_count(0)
+
+    # A new job holds bulk-0's target: retrying the canceled ones leaves that one
+    # alone, and the answer says so (it said "Retried 2 jobs" after asking about 3).
+    assert (await http.post("/api/jobs", json={"kind": "demo", "target": "bulk-0"})).status_code == 201
+    await page.select_option("#filter-state", "canceled")
+    await expect(page.locator('#counts td[data-state="canceled"]')).to_have_text("3")  # the counts asked are these
+    await page.click("#bulk-retry")
+    await expect(page.locator("#bulk-question")).to_contain_text("Retry 3 jobs (demo, canceled)? Any whose target")
+    await page.click("#bulk-yes")
+    await expect(page.locator("#bulk-message")).to_have_text(
+        "Retried 2 jobs; skipped 1 (a newer unfinished job holds the target, or the job changed meanwhile).")
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'canceled'") == 1
 
 
 async def test_admin_detail_links_a_child_and_its_parent_both_ways(api, new_page, http, pool):

@@ -108,6 +108,19 @@ async def test_bulk_retry_skips_a_target_held_again(queue, pool):
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", old) == "failed"
 
 
+async def test_bulk_retry_over_http_says_how_many_it_skipped(client, queue, pool):
+    """The dashboard confirmed every failed job and then reported fewer retried,
+    with no word of the rest: the answer counts the jobs the retry left alone."""
+    held, free = await plant(pool, 2, "failed", code="x")
+    target = await pool.fetchval("select target from jobfeed.jobs where id = $1", held)
+    await queue.submit("demo", target)
+    r = await client.post("/api/admin/jobs/retry", json={"ids": [str(held), str(free)]}, headers=BEARER)
+    assert r.status_code == 200 and r.json() == {"count": 1, "skipped": 1}
+    # nothing left to retry but the held one: still skipped, and said so again
+    r = await client.post("/api/admin/jobs/retry", json={"state": "failed"}, headers=BEARER)
+    assert r.json() == {"count": 0, "skipped": 1}
+
+
 async def test_bulk_cancel_queued_and_running(client, queue, pool):
     ids = await plant(pool, 5, "queued")
     await plant(pool, 2, "completed")

@@ -52,16 +52,27 @@ class AdminCalls(QueueCalls):
         """Retry or cancel ("retry" | "cancel") every job matching the filter, in
         batches of `batch` jobs, one transaction each; answers how many changed.
         QueueError filter_required when the filter is empty. Safe to repeat."""
+        changed, _skipped = await self.bulk_outcome(action, state=state, kind=kind, error_code=error_code,
+                                                    ids=ids, batch=batch)
+        return changed
+
+    async def bulk_outcome(self, action: str, *, state: str | None = None, kind: str | None = None,
+                           error_code: str | None = None, ids: Sequence[uuid.UUID] | None = None,
+                           batch: int = 500) -> tuple[int, int]:
+        """As bulk, answering (changed, skipped): the jobs the filter matched
+        that the SQL left as they were (a retry whose target an unfinished job
+        holds again, or a job that changed meanwhile)."""
         if action not in ("retry", "cancel"):
             raise ValueError(f"unknown bulk action {action!r}")
         ids = None if ids is None else list(ids)
-        total, after = 0, None
+        total, skipped, after = 0, 0, None
         while True:
             rows = await self._fetch(f"bulk_{action}", state, kind, error_code, ids, after, batch)
             changed, picked, after = rows[0]
             total += changed
+            skipped += picked - changed
             if picked < batch:
-                return total
+                return total, skipped
 
     # -- periodic jobs (worker/schedules.py)
     async def register_schedule(self, kind: str, schedule: str | None, timezone: str, every: float | None) -> None:

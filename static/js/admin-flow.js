@@ -67,6 +67,12 @@ function filter() {
 }
 
 const ACTS_ON = { retry: ["failed", "canceled"], cancel: ["queued", "running", "waiting"] };
+// The counts include jobs a retry leaves alone (the SQL's rule, applied as it
+// runs): the question says so, and the answer's "skipped" says how many.
+const SKIPS = "Any whose target a newer unfinished job holds is skipped.";
+const SKIPPED_WHY = "a newer unfinished job holds the target, or the job changed meanwhile";
+
+const nJobs = (n) => `${n} job${n === 1 ? "" : "s"}`;
 let asked = null; // the action and filter awaiting confirmation
 
 async function ask(action) {
@@ -92,7 +98,8 @@ async function ask(action) {
   }
   asked = { action, f };
   const what = [f.kind, f.state].filter(Boolean).join(", ");
-  $("bulk-question").textContent = `${action === "retry" ? "Retry" : "Cancel"} ${n} job${n === 1 ? "" : "s"} (${what})?`;
+  $("bulk-question").textContent = `${action === "retry" ? "Retry" : "Cancel"} ${nJobs(n)} (${what})?`
+    + (action === "retry" ? ` ${SKIPS}` : "");
   $("bulk-confirm").hidden = false;
   $("bulk-yes").focus();
 }
@@ -103,7 +110,8 @@ async function confirm() {
   $("bulk-confirm").hidden = true;
   try {
     const { data } = await adminApi(`/api/admin/jobs/${action}`, { method: "POST", body: f });
-    showNote($("bulk-message"), `${action === "retry" ? "Retried" : "Canceled"} ${data.count} job${data.count === 1 ? "" : "s"}.`);
+    const skipped = data.skipped ? `; skipped ${data.skipped} (${SKIPPED_WHY})` : "";
+    showNote($("bulk-message"), `${action === "retry" ? "Retried" : "Canceled"} ${nJobs(data.count)}${skipped}.`);
   } catch (err) {
     showError($("bulk-message"), err);
   }

@@ -6,27 +6,48 @@ import { $, adminApi, soon } from "./admin-shared.js";
 import { jobs, loadJobs, matchesFilters, remember, renderJobs } from "./admin-list.js";
 import { loadDetail, selectedJobId } from "./admin-detail.js";
 import { loadStats } from "./admin-stats.js";
-import { url } from "./api.js";
+import { DATABASE_PAUSED, url, watchDatabase } from "./api.js";
 
 const RETRY_MS = 3000;
+const CONNECTION = {
+  live: "Live: changes appear as they happen.",
+  reconnecting: "Connection lost: reconnecting…",
+};
 
 let source = null;
+let stream = "reconnecting"; // the event stream's state
+let databaseUp = true;
+let stopWatching = null; // watching the database, from the stream's first open to signing out
 
 export function disconnectEvents() {
   if (source) source.close();
   source = null;
+  if (stopWatching) stopWatching();
+  stopWatching = null;
+  databaseUp = true;
 }
 
-function setConnection(state, text) {
+function setConnection(state) {
+  stream = state;
   const el = $("connection");
-  el.dataset.state = state;
-  el.textContent = text;
+  el.dataset.state = databaseUp ? state : "paused";
+  el.textContent = databaseUp ? CONNECTION[state] : DATABASE_PAUSED;
+}
+
+function opened() {
+  if (!stopWatching) {
+    stopWatching = watchDatabase((up) => {
+      databaseUp = up;
+      setConnection(stream);
+    });
+  }
+  setConnection("live");
 }
 
 export function connectEvents() {
   if (source) source.close();
   source = new EventSource(url("api/admin/events"));
-  source.addEventListener("open", () => setConnection("live", "Live: changes appear as they happen."));
+  source.addEventListener("open", opened);
   // 'ready' (the subscription is live) and 'resync' (changes may have been
   // missed): re-read everything; the 'job' events that follow keep it current.
   const reread = () => {
@@ -48,12 +69,12 @@ export function connectEvents() {
   });
   source.addEventListener("error", async () => {
     if (source.readyState === EventSource.CONNECTING) {
-      setConnection("reconnecting", "Connection lost: reconnecting…");
+      setConnection("reconnecting");
       return;
     }
     // Refused (e.g. the session expired): adminApi shows the sign-in on a 401.
     source.close();
-    setConnection("reconnecting", "Connection lost: reconnecting…");
+    setConnection("reconnecting");
     try {
       await adminApi("/api/admin/stats");
     } catch (err) {

@@ -38,6 +38,9 @@ async function signIn(event) {
   $("token").value = "";
   $("signin").hidden = true;
   startDashboard();
+  // The form that had the focus is hidden: the dashboard's first heading takes
+  // it, so keyboard and screen reader users start where the new view does.
+  $("counts-heading").focus();
 }
 
 function startDashboard() {

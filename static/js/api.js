@@ -4,7 +4,49 @@
 // The JSON calls and URLs come from the public module; paths like
 // "/api/kinds" resolve under wherever jobfeed is mounted.
 export { ApiError, TERMINAL, request as api, url } from "./jobfeed.js";
-import { ApiError } from "./jobfeed.js";
+import { ApiError, url } from "./jobfeed.js";
+
+// While the API cannot reach its database, its event streams stay open (their
+// heartbeats go on) and carry nothing, so "Live" would be untrue: a page that
+// shows it asks /readyz every few seconds whether the database and the live
+// feed are up. The stream's own events stay as they are.
+export const DATABASE_PAUSED = "Database unreachable: updates are paused.";
+const READY_EVERY_MS = 5000;
+
+// watchDatabase(onChange) -> stop(). onChange(false) once /readyz says the
+// database (or the feed's connection to it) is down, onChange(true) once both
+// are back. One request at a time, only while the page is seen; an answer
+// that says neither (no answer: the stream reports a lost API itself)
+// changes nothing.
+export function watchDatabase(onChange) {
+  let up = true;
+  let timer = null;
+  let stopped = false;
+  const check = async () => {
+    const now = document.hidden ? null : await databaseUp();
+    if (stopped) return;
+    if (now !== null && now !== up) {
+      up = now;
+      onChange(up);
+    }
+    timer = setTimeout(check, READY_EVERY_MS);
+  };
+  timer = setTimeout(check, READY_EVERY_MS);
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
+
+async function databaseUp() {
+  try {
+    const response = await fetch(url("readyz"), { headers: { Accept: "application/json" }, cache: "no-store" });
+    const ready = await response.json();
+    return typeof ready.database === "boolean" ? ready.database && ready.feed !== false : null;
+  } catch {
+    return null;
+  }
+}
 
 // Show an error in a region (role="alert" in the page): what went wrong in
 // words, then the status and code for anyone reporting it.

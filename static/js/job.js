@@ -2,7 +2,7 @@
 // followJob (SSE, reconnects, final status) and draws it. The status shown is
 // always the server's word.
 
-import { prettyJson, timeEl } from "./api.js";
+import { DATABASE_PAUSED, prettyJson, timeEl, watchDatabase } from "./api.js";
 import { followJob, jobPageUrl, url } from "./jobfeed.js";
 
 const jobId = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop());
@@ -198,12 +198,32 @@ const CONNECTION = {
   reconnecting: "Connection lost: reconnecting…",
 };
 
+let stream = "connecting"; // the event stream's state, as followJob reports it
+let databaseUp = true;
+let stopWatching = null; // watching the database, from the stream's first "live" to the job's end
+
+function showConnection() {
+  if (databaseUp) setConnection(stream, CONNECTION[stream]);
+  else setConnection("paused", DATABASE_PAUSED);
+}
+
 function follow() {
   const following = followJob(jobId, {
     requestId, // a private job (JOBFEED_JOB_ACCESS=requesters) is shown to its requesters only
     onUpdate: render,
     onConnection: (state) => {
-      if (state !== "ended") setConnection(state, CONNECTION[state]);
+      if (state === "ended") {
+        if (stopWatching) stopWatching();
+        return;
+      }
+      stream = state;
+      if (state === "live" && !stopWatching) {
+        stopWatching = watchDatabase((up) => {
+          databaseUp = up;
+          showConnection();
+        });
+      }
+      showConnection();
     },
   });
   following.done.then(
@@ -214,7 +234,16 @@ function follow() {
   );
 }
 
+// Under JOBFEED_JOB_ACCESS=requesters (the server names the mode in a meta
+// tag) the link shows the job to its requesters only: anyone else sees "No
+// such job". The page's own text is the default mode's.
+const SHARE_NOTE = {
+  requesters: "Only the people who asked for this job can watch it: the link does not open it for anyone else.",
+};
+
 function setUpSharing() {
+  const mode = document.querySelector('meta[name="jobfeed-job-access"]')?.content;
+  if (SHARE_NOTE[mode]) $("share-note").textContent = SHARE_NOTE[mode];
   const url = jobPageUrl(jobId);
   const input = $("share-url");
   input.value = url;
