@@ -66,6 +66,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/requests/{request_id}", jobs.leave_request, methods=["DELETE"]),
         Route("/api/requests/{request_id}/leave", jobs.leave_request, methods=["POST"]),
         Route("/api/kinds", jobs.list_kinds, methods=["GET"]),
+        Route("/api/live", health.live, methods=["GET"]),
         Route("/api/admin/jobs", admin.list_jobs, methods=["GET"]),
         _PathFirst("/api/admin/jobs/retry", admin.bulk_retry, methods=["POST"]),
         _PathFirst("/api/admin/jobs/cancel", admin.bulk_cancel, methods=["POST"]),

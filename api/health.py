@@ -23,6 +23,14 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+async def live(request: Request) -> Response:
+    """Whether this process's live feed is connected to the database: while it
+    is not, event streams stay open and carry nothing. Answered from memory,
+    without the database: every open job page and dashboard asks it every few
+    seconds (static/js/api.js)."""
+    return JSONResponse({"live": services(request).feed.connected})
+
+
 async def readyz(request: Request) -> Response:
     """Ready when the database answers and its schema fits this code: the version
     it needs or a newer compatible one, so a newer release migrating the

@@ -258,6 +258,12 @@ OPERATIONS: dict[tuple[str, str], dict] = {
     ("DELETE", "/api/admin/session"): {
         "summary": "Sign out: revoke the session (in every API process) and clear its cookie",
         "responses": {"204": {"description": "signed out"}, **_CSRF}},
+    ("GET", "/api/live"): {
+        "summary": "Whether this process's live feed is connected (event streams carry changes)",
+        "description": "Answered from memory, never from the database: the pages ask it every few seconds.",
+        "responses": {"200": _json({"type": "object", "required": ["live"],
+                                    "properties": {"live": {"type": "boolean"}}},
+                                   "live: false while the feed's connection to the database is down")}},
     ("GET", "/healthz"): {
         "summary": "Liveness", "responses": {"200": _json({"type": "object"}, "the process answers")}},
     ("GET", "/readyz"): {

@@ -35,6 +35,10 @@ async def test_a_lost_database_answers_503_and_the_api_recovers(dsn, tmp_path, o
                 assert r.json()["error"]["code"] == "database_unavailable"
                 assert r.headers["retry-after"] == "1"
             assert (await client.get("/readyz")).status_code == 503
+
+            async def feed_is(live: bool) -> bool:
+                return (await client.get("/api/live")).json() == {"live": live}
+            await eventually(lambda: feed_is(False), timeout=10, what="api/live to say the feed is down")
             # the process's own metrics are what an operator needs now (before: a 503 too)
             scraped = await client.get("/metrics")
             assert scraped.status_code == 200 and "jobfeed_http_requests_total{" in scraped.text, scraped.text[:300]
@@ -46,6 +50,7 @@ async def test_a_lost_database_answers_503_and_the_api_recovers(dsn, tmp_path, o
             async def served() -> bool:
                 return (await client.get(unknown)).status_code == 404
             await eventually(served, timeout=10, what="the API serves again")
+            await eventually(lambda: feed_is(True), timeout=10, what="api/live to say the feed is back")
             assert (await client.post("/api/jobs", json={"kind": "demo", "target": "t"})).status_code == 201
     finally:
         await relay.shut()

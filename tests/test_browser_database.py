@@ -43,7 +43,7 @@ async def test_the_job_page_says_updates_pause_while_the_database_is_away(relay,
     page = await new_page(DESKTOP)
     asked: list[str] = []
     page.on("request", lambda request: asked.append(request.url)
-            if urlsplit(request.url).path.endswith("/readyz") else None)
+            if urlsplit(request.url).path.endswith("/api/live") else None)
     await page.goto(f"/jobs/{job_id}")
     connection = page.locator("#connection")
     await expect(connection).to_have_text("Live: updates appear as they happen.")

@@ -8,14 +8,13 @@ import { ApiError, url } from "./jobfeed.js";
 
 // While the API cannot reach its database, its event streams stay open (their
 // heartbeats go on) and carry nothing, so "Live" would be untrue: a page that
-// shows it asks /readyz every few seconds whether the database and the live
-// feed are up. The stream's own events stay as they are.
+// shows it asks api/live every few seconds whether the API's live feed is
+// connected (answered from memory). The stream's own events stay as they are.
 export const DATABASE_PAUSED = "Database unreachable: updates are paused.";
 const READY_EVERY_MS = 5000;
 
-// watchDatabase(onChange) -> stop(). onChange(false) once /readyz says the
-// database (or the feed's connection to it) is down, onChange(true) once both
-// are back. One request at a time, only while the page is seen; an answer
+// watchDatabase(onChange) -> stop(). onChange(false) once api/live says the
+// feed's connection to the database is down, onChange(true) once it is back. One request at a time, only while the page is seen; an answer
 // that says neither (no answer: the stream reports a lost API itself)
 // changes nothing.
 export function watchDatabase(onChange) {
@@ -40,9 +39,9 @@ export function watchDatabase(onChange) {
 
 async function databaseUp() {
   try {
-    const response = await fetch(url("readyz"), { headers: { Accept: "application/json" }, cache: "no-store" });
-    const ready = await response.json();
-    return typeof ready.database === "boolean" ? ready.database && ready.feed !== false : null;
+    const response = await fetch(url("api/live"), { headers: { Accept: "application/json" }, cache: "no-store" });
+    const { live } = await response.json();
+    return typeof live === "boolean" ? live : null;
   } catch {
     return null;
   }
