@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from jobfeed import task
+from jobfeed.worker.tasks import Registry, registry
 from jobfeed.api.app import create_app
 from jobfeed.api.headers import HEADERS
 from servers import ADMIN_TOKEN, asgi_client, make_settings, serve
@@ -181,12 +181,21 @@ def _raises(payload: dict) -> None:
     raise RAISED[payload["raise"]]("from validate()")
 
 
-@task("hook_raises", validate=_raises)
 async def hook_raises(job, ctx):
     return None
 
 
-async def test_a_validate_that_raises_anything_answers_a_json_500_with_the_headers(dsn, pool):
+@pytest.fixture
+def hook_raises_kind(monkeypatch):
+    """The kind, known to this process for this test only: left in the
+    registry, it made the schemathesis test's server (tests/test_security_schema.py,
+    same process) answer 500 to its fuzzed submissions."""
+    own = Registry()
+    own.task("hook_raises", validate=_raises)(hook_raises)
+    monkeypatch.setitem(registry._specs, "hook_raises", own.get("hook_raises"))
+
+
+async def test_a_validate_that_raises_anything_answers_a_json_500_with_the_headers(dsn, pool, hook_raises_kind):
     """A real server: past the app's handler for Exception, uvicorn answered a
     SystemExit, KeyboardInterrupt or other BaseException from a kind's validate()
     with a bare text 500, and even a RuntimeError's JSON 500 lacked the
