@@ -7,6 +7,7 @@ once rather than holding its job until the lease ends."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import subprocess
 import time
@@ -32,7 +33,7 @@ def spec(kind: str, handler, timeout: float | None = None) -> TaskSpec:
     return TaskSpec(kind, handler, max_attempts=3, lease=5.0, backoff=(60.0,), jitter=0.0, timeout=timeout)
 
 
-def swallowing(entered: asyncio.Event, released: asyncio.Event):
+def swallowing(entered: asyncio.Event, released: asyncio.Event, canceled: asyncio.Event | None = None):
     """A handler that catches every CancelledError until the test releases it."""
     async def handler(job, ctx: Context):
         entered.set()
@@ -40,7 +41,8 @@ def swallowing(entered: asyncio.Event, released: asyncio.Event):
             try:
                 await asyncio.sleep(0.02)
             except asyncio.CancelledError:
-                pass
+                if canceled is not None:
+                    canceled.set()
         return {"late": True}
     return handler
 
@@ -72,16 +74,24 @@ async def test_a_canceled_job_whose_handler_goes_on_frees_its_slot(queue, pool, 
     assert (view["state"], view["result"]) == ("canceled", None)  # its late return dropped
 
 
-async def test_shutdown_releases_a_job_whose_handler_ignores_it(queue, pool, dsn):
+@pytest.mark.parametrize("lease", [5.0, 0.3])
+async def test_shutdown_releases_a_job_whose_handler_ignores_it(queue, pool, dsn, lease):
+    """Also with a lease shorter than the wait for the handler: its lease is
+    renewed until the release is written (before: it lapsed, and the attempt
+    ended lease_expired, counted)."""
     entered, released = asyncio.Event(), asyncio.Event()
-    s = spec("stubborn", swallowing(entered, released))
+    s = dataclasses.replace(spec("stubborn", swallowing(entered, released)), lease=lease)
     await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease, backoff=s.backoff, jitter=0.0)
-    runner = Runner(queue, dsn, [s], poll_interval=0.2, grace=0.2, cancel_wait=CANCEL_WAIT)
+    runner = Runner(queue, dsn, [s], poll_interval=0.2, grace=0.2,
+                    cancel_wait=CANCEL_WAIT if lease > 1 else lease * 3)  # a wait longer than the lease
     running = asyncio.create_task(runner.run())
     try:
         job_id = (await queue.submit("stubborn", "x")).id
         await asyncio.wait_for(entered.wait(), 5)
         runner.stop()
+        while not running.done():  # another worker finds the job held until it is released
+            assert await queue.claim(["stubborn"], 1, "other-worker") == []
+            await asyncio.sleep(0.05)
         await asyncio.wait_for(running, 10)  # before: waited on the handler for ever
         row = await pool.fetchrow("select state::text, attempts, last_error_code from jobfeed.jobs where id = $1",
                                   job_id)
@@ -111,6 +121,47 @@ async def test_a_handler_that_ignores_its_timeout_is_given_up_on(queue, pool, ru
     await none_left(runner)
     log = (await queue.admin_get_job(job_id))["attempts_log"]
     assert [(a["outcome"], a["error"]["code"]) for a in log] == [("transient", "timeout")]  # nothing more
+
+
+async def test_a_worker_stopping_after_a_runs_timeout_writes_the_timeout(queue, pool, dsn):
+    """The timeout canceled the run, the handler ignored it, and the worker
+    was told to stop before it gave up: before, the stop's release was written,
+    and the attempt, not counted, never used up its attempts."""
+    entered, released, canceled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    s = spec("stubborn", swallowing(entered, released, canceled), timeout=0.2)
+    await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease, backoff=s.backoff, jitter=0.0)
+    runner = Runner(queue, dsn, [s], poll_interval=0.2, grace=0.0, cancel_wait=1.0)
+    running = asyncio.create_task(runner.run())
+    try:
+        job_id = (await queue.submit("stubborn", "x")).id
+        await asyncio.wait_for(canceled.wait(), 5)  # the timeout's cancel, ignored
+        runner.stop()
+        await asyncio.wait_for(running, 10)
+        row = await pool.fetchrow("select state::text, attempts, last_error_code from jobfeed.jobs where id = $1",
+                                  job_id)
+        assert dict(row) == {"state": "queued", "attempts": 1, "last_error_code": "timeout"}
+    finally:
+        released.set()
+        runner.stop()
+        await asyncio.wait_for(running, 10)
+    await none_left(runner)
+
+
+async def test_a_run_again_after_wait_for_nothing_has_a_timeout_of_its_own(queue, pool, run):
+    """wait_for([]) runs the handler again at once, in the attempt, with its
+    own timeout: before, the give-up counted from the first run's start and
+    ended two runs that each kept to their timeout as timed out."""
+    async def twice(job, ctx):
+        await asyncio.sleep(1.0)  # each run within its 1.5 s, both together past 1.5 s + CANCEL_WAIT
+        if job.children is None:
+            return ctx.wait_for([])
+        return {"children": job.children}
+
+    runner = await run(spec("twice", twice, timeout=1.5), cancel_wait=CANCEL_WAIT)
+    job_id = (await queue.submit("twice", "x")).id
+    await wait_state(pool, job_id, "completed", timeout=10)
+    assert (await queue.admin_get_job(job_id))["result"] == {"children": []}
+    assert not runner._stuck
 
 
 @pytest.mark.parametrize("raised", ["own-cancel", "generator-exit", "base-exception"])

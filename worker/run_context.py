@@ -133,6 +133,16 @@ class Running:
     abandoned: bool = False         # the runner gave up on the handler and wrote its outcome for it
     ended: bool = False             # the attempt left the runner's books
     timer: asyncio.TimerHandle | None = None  # gives up past the kind's timeout
+    deadline: float | None = None   # monotonic time the run's timeout ends (a kind with one)
+
+    @property
+    def renewing(self) -> bool:
+        """The heartbeat renews its lease: until its outcome is being written,
+        also while a stopping worker waits for the handler to end (a lease
+        lapsing then would count an attempt the release must not), never once
+        the lease is lost."""
+        return (self.ctx.heartbeat and not self.recording and not self.abandoned
+                and self.stop_reason in (None, "shutdown", "budget"))
 
     @property
     def renew_every(self) -> float:

@@ -275,9 +275,7 @@ class Runner:
         # settings in the database are the last registering worker's).
         entry = Running(RunContext(self.queue, job, job.lease or lease_of(spec)), started=time.monotonic())
         entry.renew_at = entry.started + entry.renew_every
-        if spec.timeout is not None:  # a handler that ignores the timeout's cancel is given up on
-            entry.timer = asyncio.get_running_loop().call_later(spec.timeout + self.cancel_wait, self._give_up,
-                                                                key, entry, "timeout")
+        self._arm_timeout(key, entry, spec)
         self._running[key] = entry
         self._beat.set()
         self.claimed_count += 1
@@ -304,29 +302,41 @@ class Runner:
         with tracing.span(f"jobfeed run {job.kind}", parent=traceparent, attributes=attributes):
             await self._run_attempt(key, entry, spec)
 
+    def _arm_timeout(self, key: tuple[uuid.UUID, int], entry: Running, spec: TaskSpec) -> None:
+        """A run of a kind with a timeout: its deadline, and a give-up
+        cancel_wait past it for a handler that ignores the timeout's cancel."""
+        if spec.timeout is None:
+            return
+        if entry.timer is not None:
+            entry.timer.cancel()
+        entry.deadline = time.monotonic() + spec.timeout
+        entry.timer = asyncio.get_running_loop().call_later(spec.timeout + self.cancel_wait, self._give_up,
+                                                            key, entry, "timeout")
+
     async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: Running, spec: TaskSpec) -> None:
         try:
-            outcome = await self._outcome(entry, spec)
+            outcome = await self._outcome(key, entry, spec)
             if outcome is not None and not entry.abandoned:
                 await self._record(key, entry, outcome)
         finally:
             if not entry.abandoned:  # else the give-up's task ends it
                 self._end(key, entry)
 
-    async def _outcome(self, entry: Running, spec: TaskSpec) -> tuple[str, Any] | None:
+    async def _outcome(self, key: tuple[uuid.UUID, int], entry: Running, spec: TaskSpec) -> tuple[str, Any] | None:
         """The handler's run as an outcome to write; None when its completion
         went to the batch writer, or the runner gave up on it meanwhile."""
         job = entry.ctx.job
         try:
             result = await call_handler(spec, job, entry.ctx)
             if isinstance(result, WaitFor) and not result.ids:
+                self._arm_timeout(key, entry, spec)  # the run again has a timeout of its own
                 result = await run_again_with_no_children(spec, entry.ctx)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             assert task is not None  # we run in a task
             if entry.stop_reason is not None:
                 task.uncancel()
-                return stopped(entry.stop_reason, spec)
+                return self._stopped(entry, spec)
             if task.cancelling():
                 raise  # not ours: the runner itself is being torn down
             # the handler's own: a task it awaited was canceled
@@ -423,10 +433,21 @@ class Runner:
         self._stuck.add(entry.task)
         entry.task.add_done_callback(self._stuck.discard)
         spec = self.specs[job.kind]
-        task = asyncio.create_task(self._record_given_up(key, entry, stopped(entry.stop_reason, spec)),
+        task = asyncio.create_task(self._record_given_up(key, entry, self._stopped(entry, spec)),
                                    name=f"job-{job.id}-{job.generation}-given-up")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _stopped(entry: Running, spec: TaskSpec) -> tuple[str, Any]:
+        """The outcome of a run the runner stopped. A worker's stop that came
+        after the run's timeout had passed finds it timed out: released, it
+        would never use up its attempts."""
+        assert entry.stop_reason is not None
+        reason = entry.stop_reason
+        if reason in ("shutdown", "budget") and entry.deadline is not None and time.monotonic() >= entry.deadline:
+            reason = "timeout"
+        return stopped(reason, spec)
 
     async def _record_given_up(self, key: tuple[uuid.UUID, int], entry: Running, outcome: tuple[str, Any]) -> None:
         try:
@@ -466,8 +487,7 @@ class Runner:
             # After a wait that ran its course, act as of the time waited for (a
             # test's timer fires early; in production the two agree).
             now = time.monotonic() if waited_for is None else max(time.monotonic(), waited_for)
-            held = [(k, r) for k, r in self._running.items()
-                    if r.ctx.heartbeat and r.stop_reason is None and not r.recording]
+            held = [(k, r) for k, r in self._running.items() if r.renewing]
             due: dict[float, list[tuple[tuple[uuid.UUID, int], Running]]] = {}
             for key, entry in held:
                 if entry.renew_at - entry.renew_every / 2 <= now:
@@ -497,7 +517,7 @@ class Runner:
                 waited_for = None
                 continue
             error_delay = 0.05
-            next_at = min((r.renew_at for _, r in held if r.stop_reason is None), default=now + 1.0)
+            next_at = min((r.renew_at for _, r in held if r.renewing), default=now + 1.0)
             # Measured from `now`: a test's fired timer moves time on for the heartbeat.
             waited_for = None if await self._heartbeat_wait(max(next_at - now, 0.01)) else next_at
 
