@@ -258,9 +258,12 @@ def check_schedule(run_at: object = None, delay: object = None, priority: object
     elif delay is not None:
         seconds = duration_field(delay, "delay", "invalid_delay", zero=True)
         run_after = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
-    priority = check_priority(priority)
-    if concurrency_key is not None and (not isinstance(concurrency_key, str) or not storable(concurrency_key)
-                                        or not 1 <= len(concurrency_key.encode("utf-8")) <= MAX_TARGET_BYTES):
-        raise InvalidSubmission(422, "invalid_concurrency_key",
-                                f"concurrency_key must be a string of 1 to {MAX_TARGET_BYTES} bytes")
-    return Schedule(run_after, priority, concurrency_key)
+    return Schedule(run_after, check_priority(priority), check_concurrency_key(concurrency_key))
+
+
+def check_concurrency_key(key: object) -> str | None:
+    """A submission's concurrency key: None (none) or 1 to MAX_TARGET_BYTES bytes PostgreSQL can store."""
+    if key is None or (isinstance(key, str) and storable(key) and 1 <= len(key.encode("utf-8")) <= MAX_TARGET_BYTES):
+        return key
+    raise InvalidSubmission(422, "invalid_concurrency_key",
+                            f"concurrency_key must be a string of 1 to {MAX_TARGET_BYTES} bytes")
