@@ -42,7 +42,7 @@ async def jobs(pool) -> int:
     (lambda q: q.submit("checked", "t", await_signals=["go"], signal_timeout=1e12), "invalid_request"),
     (lambda q: q.submit("checked", "t", run_after=dt.datetime.now(UTC) + dt.timedelta(days=36500)),
      "invalid_run_at"),
-    (lambda q: q.submit("checked", "t", concurrency_key=""), "invalid_input"),
+    (lambda q: q.submit("checked", "t", concurrency_key=""), "invalid_concurrency_key"),
     (lambda q: q.submit("checked", "t", priority=2**40), "invalid_priority"),
     (lambda q: q.submit("checked", "a\x00b"), "invalid_input"),
     (lambda q: q.submit("checked", "t", {"note": "a\x00b"}), "invalid_input"),
@@ -67,20 +67,45 @@ async def test_a_refused_submission_is_a_queue_error_and_writes_nothing(pool, ca
     pytest.param({"after": str(uuid.uuid4())}, "invalid_request", id="after-string"),
     pytest.param({"run_after": "2030-01-01T00:00:00Z"}, "invalid_run_at", id="run-after-string"),
     pytest.param({"run_after": dt.date(2030, 1, 1)}, "invalid_run_at", id="run-after-date"),
+    # only None is "not given": a falsy value was skipped, a dict taken as its keys
+    *(pytest.param({field: value}, "invalid_request", id=f"{field}-{value!r}")
+      for field in ("after", "await_signals") for value in ("", 0, False, {}, {"go": 1}, {"go"})),
+    *(pytest.param({"concurrency_key": key}, "invalid_concurrency_key", id=f"concurrency-key-{n}")
+      for n, key in enumerate(("", "k" * 513, 7, "a\x00", "\ud800"))),
 ])
 async def test_what_http_refuses_the_producer_refuses(pool, kw, code):
     """As POST /api/jobs answers 422: a priority that is no whole number in
-    range, a string where a list is due (not split into characters), a
-    run_after that is no datetime; in submit and submit_many alike."""
+    range, a string, a falsy value or an object where a list is due (not split
+    into characters, skipped or taken as keys), a run_after that is no
+    datetime, a concurrency key HTTP refuses; in submit and submit_many alike."""
     queue = Queue(pool, settings=Settings())
     calls = [lambda: queue.submit("checked", "t", **kw)]
-    if set(kw) <= {"priority", "run_after"}:  # what submit_many takes too
+    if set(kw) <= {"priority", "run_after", "concurrency_key"}:  # what submit_many takes too
         calls.append(lambda: queue.submit_many("checked", [("t", None)], **kw))
     for call in calls:
         with pytest.raises(QueueError) as refused:
             await call()
         assert (refused.value.code, refused.value.status) == (code, 422), refused.value
     assert await jobs(pool) == 0
+
+
+async def test_any_iterable_is_taken_where_a_list_is_due(pool):
+    """Before: a generator of items was spent by validate() and submit_many
+    submitted nothing, answering []."""
+    queue = Queue(pool, settings=Settings())
+    made = await queue.submit_many("checked", ((f"g{n}", {"n": n}) for n in range(3)))
+    assert len(made) == 3 and all(created for _, created in made)
+    assert len(await queue.submit_many("checked", map(lambda n: (f"m{n}", None), range(2)))) == 2
+    with pytest.raises(QueueError):  # the checks still see every item
+        await queue.submit_many("checked", ((t, {"n": 11}) for t in ["bad"]))
+    assert await jobs(pool) == 5
+    first = made[0][0]
+    state = "select state from jobfeed.jobs where id = $1"
+    waits = await queue.submit("checked", "w", after=(i for i in (first,)), await_signals=("go",))
+    assert await pool.fetchval(state, waits.id) == "waiting"
+    for empty in ([], ()):  # nothing to wait for: a plain submission
+        plain = await queue.submit("checked", f"e{empty!r}", after=empty, await_signals=empty)
+        assert await pool.fetchval(state, plain.id) == "queued"
 
 
 @pytest.mark.parametrize("name, data, code, status", [

@@ -11,6 +11,7 @@ import pytest
 
 from jobfeed.worker.queue import QueueError
 
+from queue_sql import register
 from request_kinds import k  # noqa: F401  (a fixture: the kinds these tests submit to)
 
 
@@ -77,6 +78,28 @@ async def test_a_submission_that_reuses_a_recent_result_is_not_capped(pool, queu
     assert refused.value.code == "too_many_jobs"
     with pytest.raises(QueueError):  # and so does a forced run of a reusable target
         await queue.submit_request_json("cached", "old", requester="cap", max_active=2, force=True)
+
+
+async def test_a_plain_item_joining_a_forced_run_of_its_batch_is_capped(pool, queue, k):
+    """dedupe="requester": items go one by one, so a plain item after a forced
+    one of the same target and requester joins its new run instead of the
+    recent result. Before: counted as a reuse, the batch passed the cap."""
+    await register(pool, "mine")
+    await pool.execute("select jobfeed.set_kind_request_policy_v2('mine', 'cancel', 'join', '10 minutes', 'requester')")
+    await queue.submit("mine", "A", requester="u")
+    (job,) = await queue.claim(["mine"], 1, "w")
+    assert await queue.complete(job.id, job.generation, {"n": 1})
+    await queue.submit_request_json("mine", "busy", requester="u", max_active=2)
+    with pytest.raises(QueueError) as refused:
+        await queue.submit_many_requests_json("mine", [("A", {"s": 30})] * 2, requesters=["u"] * 2,
+                                              notify_urls=[None] * 2, max_active=2, forces=[True, False])
+    assert refused.value.code == "too_many_jobs"
+    # the other order: the plain item goes first and reuses the result
+    rows = await queue.submit_many_requests_json("mine", [("A", {"s": 30})] * 2, requesters=["u"] * 2,
+                                                 notify_urls=[None] * 2, max_active=2, forces=[False, True])
+    assert [r[4] for r in rows] == [True, False]
+    assert await pool.fetchval("select count(*) from jobfeed.requests r join jobfeed.jobs j on j.id = r.job_id"
+                               " where r.requester = 'u' and j.state <> 'completed'") == 2
 
 
 @pytest.mark.parametrize("waiting", [False, True])

@@ -2,15 +2,16 @@
 producer's refusal is a QueueError as over HTTP: the kind's own validate()
 (when this process has loaded the kind), a run_after already past (due now,
 queued as a job submitted now), too far ahead or no datetime, the priority, the
-waiting fields, a notify_url's host, a signal's name. The database checks the
-rest (the kind, the sizes); what it cannot store (a NUL, NaN, an empty key) is
-refused as `invalid_input` instead of asyncpg's own errors."""
+concurrency key, the waiting fields, a notify_url's host, a signal's name. The
+database checks the rest (the kind, the sizes); what it cannot store (a NUL,
+NaN) is refused as `invalid_input` instead of asyncpg's own errors."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 import asyncpg
 
@@ -74,22 +75,36 @@ def priority(value: int | None) -> int | None:
         raise _queue_error(exc) from None
 
 
+def concurrency_key(key: str | None) -> str | None:
+    """A concurrency key as HTTP takes it: None (none) or a short string PostgreSQL can store."""
+    if key is None:  # most submissions: nothing to import or check
+        return None
+    from .submission import InvalidSubmission, check_concurrency_key
+
+    try:
+        return check_concurrency_key(key)
+    except InvalidSubmission as exc:
+        raise _queue_error(exc) from None
+
+
 def _listed(values: object) -> object:
-    """values as a list, as a JSON array; a string (or any non-iterable) as it
-    is, to be refused as HTTP refuses it, rather than split into characters."""
-    if values is None:
-        return []
-    return values if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) else list(values)
+    """values (not None) as a list, as a JSON array; a string, a mapping, a set
+    (HTTP takes no JSON object for these) or any non-iterable (0, False) as it
+    is, to be refused as HTTP refuses it, rather than split or taken as keys."""
+    if isinstance(values, (str, bytes, bytearray, Mapping, AbstractSet)) or not isinstance(values, Iterable):
+        return values
+    return list(values)
 
 
-def waiting(after: Sequence[uuid.UUID | str] | None, await_signals: Sequence[str] | None,
+def waiting(after: Iterable[uuid.UUID | str] | None, await_signals: Iterable[str] | None,
             signal_timeout: float | None) -> tuple[list[uuid.UUID], list[str], float | None]:
-    """after (job ids), await_signals (names) and signal_timeout, checked."""
+    """after (job ids), await_signals (names) and signal_timeout, checked; only
+    None is "not given" (an empty list waits for nothing)."""
     from .submission import InvalidSubmission, parse_after, parse_signals
 
     try:
-        ids = parse_after(_listed(after))  # type: ignore[arg-type]
-        names, timeout = parse_signals(_listed(await_signals), signal_timeout)
+        ids = [] if after is None else parse_after(_listed(after))  # type: ignore[arg-type]
+        names, timeout = parse_signals([] if await_signals is None else _listed(await_signals), signal_timeout)
     except InvalidSubmission as exc:
         raise _queue_error(exc) from None
     return ids, names, timeout

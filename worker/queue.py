@@ -10,7 +10,7 @@ import contextlib
 import datetime as dt
 import json
 import uuid
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import asyncpg
 
@@ -71,8 +71,8 @@ class Queue(LeaseCalls, AdminCalls):
                      concurrency_key: str | None = None, max_payload: int | None = None,
                      requester: str | None = None, notify_url: str | None = None,
                      request: bool = False, force: bool = False,
-                     after: Sequence[uuid.UUID | str] | None = None,
-                     await_signals: Sequence[str] | None = None,
+                     after: Iterable[uuid.UUID | str] | None = None,
+                     await_signals: Iterable[str] | None = None,
                      signal_timeout: float | None = None) -> Submission:
         """Submit, deduplicated by (kind, target). run_after: not claimed before
         then; priority: None is the kind's default. With requester=, notify_url=
@@ -87,6 +87,7 @@ class Queue(LeaseCalls, AdminCalls):
         now; max_payload defaults to JOBFEED_MAX_PAYLOAD; refusals are QueueError."""
         run_after = producer.due_at(run_after)
         priority = producer.priority(priority)
+        concurrency_key = producer.concurrency_key(concurrency_key)
         producer.validated(kind, (payload,))
         if notify_url is not None:
             notify_url = producer.notify_url(notify_url, self.settings.webhook_hosts)
@@ -94,9 +95,13 @@ class Queue(LeaseCalls, AdminCalls):
             max_payload = self.max_payload
         # JOBFEED_MAX_ACTIVE_PER_REQUESTER counts a requester's requests however made
         max_active = None if requester is None else self.settings.max_active_per_requester
+        ids: list[uuid.UUID] = []
+        names: list[str] = []
+        timeout: float | None = None
+        if after is not None or await_signals is not None or signal_timeout is not None:
+            ids, names, timeout = producer.waiting(after, await_signals, signal_timeout)
         try:
-            if after or await_signals or signal_timeout is not None:
-                ids, names, timeout = producer.waiting(after, await_signals, signal_timeout)
+            if ids or names:
                 job_id, created, _, request_id, reused = await self.submit_waiting_json(
                     kind, target, payload, after=ids, await_signals=names, signal_timeout=timeout,
                     run_after=run_after, priority=priority, concurrency_key=concurrency_key,
@@ -172,17 +177,19 @@ class Queue(LeaseCalls, AdminCalls):
         r = rows[0]
         return r["id"], r["created"], r["view"], r["request_id"], r["reused"]
 
-    async def submit_many(self, kind: str, items: Sequence[tuple[str, dict | None]], *,
+    async def submit_many(self, kind: str, items: Iterable[tuple[str, dict | None]], *,
                           run_after: dt.datetime | None = None, priority: int | None = None,
                           concurrency_key: str | None = None,
                           max_payload: int | None = None) -> list[tuple[uuid.UUID, bool]]:
-        """Submit (target, payload) pairs of one kind in one statement; answers
-        (job id, created) per item, in order, deduplicated and checked as
-        submit() is: one refused item refuses the batch."""
+        """Submit (target, payload) pairs of one kind (any iterable) in one
+        statement; answers (job id, created) per item, in order, deduplicated
+        and checked as submit() is: one refused item refuses the batch."""
+        items = list(items)  # read once: a generator would be spent by the checks
         if not items:
             return []
         run_after = producer.due_at(run_after)
         priority = producer.priority(priority)
+        concurrency_key = producer.concurrency_key(concurrency_key)
         producer.validated(kind, [p for _, p in items])
         if max_payload is None:
             max_payload = self.max_payload

@@ -4,7 +4,6 @@ input the same way, with the same code."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import json
@@ -14,6 +13,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from .limits import INT_MAX, MAX_TARGET_BYTES
+from .redact import MAX_MESSAGE
 from .settings import MAX_DURATION, SettingError, parse_duration
 from .tasks import registry
 
@@ -157,12 +157,16 @@ def run_validate(kind: str, validate: Callable[[dict], None], payload: dict) -> 
     except (ValueError, TypeError) as exc:
         # TypeError too: a validate() that compares or converts a value of
         # the wrong type fails this way, and the payload is what is wrong.
-        raise InvalidSubmission(422, "invalid_payload", str(exc) or "payload refused by its kind") from None
-    except (Exception, asyncio.CancelledError):
+        # clamped as any stored error message: a client sees it whole
+        message = str(exc)[:MAX_MESSAGE] or "payload refused by its kind"
+        raise InvalidSubmission(422, "invalid_payload", message) from None
+    except Exception:
         raise
     except BaseException as exc:
-        # SystemExit, KeyboardInterrupt, ...: past the API's handler for
-        # Exception, uvicorn would answer a bare 500 (no JSON, no security headers).
+        # SystemExit, KeyboardInterrupt, CancelledError (validate() is called,
+        # not awaited: one out of it is its own, not the request's), ...: past
+        # the API's handler for Exception, uvicorn would answer a bare 500 (no
+        # JSON, no security headers).
         raise RuntimeError(f"validate() of kind {kind!r} raised {type(exc).__name__}") from exc
 
 
@@ -254,9 +258,12 @@ def check_schedule(run_at: object = None, delay: object = None, priority: object
     elif delay is not None:
         seconds = duration_field(delay, "delay", "invalid_delay", zero=True)
         run_after = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
-    priority = check_priority(priority)
-    if concurrency_key is not None and (not isinstance(concurrency_key, str) or not storable(concurrency_key)
-                                        or not 1 <= len(concurrency_key.encode("utf-8")) <= MAX_TARGET_BYTES):
-        raise InvalidSubmission(422, "invalid_concurrency_key",
-                                f"concurrency_key must be a string of 1 to {MAX_TARGET_BYTES} bytes")
-    return Schedule(run_after, priority, concurrency_key)
+    return Schedule(run_after, check_priority(priority), check_concurrency_key(concurrency_key))
+
+
+def check_concurrency_key(key: object) -> str | None:
+    """A submission's concurrency key: None (none) or 1 to MAX_TARGET_BYTES bytes PostgreSQL can store."""
+    if key is None or (isinstance(key, str) and storable(key) and 1 <= len(key.encode("utf-8")) <= MAX_TARGET_BYTES):
+        return key
+    raise InvalidSubmission(422, "invalid_concurrency_key",
+                            f"concurrency_key must be a string of 1 to {MAX_TARGET_BYTES} bytes")

@@ -279,20 +279,27 @@ declare
     v_joined_versions bigint[] := '{}';
     v_requests uuid[];
     v_views jsonb[];
+    v_by_requester boolean := exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.dedupe = 'requester');
 begin
     if p_targets is null then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
     end if;
     if p_max_active is not null then  -- each requester's lock in name order: no circular waits
-        -- an item that will reuse a recent result adds no active request
+        -- an item that will reuse a recent result adds no active request; with
+        -- dedupe="requester" items go one by one, and a forced item of the same
+        -- target and requester before it starts a new run that it then joins
         perform jobfeed.check_requester_cap(r.requester, r.n::int, p_max_active)
            from (select t.requester, count(*) as n
-                   from unnest(p_requesters, p_targets, p_forces) t(requester, target, force)
+                   from unnest(p_requesters, p_targets, p_forces) with ordinality t(requester, target, force, k)
                   where t.requester is not null
-                    and (coalesce(t.force, false) or jobfeed.reusable(p_kind, t.target, t.requester, v_now) is null)
+                    and (coalesce(t.force, false) or jobfeed.reusable(p_kind, t.target, t.requester, v_now) is null
+                         or (v_by_requester and exists (
+                                select from unnest(p_requesters, p_targets, p_forces) with ordinality
+                                            f(requester, target, force, k)
+                                 where f.force and f.target = t.target and f.requester = t.requester and f.k < t.k)))
                   group by t.requester order by t.requester) r;
     end if;
-    if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.dedupe = 'requester') then
+    if v_by_requester then
         -- dedupe="requester": items share by (target, requester), so each goes
         -- alone, in (target, requester) order (two batches racing over the same
         -- ones wait on the dedupe index in one order, never in a cycle); the
