@@ -189,14 +189,19 @@ async def hook_raises(job, ctx):
     return None
 
 
+def known_for_this_test(monkeypatch, kind: str, validate, handler) -> None:
+    """A kind known to this process for one test only: left in the registry,
+    one whose validate() raises made the schemathesis test's server
+    (tests/test_security_schema.py, same process) answer 500 to its fuzzed
+    submissions."""
+    own = Registry()
+    own.task(kind, validate=validate)(handler)
+    monkeypatch.setitem(registry._specs, kind, own.get(kind))
+
+
 @pytest.fixture
 def hook_raises_kind(monkeypatch):
-    """The kind, known to this process for this test only: left in the
-    registry, it made the schemathesis test's server (tests/test_security_schema.py,
-    same process) answer 500 to its fuzzed submissions."""
-    own = Registry()
-    own.task("hook_raises", validate=_raises)(hook_raises)
-    monkeypatch.setitem(registry._specs, "hook_raises", own.get("hook_raises"))
+    known_for_this_test(monkeypatch, "hook_raises", _raises, hook_raises)
 
 
 async def test_a_validate_that_raises_anything_answers_a_json_500_with_the_headers(dsn, pool, hook_raises_kind):
@@ -222,14 +227,10 @@ def _long_refusal(payload: dict) -> None:
     raise ValueError("x" * 1_000_000)
 
 
-@task("hook_refuses_at_length", validate=_long_refusal)
-async def hook_refuses_at_length(job, ctx):
-    return None
-
-
-async def test_a_validate_refusal_is_clamped_as_any_error_message(client):
+async def test_a_validate_refusal_is_clamped_as_any_error_message(client, monkeypatch):
     """Before: a ValueError's 1 MB message came back whole in the 422."""
     from jobfeed.worker.redact import MAX_MESSAGE
+    known_for_this_test(monkeypatch, "hook_refuses_at_length", _long_refusal, hook_raises)
     response = await client.post("/api/jobs", json={"kind": "hook_refuses_at_length", "target": "t"})
     assert (response.status_code, response.json()["error"]["code"]) == (422, "invalid_payload")
     assert response.json()["error"]["message"] == "x" * MAX_MESSAGE
