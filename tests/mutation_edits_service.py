@@ -112,7 +112,7 @@ SERVICE_EDITS: list[Edit] = [
          "entry = self._running.get(key)",
          "entry = next((e for k, e in self._running.items() if k[0] == key[0]), None)",
          (FENCED,), "a late notification of an ended attempt never stops the job's next attempt"),
-    Edit("unknown-exception-permanent", "worker/runner.py",
+    Edit("unknown-exception-permanent", "worker/attempts.py",
          "            return (\"error\", redact.unexpected(exc))\n        if entry.abandoned:",
          "            return (\"error\", Permanent(\"internal_error\", str(exc)[:2000]))\n        if entry.abandoned:",
          (RUNNER,), "any other exception counts as transient"),
