@@ -53,7 +53,7 @@ LEFTOVER_WAIT = 2.0
 def run(coro):
     """asyncio.run, on uvloop where it is installed (not on Windows). Unlike
     asyncio.run, a task that ignores its cancellation (a handler the worker
-    gave up on: runner._give_up) cannot hold the process open for ever: the
+    gave up on: attempts._give_up) cannot hold the process open for ever: the
     process exits without it, once everything else is closed."""
     try:
         import uvloop
