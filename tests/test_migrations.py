@@ -253,3 +253,28 @@ async def test_a_database_owner_without_createrole_migrates_once_the_roles_exist
         await admin.execute(f"drop owned by {owner}")
         await admin.execute(f"drop role if exists {owner}")
         await admin.close()
+
+
+async def test_the_version_rises_with_the_functions_not_before(empty_db, monkeypatch):
+    """A process checks the version at start: before, each migration raised it
+    in its own transaction and the functions came after, in another, so a
+    process starting between the two passed its check and failed on a missing
+    function (UndefinedFunctionError). A migrate that stops before the
+    functions now leaves the version where it was."""
+
+    def broken():
+        raise RuntimeError("stopped before the functions")
+        yield  # a generator, as sql.function_files is
+
+    monkeypatch.setattr(migrate.sql, "function_files", broken)
+    conn = await db.connect(empty_db)
+    try:
+        with pytest.raises(RuntimeError):
+            await migrate.migrate(conn)
+        assert await conn.fetchval("select count(*) from jobfeed.schema_migrations") == len(ALL) - 1
+        assert (await migrate.schema_status(conn)).version == 0  # processes still refuse to start
+        monkeypatch.undo()
+        assert await migrate.migrate(conn) == ["functions"]
+        assert (await migrate.schema_status(conn)).version == migrate.SCHEMA_VERSION
+    finally:
+        await conn.close()

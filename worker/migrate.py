@@ -120,6 +120,8 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
             raise SchemaError(f"the database schema is at version {status.version}, newer than this "
                               f"jobfeed's {SCHEMA_VERSION}: migrate with the newer release")
         done = {r["version"] for r in await conn.fetch("select version from jobfeed.schema_migrations")}
+        # the row a migration may raise compatible_from in; version 0 until the end
+        await conn.execute("insert into jobfeed.schema_version (id, version) values (1, 0) on conflict (id) do nothing")
         for number, name, text in sql.migrations():
             if number in done:
                 continue
@@ -127,18 +129,23 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
                 await conn.execute(text)
                 await conn.execute(
                     "insert into jobfeed.schema_migrations (version, name) values ($1, $2)", number, name)
-                await conn.execute(
-                    "insert into jobfeed.schema_version (id, version) values (1, $1) on conflict (id) do update "
-                    "set version = greatest(schema_version.version, excluded.version), updated_at = now()",
-                    number)
+            done.add(number)
             applied.append(name)
+        # The version every process checks at start rises with the functions,
+        # in one transaction: a process starting meanwhile sees the older
+        # version and refuses to start, never a version whose functions are
+        # not there yet.
         checksum = functions_checksum()
-        if await conn.fetchval("select functions from jobfeed.schema_version") != checksum:
-            async with conn.transaction():
+        stale = await conn.fetchval("select functions from jobfeed.schema_version") != checksum
+        async with conn.transaction():
+            if stale:
                 for _, text in sql.function_files():
                     await conn.execute(text)
-                await conn.execute("update jobfeed.schema_version set functions = $1, updated_at = now()",
-                                   checksum)
+            await conn.execute(
+                "update jobfeed.schema_version set version = greatest(version, $1), functions = $2, "
+                "updated_at = now() where version < $1 or functions is distinct from $2",
+                max(done, default=0), checksum)
+        if stale:
             applied.append("functions")
     finally:
         await conn.execute("select pg_advisory_unlock($1)", MIGRATION_LOCK)
