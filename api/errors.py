@@ -68,8 +68,9 @@ async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
 # balancer or client retries it), not a 500 that reads as a bug. A server
 # reached by its Unix socket (the embedded one) that stopped has removed the
 # socket: FileNotFoundError (no route reads files of its own); a host name
-# that does not resolve for now: socket.gaierror.
-DATABASE_GONE = (ConnectionError, FileNotFoundError, socket.gaierror, asyncpg.PostgresConnectionError,
+# that does not resolve for now: socket.gaierror; one that takes the
+# connection and never answers: TimeoutError, past db.CONNECT_TIMEOUT.
+DATABASE_GONE = (ConnectionError, FileNotFoundError, socket.gaierror, TimeoutError, asyncpg.PostgresConnectionError,
                  asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
                  asyncpg.TooManyConnectionsError)
 

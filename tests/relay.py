@@ -24,6 +24,7 @@ class Relay:
         self.port = 0 if socket_dir is None else 5433
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
+        self.hanging = False
 
     @property
     def dsn(self) -> str:
@@ -32,6 +33,9 @@ class Relay:
         return f"postgresql://{self.user}@{self.database}?host={self.socket_dir}&port={self.port}"
 
     async def open(self) -> None:
+        self.hanging = False
+        if self.server is not None and self.server.is_serving():  # after hang(): serving already
+            return
         if self.socket_dir is not None:
             path = f"{self.socket_dir}/.s.PGSQL.{self.port}"
             self.server = await asyncio.start_unix_server(self._serve, path)
@@ -48,7 +52,19 @@ class Relay:
             w.close()
         self.writers.clear()
 
+    def hang(self) -> None:
+        """Cut the open connections and take new ones without ever answering,
+        as a frozen host or a stopped proxy does; open() ends it."""
+        self.hanging = True
+        for w in self.writers:
+            w.close()
+        self.writers.clear()
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.hanging:
+            self.writers.append(writer)
+            await reader.read()  # until the client gives up
+            return
         host, port = self.upstream
         up_reader, up_writer = await (asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}") if host.startswith("/")
                                       else asyncio.open_connection(host, port))

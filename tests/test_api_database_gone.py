@@ -55,3 +55,28 @@ async def test_a_lost_database_answers_503_and_the_api_recovers(dsn, tmp_path, o
     finally:
         await relay.shut()
         await pool.close()
+
+
+async def test_a_database_that_takes_connections_and_never_answers_is_503_too(dsn):
+    """A frozen host or a stopped proxy: the connection is taken, the startup
+    never answered. Before: asyncpg's connect timed out after a minute, and
+    its TimeoutError was a 500."""
+    relay = Relay(dsn)
+    await relay.open()
+    pool = await create_pool(relay.dsn, min_size=1, max_size=4, name="jobfeed-test-relayed", timeout=1.0)
+    try:
+        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
+            unknown = f"/api/jobs/{uuid.uuid4()}"
+            assert (await client.get(unknown)).status_code == 404
+            relay.hang()
+            r = await asyncio.wait_for(client.get(unknown), 15)
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "database_unavailable"
+            await relay.open()
+
+            async def served() -> bool:
+                return (await client.get(unknown)).status_code == 404
+            await eventually(served, timeout=15, what="the API serves again")
+    finally:
+        await relay.shut()
+        pool.terminate()

@@ -29,9 +29,16 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     transaction on release."""
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "jobfeed") -> asyncpg.Pool:
+# How long opening a pooled connection may take (asyncpg's default is a
+# minute): a database that takes connections and never answers (a frozen
+# host, a stopped proxy) fails a request with 503 in this time, not after 60 s.
+CONNECT_TIMEOUT = 10.0
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "jobfeed",
+                      timeout: float = CONNECT_TIMEOUT) -> asyncpg.Pool:
     return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, reset=_keep_session,
+        dsn, min_size=min_size, max_size=max_size, reset=_keep_session, timeout=timeout,
         server_settings={**SERVER_SETTINGS, "application_name": name})
 
 
