@@ -51,40 +51,32 @@ def validated(kind: str, payloads: Sequence[dict | None]) -> None:
             raise _queue_error(exc) from None
 
 
-def due_at(run_after: dt.datetime | None) -> dt.datetime | None:
-    """run_after as the queue takes it: None when already past."""
-    if run_after is None:
-        return None
-    from .submission import InvalidSubmission, due
+def _as_over_http(rule: str, *args):
+    """worker/submission.py's `rule`(*args), the check HTTP runs, its refusal
+    a QueueError."""
+    from . import submission
 
     try:
-        return due(run_after)
-    except InvalidSubmission as exc:
+        return getattr(submission, rule)(*args)
+    except submission.InvalidSubmission as exc:
         raise _queue_error(exc) from None
+
+
+# None, most submissions' value, is "not given": nothing to import or check.
+
+def due_at(run_after: dt.datetime | None) -> dt.datetime | None:
+    """run_after as the queue takes it: None when already past."""
+    return None if run_after is None else _as_over_http("due", run_after)
 
 
 def priority(value: int | None) -> int | None:
     """A priority as HTTP takes it: None (the kind's) or a whole number in range."""
-    if value is None:  # most submissions: nothing to import or check
-        return None
-    from .submission import InvalidSubmission, check_priority
-
-    try:
-        return check_priority(value)
-    except InvalidSubmission as exc:
-        raise _queue_error(exc) from None
+    return None if value is None else _as_over_http("check_priority", value)
 
 
 def concurrency_key(key: str | None) -> str | None:
     """A concurrency key as HTTP takes it: None (none) or a short string PostgreSQL can store."""
-    if key is None:  # most submissions: nothing to import or check
-        return None
-    from .submission import InvalidSubmission, check_concurrency_key
-
-    try:
-        return check_concurrency_key(key)
-    except InvalidSubmission as exc:
-        raise _queue_error(exc) from None
+    return None if key is None else _as_over_http("check_concurrency_key", key)
 
 
 def _listed(values: object) -> object:
@@ -112,19 +104,9 @@ def waiting(after: Iterable[uuid.UUID | str] | None, await_signals: Iterable[str
 
 def notify_url(url: str, hosts: tuple[str, ...]) -> str:
     """A notify_url on a host JOBFEED_WEBHOOK_HOSTS allows (unset: none)."""
-    from .submission import InvalidSubmission, check_notify_url
-
-    try:
-        return check_notify_url(url, hosts)
-    except InvalidSubmission as exc:
-        raise _queue_error(exc) from None
+    return _as_over_http("check_notify_url", url, hosts)
 
 
 def signal_name(name: str) -> str:
     """A signal's name as HTTP takes it: one no job can await is not_awaited."""
-    from .submission import InvalidSubmission, check_signal_name
-
-    try:
-        return check_signal_name(name)
-    except InvalidSubmission as exc:
-        raise _queue_error(exc) from None
+    return _as_over_http("check_signal_name", name)
