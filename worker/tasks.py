@@ -4,19 +4,15 @@ Transient / Permanent / Release to say how an attempt ended."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import dataclasses
-import email.utils
 import importlib
 import inspect
 import logging
 import time
 import traceback
 import uuid
-from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable, Iterator, Sequence
-
-import httpx
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 
 from . import files
 from .queue import Job  # noqa: F401  (handlers import it from here)
@@ -25,66 +21,10 @@ from .retrying import retrying
 from .schedules import Periodic, periodic
 from .settings import (MAX_DURATION, MIN_DURATION, MIN_LEASE, SettingError, Settings, parse_duration,
                        parse_durations, too_short)
-
-
-class JobError(Exception):
-    """An attempt ended without a result. `code` is short and stable (shown to
-    admins, and to users once the job has finally failed)."""
-
-    # retry_after may be given by position too: the contract reads "code, message, optional retry_after"
-    def __init__(self, code: str, message: str = "", retry_after: float | None = None):
-        super().__init__(message or code)
-        self.code = code
-        self.message = message or code
-        self.retry_after = _delay(retry_after)
-
-
-def _delay(seconds: object) -> float | None:
-    """retry_after as seconds a job's run_after can hold: from 0 to
-    MAX_DURATION (an upstream's Retry-After may say anything); NaN is none."""
-    if seconds is None:
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise TypeError(f"retry_after is seconds (a number), not {seconds!r}")
-    if seconds != seconds:
-        return None
-    return min(max(float(seconds), 0.0), MAX_DURATION)
-
-
-class Transient(JobError):
-    """Passing trouble (5xx, 429, timeout, network): try again after the backoff."""
-
-
-class Permanent(JobError):
-    """Will never work (404 and the like): fail now."""
-
-
-class Release(JobError):
-    """Not the job's fault (our time budget, our own credentials): put it back
-    without counting the attempt; retry_after seconds from now."""
-
-
-class Abandon(Exception):
-    """The handler walked away from the job, as a dead worker would: record
-    nothing; the job is reclaimed once its lease expires."""
-
-
-class LeaseLost(Exception):
-    """The job is no longer ours (reclaimed after an expired lease, or canceled).
-    Stop working on it; nothing more about it will be recorded."""
-
-
-class WaitFor:
-    """What `ctx.wait_for(ids)` makes: returned by a handler, the job waits
-    (true state 'waiting') until every job named is final, then runs again
-    with them in job.children."""
-    __slots__ = ("ids",)
-
-    def __init__(self, ids: Sequence[uuid.UUID]):
-        self.ids = tuple(ids)
-
-    def __repr__(self) -> str:
-        return f"WaitFor({len(self.ids)} jobs)"
+# How an attempt ends, and the HTTP helpers that say it for an upstream's
+# answer: in modules of their own, importable from here as handlers always have.
+from .job_errors import Abandon, JobError, LeaseLost, Permanent, Release, Transient, WaitFor  # noqa: F401
+from .http_helpers import check_response, http_errors  # noqa: F401
 
 
 log = logging.getLogger("jobfeed.worker")
@@ -451,56 +391,3 @@ class Context:
 
 def _job_id(given: uuid.UUID | str | None, own: uuid.UUID) -> uuid.UUID:
     return own if given is None else given if isinstance(given, uuid.UUID) else uuid.UUID(str(given))
-
-
-# ---------------------------------------------------------------- HTTP helpers
-
-_PERMANENT_STATUS = {404, 410, 422}
-_RELEASE_STATUS = {401, 403}
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """Retry-After as seconds: delay-seconds (RFC 9110: digits only, so no
-    "-1", "5.5", "1e3" or "nan") or an HTTP-date; anything else as if not sent."""
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    if value.isascii() and value.isdigit():
-        return float(value)  # JobError bounds it above (float: 5,000 digits are inf, not an error)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (ValueError, TypeError, IndexError):  # neither seconds nor a date: as if not sent
-        return None
-    return max(when.timestamp() - time.time(), 0.0) if when else None
-
-
-def check_response(response: httpx.Response) -> httpx.Response:
-    """Raise the JobError an upstream answer calls for: 5xx, 429 and 408 (a
-    timeout) transient (honouring Retry-After), 404/410/422 and other 4xx permanent, 401/403 release
-    (our own credentials are at fault, not the job)."""
-    status = response.status_code
-    if status < 400:
-        return response
-    code = f"http_{status}"
-    message = f"{response.request.method} {response.request.url} answered {status}"
-    if status >= 500 or status in (429, 408):
-        raise Transient(code, message, retry_after=_retry_after(response))
-    if status in _RELEASE_STATUS:
-        after = _retry_after(response)  # Retry-After: 0 is at once; none is 60 s
-        raise Release(code, message, retry_after=60 if after is None else after)
-    raise Permanent(code, message)
-
-
-@contextlib.contextmanager
-def http_errors() -> Iterator[None]:
-    """Turn httpx's timeouts and network errors into Transient, and error
-    statuses raised by response.raise_for_status() into the right JobError."""
-    try:
-        yield
-    except httpx.HTTPStatusError as exc:
-        check_response(exc.response)
-        raise
-    except httpx.TimeoutException as exc:
-        raise Transient("timeout", str(exc) or type(exc).__name__) from exc
-    except httpx.TransportError as exc:
-        raise Transient("network_error", str(exc) or type(exc).__name__) from exc

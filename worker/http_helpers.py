@@ -1,0 +1,63 @@
+"""The handler's HTTP helpers: an upstream's answer, or httpx's errors, as the
+JobError it calls for (README, "Writing handlers")."""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import time
+from typing import Iterator
+
+import httpx
+
+from .job_errors import Permanent, Release, Transient
+
+_PERMANENT_STATUS = {404, 410, 422}
+_RELEASE_STATUS = {401, 403}
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Retry-After as seconds: delay-seconds (RFC 9110: digits only, so no
+    "-1", "5.5", "1e3" or "nan") or an HTTP-date; anything else as if not sent."""
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    if value.isascii() and value.isdigit():
+        return float(value)  # JobError bounds it above (float: 5,000 digits are inf, not an error)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (ValueError, TypeError, IndexError):  # neither seconds nor a date: as if not sent
+        return None
+    return max(when.timestamp() - time.time(), 0.0) if when else None
+
+
+def check_response(response: httpx.Response) -> httpx.Response:
+    """Raise the JobError an upstream answer calls for: 5xx, 429 and 408 (a
+    timeout) transient (honouring Retry-After), 404/410/422 and other 4xx permanent, 401/403 release
+    (our own credentials are at fault, not the job)."""
+    status = response.status_code
+    if status < 400:
+        return response
+    code = f"http_{status}"
+    message = f"{response.request.method} {response.request.url} answered {status}"
+    if status >= 500 or status in (429, 408):
+        raise Transient(code, message, retry_after=_retry_after(response))
+    if status in _RELEASE_STATUS:
+        after = _retry_after(response)  # Retry-After: 0 is at once; none is 60 s
+        raise Release(code, message, retry_after=60 if after is None else after)
+    raise Permanent(code, message)
+
+
+@contextlib.contextmanager
+def http_errors() -> Iterator[None]:
+    """Turn httpx's timeouts and network errors into Transient, and error
+    statuses raised by response.raise_for_status() into the right JobError."""
+    try:
+        yield
+    except httpx.HTTPStatusError as exc:
+        check_response(exc.response)
+        raise
+    except httpx.TimeoutException as exc:
+        raise Transient("timeout", str(exc) or type(exc).__name__) from exc
+    except httpx.TransportError as exc:
+        raise Transient("network_error", str(exc) or type(exc).__name__) from exc
