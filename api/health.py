@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 
@@ -17,6 +16,8 @@ from .errors import DATABASE_GONE, ApiError
 from .state import services
 
 log = logging.getLogger("jobfeed.api")
+
+READY_WAIT = 2.0  # seconds /readyz gives each step of its look at the database
 
 
 async def healthz(request: Request) -> Response:
@@ -37,8 +38,11 @@ async def readyz(request: Request) -> Response:
     database during a rolling deploy does not take this process out of service."""
     svc = services(request)
     try:
-        async with asyncio.timeout(5):
-            status = await migrate.schema_status(svc.pool)
+        # Each step bounded on its own: the wait for a pooled connection, the
+        # query, and the release, which waits for the cancel of a query that
+        # timed out (the pool's own bound for that is far longer).
+        async with svc.pool.acquire(timeout=READY_WAIT) as conn:
+            status = await migrate.schema_status(conn, timeout=READY_WAIT)
     except Exception as exc:
         log.warning("readyz: database unreachable (%s)", type(exc).__name__)
         return JSONResponse({"status": "unavailable", "database": False, "schema": None}, status_code=503)

@@ -25,6 +25,8 @@ class Relay:
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
         self.hanging = False
+        self._flowing = asyncio.Event()  # cleared by freeze(): bytes stop on open connections
+        self._flowing.set()
 
     @property
     def dsn(self) -> str:
@@ -34,6 +36,7 @@ class Relay:
 
     async def open(self) -> None:
         self.hanging = False
+        self._flowing.set()
         if self.server is not None and self.server.is_serving():  # after hang(): serving already
             return
         if self.socket_dir is not None:
@@ -60,7 +63,23 @@ class Relay:
             w.close()
         self.writers.clear()
 
+    def freeze(self) -> None:
+        """Keep the open connections open but carry nothing on them, and take
+        new ones without ever answering, as a host that froze (or a network
+        that silently drops packets) does; open() lets everything flow again."""
+        self.hanging = True
+        self._flowing.clear()
+
+    def failover(self) -> None:
+        """New connections flow again (to a new primary at the same address);
+        the frozen ones stay open and carry nothing for ever, as connections
+        to a host that is gone do until TCP gives up on them, hours later."""
+        self.hanging = False
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        flowing = self._flowing  # this connection's: failover() leaves it frozen
         if self.hanging:
             self.writers.append(writer)
             await reader.read()  # until the client gives up
@@ -73,6 +92,7 @@ class Relay:
         async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             try:
                 while data := await r.read(65536):
+                    await flowing.wait()
                     w.write(data)
                     await w.drain()
             except (ConnectionError, OSError):

@@ -11,7 +11,9 @@ import uuid
 import pytest
 
 from jobfeed import create_pool
+from jobfeed.api import health
 from jobfeed.api.app import create_app
+from jobfeed.worker import db
 from relay import Relay
 from servers import asgi_client, make_settings
 from waiting import eventually
@@ -78,6 +80,56 @@ async def test_a_database_that_takes_connections_and_never_answers_is_503_too(ds
             async def served() -> bool:
                 return (await client.get(unknown)).status_code == 404
             await eventually(served, timeout=15, what="the API serves again")
+    finally:
+        await relay.shut()
+        pool.terminate()
+
+
+async def test_a_database_that_freezes_with_connections_open_is_503_in_bounded_time(dsn, monkeypatch):
+    """A frozen host: the open connections stay open and carry nothing. Before,
+    a query on one waited for ever (asyncpg has no timeout unless given one),
+    and so did /readyz, whose cancelled query's release waited for the cancel."""
+    monkeypatch.setattr(db, "QUERY_TIMEOUT", 1.0)
+    relay = Relay(dsn)
+    await relay.open()
+    pool = await create_pool(relay.dsn, min_size=2, max_size=4, name="jobfeed-test-relayed", timeout=1.0)
+    try:
+        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
+            unknown = f"/api/jobs/{uuid.uuid4()}"
+            assert (await client.get(unknown)).status_code == 404
+            relay.freeze()
+            for _ in range(3):
+                r = await asyncio.wait_for(client.get(unknown), 10)
+                assert r.status_code == 503, r.text
+                assert r.json()["error"]["code"] == "database_unavailable"
+            ready = await asyncio.wait_for(client.get("/readyz"), 2 * health.READY_WAIT + 2)
+            assert ready.status_code == 503 and ready.json()["database"] is False
+            await relay.open()
+
+            async def served() -> bool:
+                return (await client.get(unknown)).status_code == 404
+            await eventually(served, timeout=15, what="the API serves again")
+            assert (await client.get("/readyz")).status_code == 200
+    finally:
+        await relay.shut()
+        pool.terminate()
+
+
+async def test_readyz_answers_a_frozen_database_within_its_own_bounds(dsn):
+    """A load balancer asks /readyz to route around a frozen database: it
+    answers 503 within READY_WAIT per step, not after the pool's far longer
+    bound on a query (db.QUERY_TIMEOUT) and then on its cancel."""
+    relay = Relay(dsn)
+    await relay.open()
+    pool = await create_pool(relay.dsn, min_size=1, max_size=2, name="jobfeed-test-relayed", timeout=1.0)
+    try:
+        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
+            assert (await client.get("/readyz")).status_code == 200
+            relay.freeze()
+            for _ in range(2):  # a second look finds the first's connection dropped
+                ready = await asyncio.wait_for(client.get("/readyz"), 2 * health.READY_WAIT + 2)
+                assert ready.status_code == 503 and ready.json()["database"] is False
+            await relay.open()
     finally:
         await relay.shut()
         pool.terminate()

@@ -278,3 +278,16 @@ async def test_the_version_rises_with_the_functions_not_before(empty_db, monkeyp
         assert (await migrate.schema_status(conn)).version == migrate.SCHEMA_VERSION
     finally:
         await conn.close()
+
+
+async def test_a_migration_has_no_query_timeout(empty_db, monkeypatch):
+    """The services bound every query (db.QUERY_TIMEOUT); a migration must
+    not be bound: on a long history, building an index takes minutes."""
+    monkeypatch.setattr(db, "QUERY_TIMEOUT", 0.001)
+    assert await migrate.migrate_database(empty_db) == ALL
+    conn = await db.connect(empty_db)
+    try:
+        with pytest.raises(TimeoutError):  # what the bound does to a service's query
+            await conn.execute("select pg_sleep(0.1)")
+    finally:
+        conn.terminate()

@@ -33,17 +33,27 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 # minute): a database that takes connections and never answers (a frozen
 # host, a stopped proxy) fails a request with 503 in this time, not after 60 s.
 CONNECT_TIMEOUT = 10.0
+# How long one query of the services may take (asyncpg's default: for ever).
+# A host that freezes with our connections open (or a network that silently
+# drops packets) answers nothing: past this, the query fails with TimeoutError
+# (a 503 from the API; the worker's calls are retried), asyncpg sends the
+# server a cancel, bounded by the same time, and drops the connection if that
+# fails too. Far above any query of a healthy database; calls known to be
+# long (a bulk action on every job of a state, a migration) pass their own.
+QUERY_TIMEOUT = 30.0
 
 
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "jobfeed",
                       timeout: float = CONNECT_TIMEOUT) -> asyncpg.Pool:
     return await asyncpg.create_pool(
         dsn, min_size=min_size, max_size=max_size, reset=_keep_session, timeout=timeout,
-        server_settings={**SERVER_SETTINGS, "application_name": name})
+        command_timeout=QUERY_TIMEOUT, server_settings={**SERVER_SETTINGS, "application_name": name})
 
 
-async def connect(dsn: str, *, name: str = "jobfeed") -> asyncpg.Connection:
-    return await asyncpg.connect(dsn, server_settings={**SERVER_SETTINGS, "application_name": name})
+async def connect(dsn: str, *, name: str = "jobfeed", bounded: bool = True) -> asyncpg.Connection:
+    """bounded=False: no QUERY_TIMEOUT (a migration may build an index on a long history)."""
+    return await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT, command_timeout=QUERY_TIMEOUT if bounded else None,
+                                 server_settings={**SERVER_SETTINGS, "application_name": name})
 
 
 def with_database(url: str, database: str) -> str:
@@ -66,7 +76,7 @@ async def resolve_dsn(settings) -> str:
     return await embedded_dsn(settings.data_dir)
 
 
-async def connect_first(url: str, *, name: str) -> asyncpg.Connection:
+async def connect_first(url: str, *, name: str, bounded: bool = True) -> asyncpg.Connection:
     """A command's first connection (its schema check, or its migration), so
     every command that starts on a database it cannot use says why in one line
     naming DATABASE_URL: SettingError when the URL is malformed,
@@ -75,7 +85,7 @@ async def connect_first(url: str, *, name: str) -> asyncpg.Connection:
     process that loses the database later retries on its own."""
     try:
         urllib.parse.urlsplit(url).port  # noqa: B018  (raises ValueError for a port out of range)
-        return await connect(url, name=name)
+        return await connect(url, name=name, bounded=bounded)
     except ValueError as exc:  # asyncpg's ClientConfigurationError is one
         # Other ValueErrors (a port that is no number) may quote a piece of the
         # password: not repeated.
@@ -138,8 +148,15 @@ class Listener:
 
     async def _drop(self, conn: asyncpg.Connection, *, graceful: bool = False) -> None:
         if not isinstance(self.dsn, asyncpg.Pool):
-            if not conn.is_closed():
-                await conn.close(timeout=2) if graceful else conn.terminate()
+            if conn.is_closed():
+                return
+            if graceful:
+                try:
+                    await conn.close(timeout=2)
+                    return
+                except Exception as exc:  # a host that froze answers no goodbye; asyncpg aborts it
+                    log.debug("%s: closed by force (%s)", self.name, type(exc).__name__)
+            conn.terminate()
             return
         # A lent connection goes back to its pool, unlistened (the owner's pool
         # may not reset connections). asyncpg detaches a pooled connection that

@@ -74,10 +74,10 @@ class SchemaStatus:
         return {"version": self.version, "compatible_from": self.compatible_from, "needs": self.needs}
 
 
-async def schema_status(conn) -> SchemaStatus:
+async def schema_status(conn, timeout: float | None = None) -> SchemaStatus:
     """One query, on a Connection or a Pool, as any of the service roles."""
     try:
-        row = await conn.fetchrow("select version, compatible_from from jobfeed.schema_version")
+        row = await conn.fetchrow("select version, compatible_from from jobfeed.schema_version", timeout=timeout)
     except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
         row = None  # never migrated, or by a release before versions (v0.1.0)
     except asyncpg.InsufficientPrivilegeError:
@@ -154,7 +154,7 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
 
 async def migrate_database(dsn: str) -> list[str]:
     """migrate() on a connection of its own."""
-    conn = await db.connect_first(dsn, name="jobfeed-migrate")
+    conn = await db.connect_first(dsn, name="jobfeed-migrate", bounded=False)
     try:
         return await migrate(conn)
     finally:
