@@ -105,7 +105,7 @@ PASS_EDITS: list[Edit] = [
          (CHILDREN + "::test_a_run_past_its_timeout_is_a_transient_failure",),
          "a handler that catches its cancellation and returns still times out"),
     Edit("run-at-past-kept", "worker/submission.py",
-         "    if aware <= now:\n        return None\n", "",
+         "    if when <= now:\n        return None\n", "",
          ("tests/test_scheduling.py::test_delay_and_past_run_at",
           "tests/test_producer_checks.py::test_a_past_run_after_queues_as_submitted_now"),
          "a run_at in the past is due now, queued as if submitted now"),
@@ -484,4 +484,11 @@ PASS_EDITS: list[Edit] = [
           "            await conn.execute(\"update jobfeed.schema_version set version = greatest(version, $1)\", number)\n"),
          ("tests/test_migrations.py::test_the_version_rises_with_the_functions_not_before",),
          "the schema's version rises with the functions, in one transaction"),
+    # ------------------------------------------------------------ stop 40: the producer as HTTP
+    Edit("producer-takes-naive-run-after", "worker/submission.py",
+         "    if when.utcoffset() is None:  # from Python only",
+         "    when = when if when.utcoffset() is not None else when.replace(tzinfo=dt.timezone.utc)\n"
+         "    if False:  # from Python only",
+         (PRODUCER + "::test_a_naive_run_after_is_refused_as_a_run_at_without_an_offset",),
+         "Queue.submit refuses a naive run_after as HTTP refuses a run_at without an offset"),
 ]

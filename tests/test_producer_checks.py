@@ -13,7 +13,9 @@ import uuid
 import pytest
 
 from jobfeed import Queue, QueueError, task
+from jobfeed.api.app import create_app
 from jobfeed.worker.settings import Settings
+from servers import asgi_client, make_settings
 
 UTC = dt.timezone.utc
 
@@ -145,7 +147,7 @@ async def test_a_past_run_after_queues_as_submitted_now(pool):
     queue = Queue(pool, settings=Settings())
     first = (await queue.submit("checked", "first")).id
     backdated = await queue.submit("checked", "backdated", run_after=dt.datetime(2020, 1, 1, tzinfo=UTC))
-    many = await queue.submit_many("checked", [("many", None)], run_after=dt.datetime(2020, 1, 1))  # naive: UTC
+    many = await queue.submit_many("checked", [("many", None)], run_after=dt.datetime(2020, 1, 1, tzinfo=UTC))
     assert (await queue.get_job(backdated.id))["scheduled_for"] is None
     assert [j.id for j in await queue.claim(["checked"], 1, "w")] == [first]
     assert {j.id for j in await queue.claim(["checked"], 5, "w")} == {backdated.id, many[0][0]}
@@ -188,3 +190,24 @@ async def test_a_queue_given_no_settings_takes_jobfeed_max_payload(pool, monkeyp
     with pytest.raises(QueueError) as refused:
         await Queue(pool).submit("checked", "b", {"pad": "y" * 2048})
     assert refused.value.code == "payload_too_large"
+
+
+async def test_a_naive_run_after_is_refused_as_a_run_at_without_an_offset(pool, dsn):
+    """A naive datetime names no one instant (it was taken as UTC, whatever
+    the caller's clock meant), as "2031-01-01T00:00:00" over HTTP does not."""
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        answer = await client.post("/api/jobs", json={"kind": "checked", "target": "t",
+                                                      "run_at": "2031-01-01T00:00:00"})
+    over_http = (answer.json()["error"]["code"], answer.status_code)
+    assert over_http == ("invalid_run_at", 422), answer.text
+    queue = Queue(pool, settings=Settings())
+    for naive in (dt.datetime(2031, 1, 1), dt.datetime(2020, 1, 1)):  # ahead or past alike
+        for call in (queue.submit("checked", "t", run_after=naive),
+                     queue.submit_many("checked", [("t", None)], run_after=naive)):
+            with pytest.raises(QueueError) as refused:
+                await call
+            assert (refused.value.code, refused.value.status) == over_http, refused.value
+    assert await jobs(pool) == 0
+    paris = dt.timezone(dt.timedelta(hours=1))  # an aware one, any offset, is its instant
+    made = await queue.submit("checked", "t", run_after=dt.datetime(2031, 1, 1, 1, tzinfo=paris))
+    assert (await queue.get_job(made.id))["scheduled_for"].startswith("2031-01-01T00:00:00")

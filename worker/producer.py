@@ -1,7 +1,7 @@
 """What Queue.submit and Queue.submit_many check before the database, so that a
 producer's refusal is a QueueError as over HTTP: the kind's own validate()
 (when this process has loaded the kind), a run_after already past (due now,
-queued as a job submitted now), too far ahead or no datetime, the priority, the
+queued as a job submitted now), too far ahead, naive or no datetime, the priority, the
 concurrency key, the waiting fields, a notify_url's host, a signal's name. The
 database checks the rest (the kind, the sizes); what it cannot store (a NUL,
 NaN) is refused as `invalid_input` instead of asyncpg's own errors."""

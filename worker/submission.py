@@ -225,16 +225,19 @@ def parse_run_at(value: object) -> dt.datetime | None:
 
 
 def due(when: dt.datetime) -> dt.datetime | None:
-    """When a job is due (naive: UTC): None for a time already past (due now,
-    queued as a job submitted now, not ahead of those submitted before it);
-    more than MAX_DURATION ahead is refused."""
+    """When a job is due: None for a time already past (due now, queued as a
+    job submitted now, not ahead of those submitted before it); more than
+    MAX_DURATION ahead is refused, and so is a naive datetime, as HTTP refuses
+    a run_at without an offset: it names no one instant."""
     if not isinstance(when, dt.datetime):  # a date, or a string from Python (HTTP's run_at is parsed)
         raise InvalidSubmission(422, "invalid_run_at", f"run_after must be a datetime, not a {type(when).__name__}")
+    if when.utcoffset() is None:  # from Python only: HTTP's run_at has an offset or Z
+        raise InvalidSubmission(422, "invalid_run_at",
+                                "run_after must be an aware datetime, e.g. datetime.now(timezone.utc) + ...")
     now = dt.datetime.now(dt.timezone.utc)
-    aware = when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
-    if aware <= now:
+    if when <= now:
         return None
-    if aware - now > dt.timedelta(seconds=MAX_DURATION):
+    if when - now > dt.timedelta(seconds=MAX_DURATION):
         raise InvalidSubmission(422, "invalid_run_at", f"run_at is at most {MAX_DURATION:,} seconds from now")
     return when
 
