@@ -181,7 +181,7 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_top.py::test_the_rates_are_over_the_whole_window_and_the_last_full_minute",),
          "jobfeed top's rate is over the whole window"),
     Edit("producer-skips-validate", "worker/queue.py",
-         "        producer.validated(kind, (payload,))\n", "",
+         "        producer.submission(kind, target, payload)  # first, as POST /api/jobs checks\n", "",
          (PRODUCER,), "Queue.submit runs the kind's validate() as a POST does"),
     Edit("producer-notify-any-host", "worker/queue.py",
          "            notify_url = producer.notify_url(notify_url, self.settings.webhook_hosts)\n",
@@ -308,9 +308,10 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_wheel.py",), "the wheel's data folders are named packages: setuptools builds it without a warning"),
     # ------------------------------------------------------------ the producer refuses what HTTP refuses (stop 39, fixA)
     Edit("producer-priority-unchecked", "worker/queue.py",
-         "        priority = producer.priority(priority)\n        concurrency_key = producer.concurrency_key(concurrency_key)\n"
-         "        producer.validated(kind, (payload,))",
-         "        concurrency_key = producer.concurrency_key(concurrency_key)\n        producer.validated(kind, (payload,))",
+         "        producer.submission(kind, target, payload)  # first, as POST /api/jobs checks\n"
+         "        run_after = producer.due_at(run_after)\n        priority = producer.priority(priority)\n",
+         "        producer.submission(kind, target, payload)  # first, as POST /api/jobs checks\n"
+         "        run_after = producer.due_at(run_after)\n",
          (PRODUCER + "::test_what_http_refuses_the_producer_refuses",),
          "Queue.submit refuses a priority HTTP refuses (1.5, True, out of range)"),
     Edit("producer-string-split-into-names", "worker/producer.py",
@@ -450,8 +451,8 @@ PASS_EDITS: list[Edit] = [
          (PRODUCER + "::test_what_http_refuses_the_producer_refuses",),
          "an after or await_signals of '', 0, False or {} is refused, not taken as not given"),
     Edit("producer-concurrency-key-unchecked", "worker/queue.py",
-         "        concurrency_key = producer.concurrency_key(concurrency_key)\n        producer.validated(kind, (payload,))",
-         "        producer.validated(kind, (payload,))",
+         "        concurrency_key = producer.concurrency_key(concurrency_key)\n        if notify_url is not None:",
+         "        if notify_url is not None:",
          (PRODUCER + "::test_what_http_refuses_the_producer_refuses",
           PRODUCER + "::test_a_refused_submission_is_a_queue_error_and_writes_nothing"),
          "Queue.submit refuses a concurrency_key as HTTP does: invalid_concurrency_key"),
@@ -491,4 +492,9 @@ PASS_EDITS: list[Edit] = [
          "    if False:  # from Python only",
          (PRODUCER + "::test_a_naive_run_after_is_refused_as_a_run_at_without_an_offset",),
          "Queue.submit refuses a naive run_after as HTTP refuses a run_at without an offset"),
+    Edit("producer-kind-target-unchecked", "worker/producer.py",
+         '    _as_over_http("check_submission", kind, target, {} if payload is None else payload)',
+         '    _as_over_http("check_payload", {} if payload is None else payload)',
+         (PRODUCER + "::test_a_kind_target_or_payload_is_refused_as_over_http",),
+         "Queue.submit refuses a kind or target that is no string with HTTP's code"),
 ]

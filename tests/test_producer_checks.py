@@ -46,7 +46,7 @@ async def jobs(pool) -> int:
      "invalid_run_at"),
     (lambda q: q.submit("checked", "t", concurrency_key=""), "invalid_concurrency_key"),
     (lambda q: q.submit("checked", "t", priority=2**40), "invalid_priority"),
-    (lambda q: q.submit("checked", "a\x00b"), "invalid_input"),
+    (lambda q: q.submit("checked", "a\x00b"), "invalid_target"),  # as HTTP answers it
     (lambda q: q.submit("checked", "t", {"note": "a\x00b"}), "invalid_input"),
     (lambda q: q.submit("checked", "t", {"x": float("nan")}), "invalid_input"),
     (lambda q: q.submit_many("checked", [("a", {"x": float("nan")})]), "invalid_input"),
@@ -211,3 +211,32 @@ async def test_a_naive_run_after_is_refused_as_a_run_at_without_an_offset(pool, 
     paris = dt.timezone(dt.timedelta(hours=1))  # an aware one, any offset, is its instant
     made = await queue.submit("checked", "t", run_after=dt.datetime(2031, 1, 1, 1, tzinfo=paris))
     assert (await queue.get_job(made.id))["scheduled_for"].startswith("2031-01-01T00:00:00")
+
+
+@pytest.mark.parametrize("kind, target, payload", [
+    pytest.param(None, "t", None, id="kind-none"),
+    pytest.param(5, "t", None, id="kind-number"),
+    pytest.param("", "t", None, id="kind-empty"),
+    pytest.param("checked", 5, None, id="target-number"),
+    pytest.param("checked", None, None, id="target-none"),
+    pytest.param("checked", "a\x00b", None, id="target-nul"),
+    pytest.param("checked", "t", [1], id="payload-list"),
+])
+async def test_a_kind_target_or_payload_is_refused_as_over_http(pool, dsn, kind, target, payload):
+    """Queue.submit answers the code and status POST /api/jobs answers for the
+    same fields. Before: a kind that is no string was unknown_kind (HTTP:
+    invalid_request), a target that is no string invalid_input (HTTP:
+    invalid_target)."""
+    body = {"kind": kind, "target": target, "payload": {} if payload is None else payload}
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        answer = await client.post("/api/jobs", json=body)
+    over_http = (answer.json()["error"]["code"], answer.status_code)
+    assert over_http[1] == 422, answer.text
+    queue = Queue(pool, settings=Settings())
+    with pytest.raises(QueueError) as refused:
+        await queue.submit(kind, target, payload)
+    assert (refused.value.code, refused.value.status) == over_http, refused.value
+    with pytest.raises(QueueError) as refused:  # not json.dumps's TypeError
+        await queue.submit("checked", "t", {1, 2})  # type: ignore[arg-type]
+    assert (refused.value.code, refused.value.status) == ("invalid_payload", 422), refused.value
+    assert await jobs(pool) == 0

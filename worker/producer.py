@@ -1,10 +1,12 @@
 """What Queue.submit and Queue.submit_many check before the database, so that a
-producer's refusal is a QueueError as over HTTP: the kind's own validate()
-(when this process has loaded the kind), a run_after already past (due now,
-queued as a job submitted now), too far ahead, naive or no datetime, the priority, the
-concurrency key, the waiting fields, a notify_url's host, a signal's name. The
-database checks the rest (the kind, the sizes); what it cannot store (a NUL,
-NaN) is refused as `invalid_input` instead of asyncpg's own errors."""
+producer's refusal is a QueueError as over HTTP: the kind and target, the
+payload and the kind's own validate() (when this process has loaded the kind),
+a run_after already past (due now, queued as a job submitted now), too far
+ahead, naive or no datetime, the priority, the concurrency key, the waiting
+fields, a notify_url's host, a signal's name. The database checks the rest
+(whether the kind exists, the payload's size); what it cannot store (a NUL,
+NaN in a payload) is refused as `invalid_input` instead of asyncpg's own
+errors."""
 
 from __future__ import annotations
 
@@ -31,6 +33,12 @@ def refused(exc: Exception) -> QueueError:
 def _queue_error(exc) -> QueueError:
     """An InvalidSubmission (worker/submission.py) as the queue's refusal."""
     return QueueError(exc.code, exc.message, exc.status)
+
+
+def submission(kind: str, target: str, payload: dict | None) -> None:
+    """kind, target and payload (None: {}) as POST /api/jobs checks them, the
+    kind's validate() included."""
+    _as_over_http("check_submission", kind, target, {} if payload is None else payload)
 
 
 def validated(kind: str, payloads: Sequence[dict | None]) -> None:

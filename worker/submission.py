@@ -135,18 +135,28 @@ def check_submission(kind: object, target: object, payload: object) -> tuple[str
     the shapes, the target's size and the kind's own validate() when this
     process has loaded the kind (the database checks the payload's size and
     whether the kind exists)."""
-    if not isinstance(kind, str):
-        raise InvalidSubmission(422, "invalid_request", "kind must be a string")
-    if not kind or not storable(kind):
-        raise InvalidSubmission(422, "unknown_kind", f"unknown kind {kind!r}")
-    if not isinstance(target, str) or not storable(target) \
-            or not 1 <= len(target.encode("utf-8")) <= MAX_TARGET_BYTES:
-        raise InvalidSubmission(422, "invalid_target", f"target must be a string of 1 to {MAX_TARGET_BYTES} bytes")
-    payload = check_payload(payload)
+    kind, target, payload = check_kind(kind), check_target(target), check_payload(payload)
     spec = registry.get(kind)
     if spec is not None and spec.validate is not None:
         run_validate(kind, spec.validate, payload)
     return kind, target, payload
+
+
+def check_kind(kind: object) -> str:
+    """A submission's kind: a string (the database says whether it exists)."""
+    if not isinstance(kind, str):
+        raise InvalidSubmission(422, "invalid_request", "kind must be a string")
+    if not kind or not storable(kind):
+        raise InvalidSubmission(422, "unknown_kind", f"unknown kind {kind!r}")
+    return kind
+
+
+def check_target(target: object) -> str:
+    """A submission's target: a string of 1 to MAX_TARGET_BYTES bytes PostgreSQL can store."""
+    if not isinstance(target, str) or not storable(target) \
+            or not 1 <= len(target.encode("utf-8")) <= MAX_TARGET_BYTES:
+        raise InvalidSubmission(422, "invalid_target", f"target must be a string of 1 to {MAX_TARGET_BYTES} bytes")
+    return target
 
 
 def run_validate(kind: str, validate: Callable[[dict], None], payload: dict) -> None:
