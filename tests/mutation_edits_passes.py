@@ -497,4 +497,9 @@ PASS_EDITS: list[Edit] = [
          '    _as_over_http("check_payload", {} if payload is None else payload)',
          (PRODUCER + "::test_a_kind_target_or_payload_is_refused_as_over_http",),
          "Queue.submit refuses a kind or target that is no string with HTTP's code"),
+    Edit("producer-batch-item-unpacked-unchecked", "worker/producer.py",
+         "            if not isinstance(item, (tuple, list)) or len(item) != 2:",
+         "            if False:",
+         (PRODUCER + "::test_a_malformed_batch_item_is_a_queue_error_naming_it",),
+         "Queue.submit_many refuses an item that is no (target, payload) pair with a QueueError naming it"),
 ]

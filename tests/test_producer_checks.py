@@ -223,8 +223,8 @@ async def test_a_naive_run_after_is_refused_as_a_run_at_without_an_offset(pool, 
     pytest.param("checked", "t", [1], id="payload-list"),
 ])
 async def test_a_kind_target_or_payload_is_refused_as_over_http(pool, dsn, kind, target, payload):
-    """Queue.submit answers the code and status POST /api/jobs answers for the
-    same fields. Before: a kind that is no string was unknown_kind (HTTP:
+    """Queue.submit and submit_many answer the code and status POST /api/jobs
+    answers for the same fields. Before: a kind that is no string was unknown_kind (HTTP:
     invalid_request), a target that is no string invalid_input (HTTP:
     invalid_target)."""
     body = {"kind": kind, "target": target, "payload": {} if payload is None else payload}
@@ -233,10 +233,35 @@ async def test_a_kind_target_or_payload_is_refused_as_over_http(pool, dsn, kind,
     over_http = (answer.json()["error"]["code"], answer.status_code)
     assert over_http[1] == 422, answer.text
     queue = Queue(pool, settings=Settings())
-    with pytest.raises(QueueError) as refused:
-        await queue.submit(kind, target, payload)
-    assert (refused.value.code, refused.value.status) == over_http, refused.value
+    for call in (queue.submit(kind, target, payload), queue.submit_many(kind, [(target, payload)])):
+        with pytest.raises(QueueError) as refused:
+            await call
+        assert (refused.value.code, refused.value.status) == over_http, refused.value
     with pytest.raises(QueueError) as refused:  # not json.dumps's TypeError
         await queue.submit("checked", "t", {1, 2})  # type: ignore[arg-type]
     assert (refused.value.code, refused.value.status) == ("invalid_payload", 422), refused.value
     assert await jobs(pool) == 0
+
+
+@pytest.mark.parametrize("item, code", [
+    pytest.param("ab", "invalid_request", id="string"),  # was taken as ("a", "b")
+    pytest.param(("b",), "invalid_request", id="one"),
+    pytest.param(("b", None, None), "invalid_request", id="three"),
+    pytest.param(None, "invalid_request", id="none"),
+    pytest.param((5, None), "invalid_target", id="target-number"),
+    pytest.param(("b", [1]), "invalid_payload", id="payload-list"),
+    pytest.param(("b", {1}), "invalid_payload", id="payload-set"),  # was json.dumps's TypeError
+    pytest.param(("b", {"n": 11}), "invalid_payload", id="payload-validate"),
+])
+async def test_a_malformed_batch_item_is_a_queue_error_naming_it(pool, item, code):
+    """As the database names the first bad item of a batch (item 1 is the
+    first), and nothing of the batch is written. Before: ValueError or
+    TypeError from unpacking the item or building the batch."""
+    queue = Queue(pool, settings=Settings())
+    with pytest.raises(QueueError) as refused:
+        await queue.submit_many("checked", [("a", None), item, ("c", None)])
+    assert (refused.value.code, refused.value.status) == (code, 422), refused.value
+    assert refused.value.message.startswith("item 2: "), refused.value.message
+    assert await jobs(pool) == 0
+    made = await queue.submit_many("checked", [("a", None), ["b", {"n": 1}]])  # a list is a pair too
+    assert len(made) == 2

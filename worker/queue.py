@@ -187,10 +187,10 @@ class Queue(LeaseCalls, AdminCalls):
         items = list(items)  # read once: a generator would be spent by the checks
         if not items:
             return []
+        producer.batch(kind, items)
         run_after = producer.due_at(run_after)
         priority = producer.priority(priority)
         concurrency_key = producer.concurrency_key(concurrency_key)
-        producer.validated(kind, [p for _, p in items])
         if max_payload is None:
             max_payload = self.max_payload
         try:
