@@ -506,4 +506,8 @@ PASS_EDITS: list[Edit] = [
          '{_TIME} GMT",  # IMF-fixdate', '{_TIME} (?:GMT|UTC)",  # IMF-fixdate',
          ("tests/test_http_errors.py::test_a_retry_after_date_is_taken_in_rfc_9110s_forms_only",),
          "a Retry-After date is taken in RFC 9110's three forms only, as email.utils's other forms are not"),
+    Edit("webhook-kind-submittable", "worker/submission.py",
+         "    if kind == WEBHOOK_KIND:\n", "    if False:\n",
+         ("tests/test_webhooks.py::test_no_one_but_the_database_makes_a_delivery",),
+         "a delivery job is made from a notify_url only: a submission of its kind is refused"),
 ]

@@ -19,6 +19,10 @@ from .tasks import registry
 
 # How many jobs one submission may run after (submit_waiting says the same).
 MAX_AFTER = 100
+# The built-in kind whose jobs deliver webhooks (worker/webhooks.py): only the
+# database makes them, from a request's notify_url. One submitted by anyone
+# else would have the secret sign a body of its choosing.
+WEBHOOK_KIND = "jobfeed.webhook"
 
 
 class InvalidSubmission(ValueError):
@@ -143,11 +147,14 @@ def check_submission(kind: object, target: object, payload: object) -> tuple[str
 
 
 def check_kind(kind: object) -> str:
-    """A submission's kind: a string (the database says whether it exists)."""
+    """A submission's kind: a string (the database says whether it exists),
+    not the webhook kind."""
     if not isinstance(kind, str):
         raise InvalidSubmission(422, "invalid_request", "kind must be a string")
     if not kind or not storable(kind):
         raise InvalidSubmission(422, "unknown_kind", f"unknown kind {kind!r}")
+    if kind == WEBHOOK_KIND:
+        raise InvalidSubmission(422, "unknown_kind", f"jobs of kind {kind!r} are made from a notify_url only")
     return kind
 
 
