@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from urllib.parse import unquote
+import time
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
 
+from jobfeed.worker.http_dates import http_date
 from jobfeed.worker.tasks import Permanent, Release, Transient, check_response, http_errors
 
 
@@ -86,6 +88,60 @@ async def test_a_retry_after_that_is_not_delay_seconds_is_ignored(upstream, stat
     with pytest.raises(error) as caught:
         await fetch(f"{upstream}/{status}?retry_after={header}")
     assert type(caught.value) is error and caught.value.retry_after == after
+
+
+DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+LONG_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _an_hour_ahead() -> dict[str, str]:
+    """An hour from now in RFC 9110's three HTTP-date forms, and in forms
+    email.utils also reads (other zones, case, no seconds, ...)."""
+    t = time.gmtime(time.time() + 3600)
+    month, hms = MONTHS[t.tm_mon - 1], f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
+    imf = f"{DAYS[t.tm_wday]}, {t.tm_mday:02d} {month} {t.tm_year} {hms} GMT"
+    rfc850_date = f"{t.tm_mday:02d}-{month}-{t.tm_year % 100:02d} {hms} GMT"
+    return {
+        "imf-fixdate": imf,
+        "rfc850": f"{LONG_DAYS[t.tm_wday]}, {rfc850_date}",
+        "asctime": time.asctime(t),
+        # odd forms
+        "lower-case": imf.lower(),
+        "no-day-name": imf.split(", ", 1)[1],
+        "offset-zone": imf.replace("GMT", "+0000"),
+        "utc-zone": imf.replace("GMT", "UTC"),
+        "no-zone": imf.removesuffix(" GMT"),
+        "no-seconds": imf.replace(f" {hms} ", f" {hms[:5]} "),
+        "two-digit-year": imf.replace(f" {t.tm_year} ", f" {t.tm_year % 100:02d} "),
+        "trailing-junk": imf + " soon",
+        "rfc850-short-day": f"{DAYS[t.tm_wday]}, {rfc850_date}",
+    }
+
+
+@pytest.mark.parametrize("form", list(_an_hour_ahead()))
+async def test_a_retry_after_date_is_taken_in_rfc_9110s_forms_only(upstream, form):
+    """RFC 9110 5.6.7: a recipient takes IMF-fixdate, RFC 850 and asctime;
+    anything else email.utils would read is ignored as any invalid value."""
+    header = _an_hour_ahead()[form]
+    with pytest.raises(Transient) as caught:
+        await fetch(f"{upstream}/503?retry_after={quote(header, safe='')}")
+    if form in ("imf-fixdate", "rfc850", "asctime"):
+        assert caught.value.retry_after is not None and 3590 < caught.value.retry_after <= 3600, header
+    else:
+        assert caught.value.retry_after is None, header
+
+
+def test_an_http_date_is_checked_field_by_field():
+    in_2026 = 1_780_000_000.0
+    assert http_date("Sun, 06 Nov 1994 08:49:37 GMT") == 784111777
+    assert http_date("Sunday, 06-Nov-94 08:49:37 GMT", in_2026) == 784111777  # 2094 is over 50 years ahead
+    assert http_date("Wednesday, 01-Jan-70 00:00:00 GMT", in_2026) == http_date("Wed, 01 Jan 2070 00:00:00 GMT")
+    assert http_date("Sun Nov 16 08:49:37 1994") == 784111777 + 10 * 86400
+    assert http_date("Wed, 31 Dec 2025 23:59:60 GMT") == http_date("Thu, 01 Jan 2026 00:00:00 GMT")  # a leap second
+    for bad in ("Sat, 29 Feb 2025 00:00:00 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 1994 08:60:00 GMT",
+                "Sun, 06 Nov 0000 08:49:37 GMT", "Sun, \u0660\u0666 Nov 1994 08:49:37 GMT", "Sun Nov 6 08:49:37 1994"):
+        assert http_date(bad) is None, bad
 
 
 def test_retry_after_raised_by_a_handler_is_bounded():

@@ -13,7 +13,9 @@ import uuid
 import pytest
 
 from jobfeed import Queue, QueueError, task
+from jobfeed.api.app import create_app
 from jobfeed.worker.settings import Settings
+from servers import asgi_client, make_settings
 
 UTC = dt.timezone.utc
 
@@ -44,7 +46,7 @@ async def jobs(pool) -> int:
      "invalid_run_at"),
     (lambda q: q.submit("checked", "t", concurrency_key=""), "invalid_concurrency_key"),
     (lambda q: q.submit("checked", "t", priority=2**40), "invalid_priority"),
-    (lambda q: q.submit("checked", "a\x00b"), "invalid_input"),
+    (lambda q: q.submit("checked", "a\x00b"), "invalid_target"),  # as HTTP answers it
     (lambda q: q.submit("checked", "t", {"note": "a\x00b"}), "invalid_input"),
     (lambda q: q.submit("checked", "t", {"x": float("nan")}), "invalid_input"),
     (lambda q: q.submit_many("checked", [("a", {"x": float("nan")})]), "invalid_input"),
@@ -145,7 +147,7 @@ async def test_a_past_run_after_queues_as_submitted_now(pool):
     queue = Queue(pool, settings=Settings())
     first = (await queue.submit("checked", "first")).id
     backdated = await queue.submit("checked", "backdated", run_after=dt.datetime(2020, 1, 1, tzinfo=UTC))
-    many = await queue.submit_many("checked", [("many", None)], run_after=dt.datetime(2020, 1, 1))  # naive: UTC
+    many = await queue.submit_many("checked", [("many", None)], run_after=dt.datetime(2020, 1, 1, tzinfo=UTC))
     assert (await queue.get_job(backdated.id))["scheduled_for"] is None
     assert [j.id for j in await queue.claim(["checked"], 1, "w")] == [first]
     assert {j.id for j in await queue.claim(["checked"], 5, "w")} == {backdated.id, many[0][0]}
@@ -188,3 +190,78 @@ async def test_a_queue_given_no_settings_takes_jobfeed_max_payload(pool, monkeyp
     with pytest.raises(QueueError) as refused:
         await Queue(pool).submit("checked", "b", {"pad": "y" * 2048})
     assert refused.value.code == "payload_too_large"
+
+
+async def test_a_naive_run_after_is_refused_as_a_run_at_without_an_offset(pool, dsn):
+    """A naive datetime names no one instant (it was taken as UTC, whatever
+    the caller's clock meant), as "2031-01-01T00:00:00" over HTTP does not."""
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        answer = await client.post("/api/jobs", json={"kind": "checked", "target": "t",
+                                                      "run_at": "2031-01-01T00:00:00"})
+    over_http = (answer.json()["error"]["code"], answer.status_code)
+    assert over_http == ("invalid_run_at", 422), answer.text
+    queue = Queue(pool, settings=Settings())
+    for naive in (dt.datetime(2031, 1, 1), dt.datetime(2020, 1, 1)):  # ahead or past alike
+        for call in (queue.submit("checked", "t", run_after=naive),
+                     queue.submit_many("checked", [("t", None)], run_after=naive)):
+            with pytest.raises(QueueError) as refused:
+                await call
+            assert (refused.value.code, refused.value.status) == over_http, refused.value
+    assert await jobs(pool) == 0
+    paris = dt.timezone(dt.timedelta(hours=1))  # an aware one, any offset, is its instant
+    made = await queue.submit("checked", "t", run_after=dt.datetime(2031, 1, 1, 1, tzinfo=paris))
+    assert (await queue.get_job(made.id))["scheduled_for"].startswith("2031-01-01T00:00:00")
+
+
+@pytest.mark.parametrize("kind, target, payload", [
+    pytest.param(None, "t", None, id="kind-none"),
+    pytest.param(5, "t", None, id="kind-number"),
+    pytest.param("", "t", None, id="kind-empty"),
+    pytest.param("checked", 5, None, id="target-number"),
+    pytest.param("checked", None, None, id="target-none"),
+    pytest.param("checked", "a\x00b", None, id="target-nul"),
+    pytest.param("checked", "t", [1], id="payload-list"),
+])
+async def test_a_kind_target_or_payload_is_refused_as_over_http(pool, dsn, kind, target, payload):
+    """Queue.submit and submit_many answer the code and status POST /api/jobs
+    answers for the same fields. Before: a kind that is no string was unknown_kind (HTTP:
+    invalid_request), a target that is no string invalid_input (HTTP:
+    invalid_target)."""
+    body = {"kind": kind, "target": target, "payload": {} if payload is None else payload}
+    async with asgi_client(create_app(make_settings(dsn))) as client:
+        answer = await client.post("/api/jobs", json=body)
+    over_http = (answer.json()["error"]["code"], answer.status_code)
+    assert over_http[1] == 422, answer.text
+    queue = Queue(pool, settings=Settings())
+    for call in (queue.submit(kind, target, payload), queue.submit_many(kind, [(target, payload)])):
+        with pytest.raises(QueueError) as refused:
+            await call
+        assert (refused.value.code, refused.value.status) == over_http, refused.value
+    with pytest.raises(QueueError) as refused:  # not json.dumps's TypeError
+        await queue.submit("checked", "t", {1, 2})  # type: ignore[arg-type]
+    assert (refused.value.code, refused.value.status) == ("invalid_payload", 422), refused.value
+    assert await jobs(pool) == 0
+
+
+@pytest.mark.parametrize("item, code", [
+    pytest.param("ab", "invalid_request", id="string"),  # was taken as ("a", "b")
+    pytest.param(("b",), "invalid_request", id="one"),
+    pytest.param(("b", None, None), "invalid_request", id="three"),
+    pytest.param(None, "invalid_request", id="none"),
+    pytest.param((5, None), "invalid_target", id="target-number"),
+    pytest.param(("b", [1]), "invalid_payload", id="payload-list"),
+    pytest.param(("b", {1}), "invalid_payload", id="payload-set"),  # was json.dumps's TypeError
+    pytest.param(("b", {"n": 11}), "invalid_payload", id="payload-validate"),
+])
+async def test_a_malformed_batch_item_is_a_queue_error_naming_it(pool, item, code):
+    """As the database names the first bad item of a batch (item 1 is the
+    first), and nothing of the batch is written. Before: ValueError or
+    TypeError from unpacking the item or building the batch."""
+    queue = Queue(pool, settings=Settings())
+    with pytest.raises(QueueError) as refused:
+        await queue.submit_many("checked", [("a", None), item, ("c", None)])
+    assert (refused.value.code, refused.value.status) == (code, 422), refused.value
+    assert refused.value.message.startswith("item 2: "), refused.value.message
+    assert await jobs(pool) == 0
+    made = await queue.submit_many("checked", [("a", None), ["b", {"n": 1}]])  # a list is a pair too
+    assert len(made) == 2

@@ -15,6 +15,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from jobfeed.worker.metrics import PROCESS
+from jobfeed.worker.queue import QueueError
 from jobfeed.worker.runner import Runner
 from jobfeed.worker.settings import SettingError, Settings
 
@@ -192,6 +193,31 @@ async def test_without_allowed_hosts_every_notify_url_is_refused(dsn, pool):
                                                    "notify_url": "http://127.0.0.1/hook"})
             assert r.status_code == 422 and r.json()["error"]["code"] == "notify_url_not_allowed"
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+
+
+async def test_no_one_but_the_database_makes_a_delivery(dsn, queue, pool, demo_kind):
+    """A delivery submitted over HTTP was taken: a worker with the secret would
+    sign a body of the sender's choosing to an allowed host; and a duplicate
+    of a real one (its target is a request id) answered that delivery's id."""
+    async with serve(dsn, webhook_hosts=("127.0.0.1",)) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            sub = (await http.post("/api/jobs", json={"kind": "demo", "target": "hooked",
+                                                      "notify_url": "http://127.0.0.1:9/hook/s3cret"})).json()
+            (job,) = await queue.claim(["demo"], 1, "w")
+            assert await queue.complete(job.id, job.generation, {"steps": 3})
+            (delivery,) = await pool.fetch("select id, target from jobfeed.jobs where kind = 'jobfeed.webhook'")
+            assert delivery["target"] == sub["request_id"]
+            forged = {"url": "http://127.0.0.1:9/hook", "webhook_id": "msg_x", "job_id": sub["id"],
+                      "body": {"id": sub["id"], "status": "completed", "result": {"paid": True}}}
+            for body in ({"kind": "jobfeed.webhook", "target": "forged", "payload": forged},
+                         {"kind": "jobfeed.webhook", "target": sub["request_id"]}):
+                r = await http.post("/api/jobs", json=body)
+                assert (r.status_code, r.json()["error"]["code"]) == (422, "unknown_kind"), r.text
+    with pytest.raises(QueueError) as refused:
+        await queue.submit("jobfeed.webhook", "forged", forged)
+    assert refused.value.code == "unknown_kind"
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'jobfeed.webhook'") == 1
+    assert await pool.fetchval("select count(*) from jobfeed.requests where job_id = $1", delivery["id"]) == 0
 
 
 def test_webhook_settings():

@@ -4,12 +4,12 @@ JobError it calls for (README, "Writing handlers")."""
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import time
 from typing import Iterator
 
 import httpx
 
+from .http_dates import http_date
 from .job_errors import Permanent, Release, Transient
 
 _PERMANENT_STATUS = {404, 410, 422}
@@ -18,17 +18,16 @@ _RELEASE_STATUS = {401, 403}
 
 def _retry_after(response: httpx.Response) -> float | None:
     """Retry-After as seconds: delay-seconds (RFC 9110: digits only, so no
-    "-1", "5.5", "1e3" or "nan") or an HTTP-date; anything else as if not sent."""
+    "-1", "5.5", "1e3" or "nan") or an HTTP-date (worker/http_dates.py); anything
+    else as if not sent."""
     value = response.headers.get("retry-after")
     if not value:
         return None
     if value.isascii() and value.isdigit():
         return float(value)  # JobError bounds it above (float: 5,000 digits are inf, not an error)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (ValueError, TypeError, IndexError):  # neither seconds nor a date: as if not sent
-        return None
-    return max(when.timestamp() - time.time(), 0.0) if when else None
+    now = time.time()
+    when = http_date(value, now)
+    return None if when is None else max(when - now, 0.0)  # neither seconds nor a date: as if not sent
 
 
 def check_response(response: httpx.Response) -> httpx.Response:

@@ -1,10 +1,12 @@
 """What Queue.submit and Queue.submit_many check before the database, so that a
-producer's refusal is a QueueError as over HTTP: the kind's own validate()
-(when this process has loaded the kind), a run_after already past (due now,
-queued as a job submitted now), too far ahead or no datetime, the priority, the
-concurrency key, the waiting fields, a notify_url's host, a signal's name. The
-database checks the rest (the kind, the sizes); what it cannot store (a NUL,
-NaN) is refused as `invalid_input` instead of asyncpg's own errors."""
+producer's refusal is a QueueError as over HTTP: the kind and target, the
+payload and the kind's own validate() (when this process has loaded the kind),
+a batch's items, a run_after already past (due now, queued as a job submitted
+now), too far ahead, naive or no datetime, the priority, the concurrency key,
+the waiting fields, a notify_url's host, a signal's name. The database checks
+the rest (whether the kind exists, the payload's size); what it cannot store
+(a NUL, NaN in a payload) is refused as `invalid_input` instead of asyncpg's
+own errors."""
 
 from __future__ import annotations
 
@@ -33,22 +35,32 @@ def _queue_error(exc) -> QueueError:
     return QueueError(exc.code, exc.message, exc.status)
 
 
-def validated(kind: str, payloads: Sequence[dict | None]) -> None:
-    """The kind's validate() on each payload (None: {}), as a submission over
-    HTTP runs it."""
-    from .submission import InvalidSubmission, run_validate
+def submission(kind: str, target: str, payload: dict | None) -> None:
+    """kind, target and payload (None: {}) as POST /api/jobs checks them, the
+    kind's validate() included."""
+    _as_over_http("check_submission", kind, target, {} if payload is None else payload)
+
+
+def batch(kind: str, items: Sequence[tuple[str, dict | None]]) -> None:
+    """submit_many's kind, then each item: a (target, payload) pair checked as
+    submission() checks one, its refusal naming the item as the database's
+    batch checks do (item 1 is the first)."""
+    from .submission import InvalidSubmission, check_payload, check_target, run_validate
     from .tasks import registry
 
+    _as_over_http("check_kind", kind)
     spec = registry.get(kind)
-    if spec is None or spec.validate is None:
-        return
-    for payload in payloads:
-        if payload is not None and not isinstance(payload, dict):
-            continue  # not a JSON object: the database refuses it (invalid_payload)
+    validate = None if spec is None else spec.validate
+    for n, item in enumerate(items, 1):
         try:
-            run_validate(kind, spec.validate, {} if payload is None else payload)
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise InvalidSubmission(422, "invalid_request", "each item must be a (target, payload) pair")
+            check_target(item[0])
+            payload = {} if item[1] is None else check_payload(item[1])
+            if validate is not None:
+                run_validate(kind, validate, payload)
         except InvalidSubmission as exc:
-            raise _queue_error(exc) from None
+            raise QueueError(exc.code, f"item {n}: {exc.message}", exc.status) from None
 
 
 def _as_over_http(rule: str, *args):

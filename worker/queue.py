@@ -85,10 +85,10 @@ class Queue(LeaseCalls, AdminCalls):
         else (a job waiting with a run_after is due at the later of the two).
         Checked as over HTTP (worker/producer.py): a run_after already past is
         now; max_payload defaults to JOBFEED_MAX_PAYLOAD; refusals are QueueError."""
+        producer.submission(kind, target, payload)  # first, as POST /api/jobs checks
         run_after = producer.due_at(run_after)
         priority = producer.priority(priority)
         concurrency_key = producer.concurrency_key(concurrency_key)
-        producer.validated(kind, (payload,))
         if notify_url is not None:
             notify_url = producer.notify_url(notify_url, self.settings.webhook_hosts)
         if max_payload is None:
@@ -187,10 +187,10 @@ class Queue(LeaseCalls, AdminCalls):
         items = list(items)  # read once: a generator would be spent by the checks
         if not items:
             return []
+        producer.batch(kind, items)
         run_after = producer.due_at(run_after)
         priority = producer.priority(priority)
         concurrency_key = producer.concurrency_key(concurrency_key)
-        producer.validated(kind, [p for _, p in items])
         if max_payload is None:
             max_payload = self.max_payload
         try:

@@ -19,6 +19,10 @@ from .tasks import registry
 
 # How many jobs one submission may run after (submit_waiting says the same).
 MAX_AFTER = 100
+# The built-in kind whose jobs deliver webhooks (worker/webhooks.py): only the
+# database makes them, from a request's notify_url. One submitted by anyone
+# else would have the secret sign a body of its choosing.
+WEBHOOK_KIND = "jobfeed.webhook"
 
 
 class InvalidSubmission(ValueError):
@@ -135,18 +139,31 @@ def check_submission(kind: object, target: object, payload: object) -> tuple[str
     the shapes, the target's size and the kind's own validate() when this
     process has loaded the kind (the database checks the payload's size and
     whether the kind exists)."""
-    if not isinstance(kind, str):
-        raise InvalidSubmission(422, "invalid_request", "kind must be a string")
-    if not kind or not storable(kind):
-        raise InvalidSubmission(422, "unknown_kind", f"unknown kind {kind!r}")
-    if not isinstance(target, str) or not storable(target) \
-            or not 1 <= len(target.encode("utf-8")) <= MAX_TARGET_BYTES:
-        raise InvalidSubmission(422, "invalid_target", f"target must be a string of 1 to {MAX_TARGET_BYTES} bytes")
-    payload = check_payload(payload)
+    kind, target, payload = check_kind(kind), check_target(target), check_payload(payload)
     spec = registry.get(kind)
     if spec is not None and spec.validate is not None:
         run_validate(kind, spec.validate, payload)
     return kind, target, payload
+
+
+def check_kind(kind: object) -> str:
+    """A submission's kind: a string (the database says whether it exists),
+    not the webhook kind."""
+    if not isinstance(kind, str):
+        raise InvalidSubmission(422, "invalid_request", "kind must be a string")
+    if not kind or not storable(kind):
+        raise InvalidSubmission(422, "unknown_kind", f"unknown kind {kind!r}")
+    if kind == WEBHOOK_KIND:
+        raise InvalidSubmission(422, "unknown_kind", f"jobs of kind {kind!r} are made from a notify_url only")
+    return kind
+
+
+def check_target(target: object) -> str:
+    """A submission's target: a string of 1 to MAX_TARGET_BYTES bytes PostgreSQL can store."""
+    if not isinstance(target, str) or not storable(target) \
+            or not 1 <= len(target.encode("utf-8")) <= MAX_TARGET_BYTES:
+        raise InvalidSubmission(422, "invalid_target", f"target must be a string of 1 to {MAX_TARGET_BYTES} bytes")
+    return target
 
 
 def run_validate(kind: str, validate: Callable[[dict], None], payload: dict) -> None:
@@ -225,16 +242,19 @@ def parse_run_at(value: object) -> dt.datetime | None:
 
 
 def due(when: dt.datetime) -> dt.datetime | None:
-    """When a job is due (naive: UTC): None for a time already past (due now,
-    queued as a job submitted now, not ahead of those submitted before it);
-    more than MAX_DURATION ahead is refused."""
+    """When a job is due: None for a time already past (due now, queued as a
+    job submitted now, not ahead of those submitted before it); more than
+    MAX_DURATION ahead is refused, and so is a naive datetime, as HTTP refuses
+    a run_at without an offset: it names no one instant."""
     if not isinstance(when, dt.datetime):  # a date, or a string from Python (HTTP's run_at is parsed)
         raise InvalidSubmission(422, "invalid_run_at", f"run_after must be a datetime, not a {type(when).__name__}")
+    if when.utcoffset() is None:  # from Python only: HTTP's run_at has an offset or Z
+        raise InvalidSubmission(422, "invalid_run_at",
+                                "run_after must be an aware datetime, e.g. datetime.now(timezone.utc) + ...")
     now = dt.datetime.now(dt.timezone.utc)
-    aware = when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)
-    if aware <= now:
+    if when <= now:
         return None
-    if aware - now > dt.timedelta(seconds=MAX_DURATION):
+    if when - now > dt.timedelta(seconds=MAX_DURATION):
         raise InvalidSubmission(422, "invalid_run_at", f"run_at is at most {MAX_DURATION:,} seconds from now")
     return when
 

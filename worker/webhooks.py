@@ -20,10 +20,10 @@ from standardwebhooks.webhooks import Webhook
 
 from . import metrics
 from .settings import Settings
-from .submission import host_allowed
+from .submission import WEBHOOK_KIND, host_allowed
 from .tasks import Permanent, Registry, Release, TaskSpec, check_response, http_errors, registry
 
-KIND = "jobfeed.webhook"
+KIND = WEBHOOK_KIND
 
 
 @functools.cache
