@@ -36,7 +36,10 @@ const KINDS_RETRY_MS = 3000;
 async function loadKinds() {
   try {
     const { data } = await api("api/kinds");
-    kinds = Array.isArray(data) ? data : (data && data.kinds) || [];
+    const listed = Array.isArray(data) ? data : (data && data.kinds) || [];
+    // "jobfeed." names jobfeed's own kinds (a webhook's delivery), which no
+    // one submits: the API refuses them, so the form does not offer them.
+    kinds = listed.filter((k) => !k.kind.startsWith("jobfeed."));
   } catch (err) {
     kindSelect.replaceChildren(h("option", { value: "" }, "Could not load kinds"));
     showError(formError, err);
