@@ -506,4 +506,14 @@ PASS_EDITS: list[Edit] = [
          'name="jobfeed-migrate", bounded=False)', 'name="jobfeed-migrate")',
          ("tests/test_migrations.py::test_a_migration_has_no_query_timeout",),
          "a migration's connection has no query timeout"),
+    # ------------------------------------------------------------ stop 40's black-box passes
+    Edit("foreign-cluster-started", "worker/embedded.py",
+         "    if rule != EMBEDDED_LOCAL_RULE:", "    if False:",
+         ("tests/test_embedded.py::test_a_pgdata_jobfeed_cannot_use_is_refused_in_one_line_and_left_as_it_is",),
+         "a cluster someone else made (pg_hba.conf asks for a password) is refused before it is started"),
+    Edit("foreign-superuser-traceback", "worker/embedded.py",
+         "    except (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError,",
+         "    except (ZeroDivisionError, asyncpg.InvalidCatalogNameError,",
+         ("tests/test_embedded.py::test_a_cluster_without_the_embedded_servers_superuser_is_refused_in_one_line",),
+         "a cluster whose server refuses the embedded server's user is refused in one line, not a traceback"),
 ]
