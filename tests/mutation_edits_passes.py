@@ -556,4 +556,10 @@ PASS_EDITS: list[Edit] = [
          "    token = admin_token(settings)\n    dsn = await db.resolve_dsn(settings)\n",
          ("tests/test_embedded.py::test_up_refuses_a_data_folder_the_server_cannot_use_in_one_line_before_making_it",),
          "jobfeed up checks the data folder before it keeps its admin token there"),
+    # ------------------------------------------------------------ stop 40: handlers given up on (fixC)
+    Edit("given-up-context-kept", "worker/attempts.py",
+         "        entry.abandoned = True\n        entry.ctx.lost.set()\n",
+         "        entry.abandoned = True\n",
+         (STUCK + "::test_a_handler_given_up_on_that_goes_on_reporting_writes_and_logs_nothing",),
+         "a handler given up on writes nothing more: its ctx calls raise LeaseLost, quietly, pool closed or not"),
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import signal
 import subprocess
 import time
@@ -15,8 +16,10 @@ import time
 import pytest
 
 from conftest import JOBFEED, path_with_tests, worker_env
+from jobfeed.worker import db
+from jobfeed.worker.queue import Queue
 from jobfeed.worker.runner import Runner
-from jobfeed.worker.tasks import Context, TaskSpec
+from jobfeed.worker.tasks import Context, LeaseLost, TaskSpec
 from waiting import eventually, wait_state
 
 CANCEL_WAIT = 0.3
@@ -103,6 +106,74 @@ async def test_shutdown_releases_a_job_whose_handler_ignores_it(queue, pool, dsn
         await asyncio.wait_for(running, 10)
     await none_left(runner)
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job_id) == "queued"
+
+
+async def test_a_handler_given_up_on_that_goes_on_reporting_writes_and_logs_nothing(queue, pool, dsn, caplog):
+    """From the give-up on, its ctx calls raise LeaseLost with no call made,
+    and what it raises in the end is not logged: before, its progress went on
+    being written (fenced, to no end), and once the stopped worker's pool had
+    closed each report logged "pool is closed"."""
+    entered, released = asyncio.Event(), asyncio.Event()
+    rounds, refused = [0], [0]
+
+    async def handler(job, ctx: Context):
+        entered.set()
+        while not released.is_set():
+            rounds[0] += 1
+            try:
+                await ctx.progress(rounds[0])
+            except LeaseLost:
+                refused[0] += 1
+            except asyncio.CancelledError:
+                pass
+            try:
+                await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                pass
+        raise RuntimeError("found its worker gone")  # dropped with the rest, traceback and all
+
+    s = spec("reporting", handler)
+    await queue.register_kind(s.kind, max_attempts=s.max_attempts, lease=s.lease, backoff=s.backoff, jitter=0.0)
+    own_pool = await db.create_pool(dsn, max_size=4)  # the worker's, closed when it stops as a process's is
+    own_queue = Queue(own_pool)
+    calls: list[float] = []
+    real_progress = own_queue.progress
+
+    async def progress(*args):
+        calls.append(args[2])
+        return await real_progress(*args)
+
+    own_queue.progress = progress  # type: ignore[method-assign]
+    runner = Runner(own_queue, dsn, [s], poll_interval=0.2, grace=0.0, cancel_wait=CANCEL_WAIT)
+    running = asyncio.create_task(runner.run())
+    try:
+        job_id = (await queue.submit("reporting", "x")).id
+        await asyncio.wait_for(entered.wait(), 5)
+        async def reported():
+            return bool(calls)
+        await eventually(reported, what="a report written")
+        runner.stop()
+        await asyncio.wait_for(running, 10)  # the release written for the handler given up on
+        assert len(runner._stuck) == 1
+        written = len(calls)
+        await own_pool.close()
+        later = rounds[0]
+
+        async def went_on():
+            return rounds[0] > later + 30
+        await eventually(went_on, what="the handler to go on reporting")
+    finally:
+        released.set()
+        runner.stop()
+        await asyncio.wait_for(running, 10)
+        await own_pool.close()
+    await none_left(runner)
+    assert len(calls) == written and refused[0] > 30  # each report refused, none written
+    row = await pool.fetchrow("select state::text, last_error_code from jobfeed.jobs where id = $1", job_id)
+    assert dict(row) == {"state": "queued", "last_error_code": "shutdown"}
+    noise = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("jobfeed")
+             and "leaving it behind" not in r.getMessage() and "given up on still run" not in r.getMessage()]
+    assert noise == []
 
 
 async def test_a_handler_that_ignores_its_timeout_is_given_up_on(queue, pool, run):

@@ -117,7 +117,7 @@ class Attempts:
             if task.cancelling():
                 raise  # not ours: the runner itself is being torn down
             # the handler's own: a task it awaited was canceled
-            log.exception("job %s (%s) raised", job.id, job.kind)
+            self._log_raised(entry)
             return ("error", redact.unexpected(exc))
         except LeaseLost:
             return ("lost", None)
@@ -129,7 +129,7 @@ class Attempts:
             # a bug or an unclassified error: worth retrying; a library's
             # sys.exit() too (or GeneratorExit, KeyboardInterrupt): it ends this
             # attempt, not the worker and its other jobs
-            log.exception("job %s (%s) raised", job.id, job.kind)
+            self._log_raised(entry)
             return ("error", redact.unexpected(exc))
         if entry.abandoned:
             return None
@@ -149,6 +149,14 @@ class Attempts:
             self._completions.add(job.id, job.generation, text, entry.ctx.lease,  # in a batch
                                   functools.partial(self._count_end, job, seconds))
         return None
+
+    @staticmethod
+    def _log_raised(entry: Running) -> None:
+        """The traceback of what the handler raised (within an except block),
+        unless the runner gave up on it: its outcome is written, and a handler
+        left behind hitting the closed pool at shutdown is no news."""
+        if not entry.abandoned:
+            log.exception("job %s (%s) raised", entry.ctx.job.id, entry.ctx.job.kind)
 
     async def _record(self, key: tuple[uuid.UUID, int], entry: Running, outcome: tuple[str, Any]) -> None:
         """Write an outcome other than a completion, its slot freed first."""
@@ -195,14 +203,16 @@ class Attempts:
     def _give_up(self, key: tuple[uuid.UUID, int], entry: Running, reason: str) -> None:
         """The handler ignored its cancellation (caught CancelledError and went
         on): write the outcome its stop meant, free its slot and leave the task
-        behind, out of the runner's books. Whatever it does later is dropped;
-        its writes find the generation fenced."""
+        behind, out of the runner's books. Whatever it does later is dropped,
+        quietly: its context is lost (its ctx calls raise LeaseLost, no call
+        made), and what it raises is not logged."""
         if entry.ended or entry.recording or entry.task is None or entry.task.done():
             return
         if entry.stop_reason is None:  # past the kind's timeout, whose cancel it ignored
             entry.stop_reason = reason  # no more renewals
             entry.task.cancel()
         entry.abandoned = True
+        entry.ctx.lost.set()
         job = entry.ctx.job
         log.error("job %s (%s): the handler did not end %gs after being canceled (%s); leaving it behind",
                   job.id, job.kind, self.cancel_wait, entry.stop_reason)

@@ -36,6 +36,7 @@ class Context:
         never makes a second set. A target an unfinished job already holds
         joins that job (its id is answered). A submission submit() would
         refuse raises Permanent."""
+        self._held()
         from .queue import QueueError
         from .submission import InvalidSubmission, check_schedule, check_submission
         try:
@@ -67,11 +68,13 @@ class Context:
             raise Permanent("unknown_dependency", "ctx.wait_for takes job ids") from None
 
     async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        self._held()
         if not await self._queue.progress(self.job.id, self.job.generation, done, total, message):
             self._lose()
 
     async def checkpoint(self, state: Any) -> None:
         """Save state the next attempt receives as job.checkpoint."""
+        self._held()
         if not await self._through_blips(lambda: self._queue.checkpoint(self.job.id, self.job.generation, state),
                                          f"save job {self.job.id}'s checkpoint"):
             self._lose()
@@ -84,6 +87,7 @@ class Context:
 
     async def extend(self) -> None:
         """Renew the lease now (the runner also does it in the background)."""
+        self._held()
         lost = await self._queue.extend_many([(self.job.id, self.job.generation)])
         if lost:
             self._lose()
@@ -94,23 +98,35 @@ class Context:
         """`async for chunk in ctx.open_input("video")`: the uploaded file's bytes
         (start..end-1 when given); job_id: another job's input (a child reading
         its parent's). FileNotFound when the job has no such input."""
+        self._held()
         return files.open_file(self._queue.pool, _job_id(job_id, self.job.id), "in", name, start, end)
 
     def open_output(self, job_id: uuid.UUID | str, name: str, start: int = 0,
                     end: int | None = None) -> AsyncIterator[bytes]:
         """Another job's output (a parent merging its children's), chunk by chunk."""
+        self._held()
         return files.open_file(self._queue.pool, _job_id(job_id, self.job.id), "out", name, start, end)
 
     async def list_inputs(self, job_id: uuid.UUID | str | None = None) -> list[dict]:
         """The job's inputs: [{"name", "size", "content_type"}], by name."""
+        self._held()
         return [f.public() for f in await files.files_of(self._queue.pool, _job_id(job_id, self.job.id), "in")]
 
     async def save_output(self, name: str, chunks: bytes | Iterable[bytes] | AsyncIterable[bytes],
                           content_type: str = files.DEFAULT_CONTENT_TYPE) -> None:
         """Store a file for GET /api/jobs/{id}/outputs/{name}, replacing one of
         that name; LeaseLost (and nothing visible) when this attempt lost the job."""
+        self._held()
         if not await files.save_output(self._queue.pool, self.job.id, self.job.generation, name, chunks,
                                        content_type):
+            self._lose()
+
+    def _held(self) -> None:
+        """LeaseLost, no call made, once the job is known lost: a fenced call
+        said so, or the runner did (its heartbeat, a cancel's notification, or
+        its give-up on a handler that ignored its cancellation). A handler
+        left behind does no useless writes, nor calls on a closed pool."""
+        if self.lost.is_set():
             self._lose()
 
     def _lose(self) -> None:

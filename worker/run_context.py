@@ -44,8 +44,7 @@ class RunContext(Context):
         self._writing: asyncio.Lock | None = None  # writes in the order reported (made at the first)
 
     async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
-        if self.lost.is_set():
-            self._lose()
+        self._held()
         self._pending = (done, total, message)
         if self._later is not None:
             return  # a write is already planned; it takes this report
@@ -111,6 +110,7 @@ class RunContext(Context):
             self._later = None
 
     async def extend(self) -> None:
+        self._held()
         if await self._queue.extend_many([(self.job.id, self.job.generation)], self.lease):
             self._lose()
 
