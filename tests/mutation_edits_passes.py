@@ -562,4 +562,8 @@ PASS_EDITS: list[Edit] = [
          "        entry.abandoned = True\n",
          (STUCK + "::test_a_handler_given_up_on_that_goes_on_reporting_writes_and_logs_nothing",),
          "a handler given up on writes nothing more: its ctx calls raise LeaseLost, quietly, pool closed or not"),
+    Edit("exit-waits-for-given-up", "worker/startup.py",
+         "    waited = left - set(_left_behind)\n", "    waited = left\n",
+         (STUCK + "::test_a_worker_process_exits_on_sigterm_past_a_handler_that_ignores_it",),
+         "a stopping process does not wait LEFTOVER_WAIT for a handler already given up on"),
 ]

@@ -21,6 +21,7 @@ from .outcomes import LOST, Outcome, as_raised, outcome_label, record_outcome
 from .queue import Job, Queue
 from .queue_calls import UNSTORABLE_CODE, result_json
 from .retrying import retrying
+from .startup import leave_behind
 from .run_context import Running, RunContext, call_handler, lease_of, run_again_with_no_children, stopped
 from .tasks import Abandon, JobError, LeaseLost, TaskSpec, Transient, WaitFor
 
@@ -217,6 +218,7 @@ class Attempts:
         log.error("job %s (%s): the handler did not end %gs after being canceled (%s); leaving it behind",
                   job.id, job.kind, self.cancel_wait, entry.stop_reason)
         self._tasks.discard(entry.task)
+        leave_behind(entry.task)  # nor will the process wait for it at its exit
         self._stuck.add(entry.task)
         entry.task.add_done_callback(self._stuck.discard)
         spec = self.specs[job.kind]

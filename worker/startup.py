@@ -12,6 +12,7 @@ import secrets
 import signal
 import sys
 import tempfile
+import weakref
 from pathlib import Path
 
 from . import db, migrate as migrations, tasks
@@ -46,8 +47,17 @@ class UsageError(Exception):
 
 
 # How long the tasks still running when a command's coroutine returns have,
-# once canceled, to end before the process leaves without them.
+# once canceled, to end before the process leaves without them (those left
+# behind already, which ignored a cancel, are not waited for).
 LEFTOVER_WAIT = 2.0
+
+_left_behind: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()
+
+
+def leave_behind(task: asyncio.Task) -> None:
+    """A task given up on (a handler that ignored its cancellation, whose
+    outcome the worker wrote for it): the process's exit will not wait for it."""
+    _left_behind.add(task)
 
 
 def run(coro):
@@ -76,7 +86,10 @@ def _exit_if_stuck(loop: asyncio.AbstractEventLoop, code: int) -> None:
         return
     for task in left:
         task.cancel()
-    _, stuck = loop.run_until_complete(asyncio.wait(left, timeout=LEFTOVER_WAIT))
+    waited = left - set(_left_behind)
+    if waited:
+        loop.run_until_complete(asyncio.wait(waited, timeout=LEFTOVER_WAIT))
+    stuck = {t for t in left if not t.done()}
     if stuck:
         log.error("%d tasks ignore their cancellation (%s); exiting without them", len(stuck),
                   ", ".join(sorted(t.get_name() for t in stuck)))
