@@ -285,3 +285,69 @@ async def test_a_worker_process_exits_on_sigterm_past_a_handler_that_ignores_it(
     assert "leaving it behind" in out and "exiting without them" in out, out
     row = await pool.fetchrow("select state::text, attempts, last_error_code from jobfeed.jobs where id = $1", job_id)
     assert dict(row) == {"state": "queued", "attempts": 0, "last_error_code": "shutdown"}, out
+
+
+async def test_an_exit_raised_in_a_task_a_handler_started_ends_its_attempt_not_the_worker(dsn, pool, queue):
+    """asyncio lets SystemExit and KeyboardInterrupt out of the event loop from
+    any task: before, one raised in a task the handler started ended the worker
+    process, and its jobs, the other kind's too, waited out their leases."""
+    proc = subprocess.Popen(JOBFEED + ["worker", "--kinds", "exits,steady", "--poll", "200ms"],
+                            env=worker_env(dsn, JOBFEED_TASKS="exit_tasks", PYTHONPATH=path_with_tests()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        await eventually(lambda: pool.fetchval("select count(*) = 2 from jobfeed.kinds where kind in "
+                                               "('exits', 'steady')"), what="the worker to register its kinds")
+        steady_id, _ = await queue.submit("steady", "first", {"seconds": 1.5})
+        await wait_state(pool, steady_id, "running")
+        exits = [(await queue.submit("exits", target)).id for target in ("system-exit", "keyboard-interrupt")]
+        # each a transient failure at once, retried after its backoff
+        await eventually(lambda: pool.fetchval("select count(*) = 2 from jobfeed.jobs where id = any($1) "
+                                               "and last_error_code = 'internal_error'", exits),
+                         what="the exits' failures recorded")
+        await wait_state(pool, steady_id, "completed")
+        after_id, _ = await queue.submit("steady", "after")
+        await wait_state(pool, after_id, "completed")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out, _ = proc.communicate(timeout=10)
+    assert code == 0, out
+    for job_id in exits:
+        view = await queue.admin_get_job(job_id)
+        assert [(a["outcome"], a["error"]["code"]) for a in view["attempts_log"]] == [("transient", "internal_error")]
+        assert view["state"] == "queued" and view["result"] is None, out
+    assert "SystemExit raised in a task its handler started" in out, out
+    assert "KeyboardInterrupt raised in a task its handler started" in out, out
+
+
+async def test_an_exit_whose_cancel_the_handler_ignores_keeps_the_lease_until_its_failure_is_written(queue, pool,
+                                                                                                      run):
+    """The handler goes on past the exit's cancel, for longer than its lease:
+    the lease is renewed until the give-up writes the exit's failure (else it
+    lapsed, the job was claimed again, and the attempt ended lease_expired)."""
+    entered, released = asyncio.Event(), asyncio.Event()
+    stubborn = swallowing(entered, released)
+
+    async def handler(job, ctx):
+        if job.generation > 1:
+            return {"again": job.generation}
+
+        async def dies():
+            raise SystemExit(3)
+        asyncio.create_task(dies())
+        return await stubborn(job, ctx)
+
+    runner = await run(dataclasses.replace(spec("exits", handler), lease=0.3), cancel_wait=1.0)
+    try:
+        job_id = (await queue.submit("exits", "x")).id
+        await asyncio.wait_for(entered.wait(), 5)
+        await eventually(lambda: pool.fetchval("select last_error_code is not null from jobfeed.jobs where id = $1",
+                                               job_id), what="the attempt's end written")
+    finally:
+        released.set()
+    await none_left(runner)
+    log = (await queue.admin_get_job(job_id))["attempts_log"]
+    assert [(a["outcome"], a["error"]["code"]) for a in log] == [("transient", "internal_error")]

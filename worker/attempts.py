@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from . import logs, metrics, redact, tracing
+from . import logs, metrics, redact, subtasks, tracing
 from .completions import Completions
 from .outcomes import LOST, Outcome, as_raised, outcome_label, record_outcome
 from .queue import Job, Queue
@@ -92,6 +92,7 @@ class Attempts:
                                                             key, entry, "timeout")
 
     async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: Running, spec: TaskSpec) -> None:
+        subtasks.on_exit.set(functools.partial(self._exited, key, entry))  # for the tasks the handler starts
         try:
             outcome = await self._outcome(key, entry, spec)
             if outcome is not None and not entry.abandoned:
@@ -134,6 +135,8 @@ class Attempts:
             return ("error", redact.unexpected(exc))
         if entry.abandoned:
             return None
+        if entry.stop_reason == "exit":  # it returned from the cancel: the exit stands
+            return self._stopped(entry, spec)
         if isinstance(result, WaitFor):
             return ("wait", result)  # with its children, in one call of its own (not the batch)
         try:
@@ -201,6 +204,19 @@ class Attempts:
         if entry.stop(reason):
             asyncio.get_running_loop().call_later(self.cancel_wait, self._give_up, key, entry, reason)
 
+    def _exited(self, key: tuple[uuid.UUID, int], entry: Running, exc: BaseException) -> None:
+        """A task the handler started raised SystemExit or KeyboardInterrupt
+        (caught by subtasks.py before it could end the worker): the attempt
+        ends as if the handler had raised it, a transient internal_error."""
+        if entry.abandoned:
+            return  # given up on: what its tasks do now is dropped, quietly
+        job = entry.ctx.job
+        log.error("job %s (%s): %s raised in a task its handler started; the attempt ends, not the worker",
+                  job.id, job.kind, type(exc).__name__, exc_info=exc)
+        if not entry.ended:
+            entry.exit = entry.exit or exc
+            self._stop_run(key, entry, "exit")
+
     def _give_up(self, key: tuple[uuid.UUID, int], entry: Running, reason: str) -> None:
         """The handler ignored its cancellation (caught CancelledError and went
         on): write the outcome its stop meant, free its slot and leave the task
@@ -234,6 +250,9 @@ class Attempts:
         would never use up its attempts."""
         assert entry.stop_reason is not None
         reason = entry.stop_reason
+        if reason == "exit":
+            assert entry.exit is not None
+            return ("error", redact.unexpected(entry.exit))
         if reason in ("shutdown", "budget") and entry.deadline is not None and time.monotonic() >= entry.deadline:
             reason = "timeout"
         return stopped(reason, spec)

@@ -126,7 +126,8 @@ CANCEL_WAIT = 5.0
 class Running:
     ctx: RunContext
     task: asyncio.Task | None = None
-    stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget | timeout
+    stop_reason: str | None = None  # why we cancelled the handler: lost | shutdown | budget | timeout | exit
+    exit: BaseException | None = None  # the SystemExit/KeyboardInterrupt of a task it started (subtasks.py)
     recording: bool = False         # the handler is done; its outcome is being written
     renew_at: float = 0.0           # monotonic time of the next lease renewal
     started: float = 0.0            # monotonic time the attempt started
@@ -139,10 +140,11 @@ class Running:
     def renewing(self) -> bool:
         """The heartbeat renews its lease: until its outcome is being written,
         also while a stopping worker waits for the handler to end (a lease
-        lapsing then would count an attempt the release must not), never once
+        lapsing then would count an attempt the release must not) and while
+        an exit cancels it (the failure is still to be written), never once
         the lease is lost."""
         return (self.ctx.heartbeat and not self.recording and not self.abandoned
-                and self.stop_reason in (None, "shutdown", "budget"))
+                and self.stop_reason in (None, "shutdown", "budget", "exit"))
 
     @property
     def renew_every(self) -> float:

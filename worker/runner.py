@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Sequence
 
-from . import metrics, schedules, tracing
+from . import metrics, schedules, subtasks, tracing
 from .db import Listener
 from .queue import ClaimTimes, Job, Queue
 from .tasks import TaskSpec
@@ -115,6 +115,7 @@ class Runner(Attempts):
     async def run(self) -> None:
         if self.budget is not None:
             self._deadline = time.monotonic() + self.budget
+        subtasks.install(asyncio.get_running_loop())  # a handler's task raising SystemExit ends its attempt only
         listener = Listener(self.dsn, {"jobfeed_due": self._on_due, "jobfeed_fenced": self._on_fenced},
                             on_connect=self._on_listen,
                             name="jobfeed-worker-listen")
