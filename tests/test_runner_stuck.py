@@ -1,8 +1,10 @@
 """Handlers that will not be stopped, and what ends them all the same: one that
 catches its cancellation and goes on is given up on (its slot freed, its
 outcome written, the task left behind) a while after a cancel, a shutdown or
-its timeout; one that raises a BaseException of its own records a failure at
-once rather than holding its job until the lease ends."""
+its timeout, and then writes nothing and holds no process's exit; one that
+raises a BaseException of its own records a failure at once rather than
+holding its job until the lease ends, also when the exception is an exit
+raised in a task it started (which asyncio would let end the worker)."""
 
 from __future__ import annotations
 
