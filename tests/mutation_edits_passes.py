@@ -396,7 +396,7 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_browser_admin.py::test_admin_filters_by_state_and_opens_a_linked_job",),
          "after signing in, the focus moves into the dashboard"),
     Edit("share-note-ignores-access-mode", "api/ui.py",
-         'job_page = _page("job.html", _with_job_access)', 'job_page = _page("job.html")',
+         'job_page = _page("job.html", _job_page_settings)', 'job_page = _page("job.html")',
          ("tests/test_browser.py::test_a_private_job_is_shown_to_the_tab_that_submitted_it",),
          "under JOBFEED_JOB_ACCESS=requesters the share panel does not offer the link to anyone"),
     Edit("bulk-retry-skips-unsaid", "worker/queue_admin.py",
