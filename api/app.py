@@ -65,6 +65,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/jobs/{job_id}/outputs/{name}", outputs.download, methods=["GET"]),
         Route("/api/requests/{request_id}", jobs.leave_request, methods=["DELETE"]),
         Route("/api/requests/{request_id}/leave", jobs.leave_request, methods=["POST"]),
+        Route("/api/requests/{request_id}/stay", jobs.stay_request, methods=["POST"]),
         Route("/api/kinds", jobs.list_kinds, methods=["GET"]),
         Route("/api/live", health.live, methods=["GET"]),
         Route("/api/admin/jobs", admin.list_jobs, methods=["GET"]),

@@ -19,6 +19,7 @@ from . import access, auth, streams, uploads, waiting
 from .body import read_json
 from .errors import ApiError, json_text
 from .jobstream import JobStream
+from .parse import seconds
 from .state import services
 from .views import parse_job_id, parse_request_id, with_field, with_flag
 
@@ -188,10 +189,28 @@ async def get_job(request: Request) -> Response:
 
 
 async def leave_request(request: Request) -> Response:
-    """DELETE /api/requests/{id} and POST .../leave (a closing page's sendBeacon)."""
+    """DELETE /api/requests/{id} and POST .../leave (a closing page's sendBeacon):
+    at once, or with ?grace= later unless the request stays first (stay_request);
+    the answer then says when (leave_at, null when it has left)."""
     request_id = parse_request_id(request.path_params["request_id"])
-    text = await services(request).queue.leave_json(request_id)  # QueueError not_found -> 404
-    return json_text('{"job": ' + text + "}")
+    svc = services(request)
+    grace = request.query_params.get("grace")
+    if grace is None:
+        text = await svc.queue.leave_json(request_id)  # QueueError not_found -> 404
+        return json_text('{"job": ' + text + "}")
+    # the server's setting caps it: a page closed for good is let go in that time
+    capped = min(seconds(grace, "grace"), svc.settings.leave_grace)
+    text, leave_at = await svc.queue.leave_later_json(request_id, capped)
+    return json_text(with_field('{"job": ' + text + "}", "leave_at", leave_at and leave_at.isoformat()))
+
+
+async def stay_request(request: Request) -> Response:
+    """POST /api/requests/{id}/stay: a deferred leave is called off (the page
+    that asked for it came back: a reload, Back); called_off says whether one
+    was pending; 409 when it was applied."""
+    request_id = parse_request_id(request.path_params["request_id"])
+    text, called_off = await services(request).queue.stay_json(request_id)  # not_found 404, request_left 409
+    return json_text(with_flag('{"job": ' + text + "}", "called_off", called_off))
 
 
 async def job_events(request: Request) -> Response | JobStream:

@@ -51,10 +51,22 @@ _PRESENTED = [{"name": "X-Jobfeed-Request", "in": "header", "schema": {"type": "
               {"name": "request", "in": "query", "schema": {"type": "string", "format": "uuid"},
                "description": "the same, where headers cannot be sent (EventSource)"}]
 _LEAVE = {
-    "parameters": [_REQUEST_ID],
-    "responses": {"200": _json({"type": "object", "properties": {"job": _ref("JobView")}},
-                               "left (also when it had left before): the job's public view"),
-                  "404": _err("no such request")}}
+    "parameters": [_REQUEST_ID,
+                   {"name": "grace", "in": "query", "schema": {"type": "string"},
+                    "description": "leave after this long (a duration, 30s, or seconds; at most "
+                                   "JOBFEED_LEAVE_GRACE, longer is clamped) unless the request stays first "
+                                   "(POST /api/requests/{request_id}/stay): a closing page's deferred leave, "
+                                   "which the page a reload brings back calls off. The request stays active "
+                                   "meanwhile. 0, or a grace of 0 set on the server, leaves at once"}],
+    "responses": {"200": _json({"type": "object", "required": ["job"], "properties": {
+                      "job": _ref("JobView"),
+                      "leave_at": {**_TIME, "nullable": True,
+                                   "description": "with ?grace= only: when the request will leave; null when "
+                                                  "it has left (at once, or before)"}}},
+                      "left (also when it had left before), or, with ?grace=, leaving at leave_at: the "
+                      "job's public view"),
+                  "404": _err("no such request"),
+                  "422": _err("grace is not a duration (invalid_query)")}}
 _SSE = {"description": "a stream of server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
 _HTML = {"description": "a page of the web UI", "content": {"text/html": {"schema": {"type": "string"}}}}
 
@@ -107,6 +119,17 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         **_LEAVE},
     ("POST", "/api/requests/{request_id}/leave"): {
         "summary": "Leave, as a POST without a body (a closing page's navigator.sendBeacon)", **_LEAVE},
+    ("POST", "/api/requests/{request_id}/stay"): {
+        "summary": "Stay: call off the request's pending deferred leave (?grace=), e.g. a job page that a "
+                   "reload brought back",
+        "parameters": [_REQUEST_ID],
+        "responses": {"200": _json({"type": "object", "required": ["job", "called_off"], "properties": {
+                                        "job": _ref("JobView"),
+                                        "called_off": {"type": "boolean", "description": "a leave was pending "
+                                                       "(false: none, or its request has not arrived yet)"}}},
+                                   "the request is active with no leave pending: the job's public view"),
+                      "404": _err("no such request"),
+                      "409": _err("the request has left already, its deferred leave applied (request_left)")}},
     ("GET", "/api/jobs/{job_id}/events"): {
         "summary": "Server-sent events of a job's public view until it finishes",
         "description": "event: job, id: the view's version, data: the public view. The first event "

@@ -4,9 +4,25 @@ str.isdigit() also accepts '²' and '٣', on which int() raises, and int() of a
 
 from __future__ import annotations
 
+from jobfeed.worker.settings import SettingError, parse_duration
+
+from .errors import ApiError
+
 
 def digits(text: str | None, max_len: int = 18) -> int | None:
     """The whole number `text` spells in ASCII digits (at most max_len), else None."""
     if not text or len(text) > max_len or not text.isascii() or not text.isdigit():
         return None
     return int(text)
+
+
+def seconds(value: str, name: str) -> float:
+    """A query parameter's time (?wait=, ?grace=): a duration like 30s, or a
+    number of seconds; 0 or more, unbounded (the caller clamps). A 422
+    invalid_query otherwise."""
+    text = value.strip()
+    try:
+        plain = text.isascii() and text.replace(".", "", 1).isdigit()  # isdigit() alone takes '²'
+        return float(text) if plain else parse_duration(text, name, zero=True, most=None)
+    except SettingError:
+        raise ApiError(422, "invalid_query", f"{name}: {value!r} is not a duration (write e.g. 30s)") from None

@@ -20,10 +20,14 @@ STATIC_DIR = Path(str(importlib.resources.files("jobfeed") / "static"))
 # The job page's share panel says who can open the link: the page reads the
 # mode from this tag, which the file carries with the default's value.
 JOB_ACCESS_META = '<meta name="jobfeed-job-access" content="{}">'
+# The grace the job page's closing beacon asks for (JOBFEED_LEAVE_GRACE); the
+# file carries none, which leaves at once.
+LEAVE_GRACE_META = '<meta name="jobfeed-leave-grace" content="{}">'
 
 
-def _with_job_access(html: str, settings: Settings) -> str:
-    return html.replace(JOB_ACCESS_META.format("link"), JOB_ACCESS_META.format(settings.job_access), 1)
+def _job_page_settings(html: str, settings: Settings) -> str:
+    html = html.replace(JOB_ACCESS_META.format("link"), JOB_ACCESS_META.format(settings.job_access), 1)
+    return html.replace(LEAVE_GRACE_META.format(""), LEAVE_GRACE_META.format(f"{settings.leave_grace:g}"), 1)
 
 
 def _page(name: str, fill: Callable[[str, Settings], str] | None = None):
@@ -41,5 +45,5 @@ def _page(name: str, fill: Callable[[str, Settings], str] | None = None):
 
 
 index = _page("index.html")
-job_page = _page("job.html", _with_job_access)
+job_page = _page("job.html", _job_page_settings)
 admin_page = _page("admin.html")

@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from jobfeed.worker.settings import SettingError, parse_duration
-
-from .errors import ApiError
+from .parse import seconds
 from .subscriptions import View
 from .state import Services
 
@@ -22,13 +20,7 @@ def wait_seconds(value: str | None) -> float | None:
     MAX_WAIT; None when absent."""
     if value is None:
         return None
-    text = value.strip()
-    try:
-        plain = text.isascii() and text.replace(".", "", 1).isdigit()  # isdigit() alone takes '²'
-        seconds = float(text) if plain else parse_duration(text, "wait", zero=True, most=None)
-    except SettingError:
-        raise ApiError(422, "invalid_query", f"wait: {value!r} is not a duration (write e.g. 30s)") from None
-    return min(max(seconds, 0.0), MAX_WAIT)
+    return min(max(seconds(value, "wait"), 0.0), MAX_WAIT)
 
 
 async def wait_for_final(svc: Services, job_id: uuid.UUID, seconds: float) -> str | None:

@@ -38,6 +38,12 @@ select id, created, view::text, request_id, reused
 -- name: leave
 select jobfeed.leave($1)::text;
 
+-- name: leave_later
+select view::text, leave_at from jobfeed.leave_later($1, $2);
+
+-- name: stay
+select view::text, called_off from jobfeed.stay($1);
+
 -- name: may_view
 select jobfeed.may_view($1, $2, $3);
 
@@ -145,8 +151,11 @@ select jobfeed.release($1, $2, $3, $4, $5);
 -- name: sweep_expired
 select jobfeed.sweep_expired();
 
--- name: next_signal_deadline
-select jobfeed.next_signal_deadline();
+-- name: next_deadline
+select jobfeed.next_deadline();
+
+-- name: leave_due
+select jobfeed.leave_due($1);
 
 -- name: delete_finished
 select jobfeed.delete_finished($1, $2);

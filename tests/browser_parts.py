@@ -142,3 +142,9 @@ async def expect_completed(page, steps: int) -> None:
     await expect(page.locator("#progress-text")).to_contain_text(f"{steps} of {steps} (100%)")
     await expect(page.locator("#result")).to_contain_text(f'"steps": {steps}')
     await expect(page.locator("#connection")).to_contain_text("Live updates stopped")
+
+
+async def apply_leaves_after(pool, seconds: float) -> int:
+    """Deferred leaves (a closed job page's) that are due `seconds` from now,
+    applied as the sweeper would then: the time planted, not waited for."""
+    return await pool.fetchval("select jobfeed.leave_due(1000, now() + make_interval(secs => $1))", seconds)

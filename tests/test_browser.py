@@ -24,7 +24,7 @@ import pytest
 
 from waiting import eventually
 
-from browser_parts import DESKTOP, JOB_URL, PHONE, expect, expect_completed, shot, submit
+from browser_parts import DESKTOP, JOB_URL, PHONE, apply_leaves_after, expect, expect_completed, shot, submit
 from browser_parts import (  # noqa: F401  (fixtures)
     _need_browser, api, http, new_page, worker)
 
@@ -162,12 +162,12 @@ async def test_the_submit_page_lists_a_kind_registered_after_it_opened(api, new_
     await expect(page.locator("#kind option")).to_have_text(["late"])
 
 
-async def test_following_our_own_link_keeps_the_job_and_a_resubmission_joins_it(api, new_page, http):
+async def test_following_our_own_link_keeps_the_job_and_a_resubmission_joins_it(api, new_page, http, pool):
     """The walkthrough in one tab: from the job page, "Submit another job", the
-    same target again: the same job, never canceled on the way (only closing,
-    reloading or going back leaves). The tab holds one request for it: before,
-    it held two and forgot the first, said "Shared with 1 other", and closing
-    it left the job waiting for nobody."""
+    same target again: the same job, never canceled on the way (only closing
+    leaves, after the grace: test_browser_leave.py). The tab holds one request
+    for it: before, it held two and forgot the first, said "Shared with 1
+    other", and closing it left the job waiting for nobody."""
     page = await new_page()
     url = await submit(page, "walk-1", '{"steps": 100, "step_ms": 200}')
     job_id = JOB_URL.search(url).group(1)
@@ -179,10 +179,7 @@ async def test_following_our_own_link_keeps_the_job_and_a_resubmission_joins_it(
     view = (await http.get(f"/api/jobs/{job_id}")).json()
     assert (view["status"], view["requesters"]) == ("queued", 1)
     await page.close(run_before_unload=True)  # the beacon leaves the one request the tab holds
-
-    async def canceled():
-        return (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "canceled"
-    await eventually(canceled, timeout=10, interval=0.1, what="the abandoned job canceled")
+    await leave_after_closing(pool, http, job_id)
 
 
 async def test_errors_from_the_server_are_shown(api, new_page):
@@ -231,7 +228,7 @@ async def test_job_page_shows_how_many_are_ahead(api, new_page, http, queue):
     await expect(page.locator("#progress-text")).to_have_text(re.compile(r"^Scheduled for .*2031"))
 
 
-async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, http):
+async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, http, pool):
     """Two people wait for one job: each page says it is shared; one leaves with
     the button, the other closes the tab, and with nobody left the job is
     canceled (its kind's on_abandon, cancel for demo)."""
@@ -250,12 +247,20 @@ async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, h
     await expect(first.locator("#requesters")).to_have_text("Only you are waiting for this job.")
     assert (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "processing"
 
-    await first.close()  # the beacon leaves: nobody is waiting any more
-
-    async def canceled():
-        return (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "canceled"
-    await eventually(canceled, timeout=10, interval=0.1, what="the abandoned job canceled")
+    await first.close()  # the beacon leaves, once the grace has passed: nobody is waiting any more
+    await leave_after_closing(pool, http, job_id)
     await expect(second.locator("#status")).to_have_text("canceled")
+
+
+async def leave_after_closing(pool, http, job_id: str) -> None:
+    """A closed page's leave is pending; the sweeper applies it once due (the
+    time planted): the job, abandoned, is canceled."""
+    async def pending():
+        return await pool.fetchval("select count(*) from jobfeed.requests where job_id = $1 and leave_at is not null "
+                                   "and left_at is null", uuid.UUID(job_id))
+    assert await eventually(pending, timeout=10, interval=0.05, what="the closed page's leave pending") == 1
+    assert await apply_leaves_after(pool, 60) == 1
+    assert (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "canceled"
 
 
 async def test_the_job_page_lists_outputs_as_download_links(api, new_page, http, pool):

@@ -122,10 +122,12 @@ async def test_python_submissions_with_a_requester_keep_the_cap_too(pool, k, wai
 def test_request_settings_are_checked_at_start():
     from jobfeed.worker.settings import SettingError, Settings
     s = Settings.from_env({"JOBFEED_REQUESTER_HEADER": "X-User", "JOBFEED_MAX_ACTIVE_PER_REQUESTER": "3",
-                           "JOBFEED_JOB_ACCESS": "requesters"})
-    assert (s.requester_header, s.max_active_per_requester, s.job_access) == ("x-user", 3, "requesters")
+                           "JOBFEED_JOB_ACCESS": "requesters", "JOBFEED_LEAVE_GRACE": "45s"})
+    assert (s.requester_header, s.max_active_per_requester, s.job_access, s.leave_grace) == \
+        ("x-user", 3, "requesters", 45)
+    assert Settings.from_env({"JOBFEED_LEAVE_GRACE": "0s"}).leave_grace == 0  # every leave at once
     for env in ({"JOBFEED_REQUESTER_HEADER": "bad header"}, {"JOBFEED_MAX_ACTIVE_PER_REQUESTER": "0"},
-                {"JOBFEED_JOB_ACCESS": "everyone"}):
+                {"JOBFEED_JOB_ACCESS": "everyone"}, {"JOBFEED_LEAVE_GRACE": "soon"}):
         with pytest.raises(SettingError) as e:
             Settings.from_env(env)
         assert next(iter(env)) in str(e.value)

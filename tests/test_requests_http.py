@@ -1,12 +1,15 @@
 """Requests over HTTP: every POST /api/jobs records one, DELETE (or the
-beacon's POST) leaves it, the stream follows the requesters count, and a
-read may wait (?wait=) until the job is final."""
+beacon's POST) leaves it, at once or with ?grace= later unless it stays, the
+stream follows the requesters count, and a read may wait (?wait=) until the
+job is final."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import uuid
 
+import httpx
 import pytest
 
 from request_kinds import k  # noqa: F401  (a fixture: the kinds these tests submit to)
@@ -141,3 +144,54 @@ def test_wait_is_clamped_to_60_seconds():
     from jobfeed.api.waiting import wait_seconds
     assert wait_seconds("90s") == 60 and wait_seconds("2m") == 60 and wait_seconds("1.5") == 1.5
     assert wait_seconds("30s") == 30 and wait_seconds(None) is None
+
+
+async def test_http_deferred_leave_stay_and_the_grace_cap(dsn, pool):
+    """?grace= defers the leave (capped by JOBFEED_LEAVE_GRACE), /stay calls it
+    off, and without ?grace=, DELETE and POST .../leave still leave at once."""
+    from servers import serve
+    async with serve(dsn, leave_grace=30.0) as server, httpx.AsyncClient(base_url=server.url) as http:
+        a, b = await post_job(http, "d"), await post_job(http, "d")
+        before = await pool.fetchval("select now()")
+        r = await http.post(f"/api/requests/{a['request_id']}/leave?grace=10s")
+        assert r.status_code == 200 and set(r.json()) == {"job", "leave_at"}
+        assert (r.json()["job"]["status"], r.json()["job"]["requesters"]) == ("queued", 2)
+        leave_at = dt.datetime.fromisoformat(r.json()["leave_at"])
+        assert dt.timedelta(seconds=10) <= leave_at - before < dt.timedelta(seconds=12)
+        assert await pool.fetchval("select leave_at from jobfeed.requests where id = $1",
+                                   uuid.UUID(a["request_id"])) == leave_at
+
+        r = await http.post(f"/api/requests/{a['request_id']}/stay")
+        assert r.status_code == 200 and set(r.json()) == {"job", "called_off"}
+        assert (r.json()["job"]["requesters"], r.json()["called_off"]) == (2, True)
+        assert await pool.fetchval("select leave_at from jobfeed.requests where id = $1",
+                                   uuid.UUID(a["request_id"])) is None
+        r = await http.post(f"/api/requests/{a['request_id']}/stay")  # again: nothing to call off
+        assert (r.status_code, r.json()["called_off"]) == (200, False)
+
+        # the server's cap: a day asked, 30 s given
+        r = await http.post(f"/api/requests/{a['request_id']}/leave", params={"grace": "1d"})
+        leave_at = dt.datetime.fromisoformat(r.json()["leave_at"])
+        assert dt.timedelta(seconds=30) <= leave_at - before < dt.timedelta(seconds=32)
+        for bad in ("soon", "-1s", "\u00b2"):
+            r = await http.post(f"/api/requests/{a['request_id']}/leave", params={"grace": bad})
+            assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_query", bad
+
+        # explicit leaves: at once, the pending one too
+        r = await http.delete(f"/api/requests/{b['request_id']}")
+        assert set(r.json()) == {"job"} and r.json()["job"]["requesters"] == 1
+        r = await http.post(f"/api/requests/{a['request_id']}/leave")
+        assert set(r.json()) == {"job"} and r.json()["job"]["status"] == "canceled"
+        r = await http.post(f"/api/requests/{a['request_id']}/stay")
+        assert r.status_code == 409 and r.json()["error"]["code"] == "request_left"
+        r = await http.post(f"/api/requests/{a['request_id']}/leave?grace=5")  # left: idempotent
+        assert r.status_code == 200 and r.json()["leave_at"] is None
+        assert r.json()["job"]["status"] == "canceled"
+
+        c = await post_job(http, "d0")  # grace 0: at once
+        r = await http.post(f"/api/requests/{c['request_id']}/leave?grace=0")
+        assert (r.json()["job"]["status"], r.json()["leave_at"]) == ("canceled", None)
+        for unknown in (str(uuid.UUID(int=5)), "not-a-uuid"):
+            r = await http.post(f"/api/requests/{unknown}/stay")
+            assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+            assert (await http.post(f"/api/requests/{unknown}/leave?grace=5")).status_code == 404

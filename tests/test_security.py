@@ -98,6 +98,10 @@ CALLS = {
     "sample_depth": "select jobfeed.sample_depth()",
     "sweep_expired": "select jobfeed.sweep_expired()",
     "next_signal_deadline": "select jobfeed.next_signal_deadline()",
+    "next_deadline": "select jobfeed.next_deadline()",
+    "leave_due": "select jobfeed.leave_due(1)",
+    "leave_later": "select * from jobfeed.leave_later(gen_random_uuid(), '1 minute')",
+    "stay": "select jobfeed.stay(gen_random_uuid())",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
     "delete_old_slots": "select jobfeed.delete_old_slots('7 days')",
     # internal helpers: nobody outside the queue's functions
@@ -158,7 +162,7 @@ ALLOWED = {
                     "open_admin_session", "admin_session_valid", "close_admin_session",
                     "register_kind_v2", "submit_v2", "submit_v3", "submit_quick", "submit_many_v2", "submit_many_views_v2",
                     "set_kind_paused", "bulk_retry", "bulk_cancel", "list_schedules",
-                    "submit_request", "submit_many_requests", "leave", "may_view", "positions",
+                    "submit_request", "submit_many_requests", "leave", "leave_later", "stay", "may_view", "positions",
                     "submit_waiting", "submit_waiting_v2", "signal", "file_stage", "file_attach", "file_discard",
                     "file_put", "files_of", "file_read"},
     "jobfeed_worker": {"register_kind", "register_kind_v2", "list_kinds", "claim", "claim_v2", "claim_v3", "next_due",
@@ -168,8 +172,8 @@ ALLOWED = {
                        "set_traceparent", "set_kind_request_policy", "set_kind_request_policy_v2", "submit_waiting",
                        "submit_waiting_v2", "signal", "signals_of", "output_begin", "output_finish", "output_discard", "file_put",
                        "files_of", "file_read", "child_id", "complete_spawning", "wait_for", "children_of"},
-    "jobfeed_sweeper": {"sweep_expired", "next_signal_deadline", "delete_finished", "delete_old_slots",
-                        "sample_depth"},
+    "jobfeed_sweeper": {"sweep_expired", "next_signal_deadline", "next_deadline", "leave_due", "delete_finished",
+                        "delete_old_slots", "sample_depth"},
 }
 
 TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions", "admin_sessions",

@@ -1,5 +1,6 @@
-"""The sweeper deletes only finished jobs past retention, in batches, and fails
-expired leases with no attempts left; several sweepers may run at once."""
+"""The sweeper deletes only finished jobs past retention, in batches, fails
+expired leases with no attempts left, and applies deferred leaves that are
+due; several sweepers may run at once."""
 
 from __future__ import annotations
 
@@ -37,9 +38,9 @@ async def test_only_finished_jobs_past_retention_are_deleted(queue, pool, demo_k
                        "where target like 'p1-%' and state = 'queued'")
     await plant(pool, 2, "queued", "30 days")
     sweeper = Sweeper(queue, retention=7 * 86400, batch=10)
-    assert await sweeper.sweep_once() == {"expired": 0, "deleted": 35}
+    assert await sweeper.sweep_once() == {"expired": 0, "left": 0, "deleted": 35}
     assert await counts(pool) == {"completed": 7, "queued": 4, "running": 1}
-    assert await sweeper.sweep_once() == {"expired": 0, "deleted": 0}
+    assert await sweeper.sweep_once() == {"expired": 0, "left": 0, "deleted": 0}
 
 
 async def test_sweeper_fails_expired_leases_with_no_attempts_left(queue, pool, demo_kind):
@@ -81,7 +82,7 @@ async def test_sweeper_command_once(dsn, pool, demo_kind):
     out = subprocess.run(JOBFEED + ["sweeper", "--once"], env=worker_env(dsn, JOBFEED_RETENTION="1d"),
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"expired": 0, "deleted": 3}
+    assert json.loads(out.stdout) == {"expired": 0, "left": 0, "deleted": 3}
 
 
 async def test_old_periodic_slots_go_but_each_kinds_newest_stays(queue, pool):
@@ -92,7 +93,7 @@ async def test_old_periodic_slots_go_but_each_kinds_newest_stays(queue, pool):
     await pool.execute("insert into jobfeed.schedule_slots (kind, slot) "
                        "values ('monthly', now() - interval '9 days'), ('monthly', now() - interval '40 days')")
     sweeper = Sweeper(queue, retention=7 * 86400)
-    assert await sweeper.sweep_once() == {"expired": 0, "deleted": 0}  # jobs: none
+    assert await sweeper.sweep_once() == {"expired": 0, "left": 0, "deleted": 0}  # jobs: none
     left = await pool.fetch("select kind, count(*) as n, min(slot) as oldest from jobfeed.schedule_slots group by 1")
     by_kind = {r["kind"]: r for r in left}
     assert by_kind["hourly"]["n"] == 168  # the slots of the last 7 days (g 0..167)
@@ -122,3 +123,69 @@ async def test_a_signal_timeout_is_kept_under_a_long_sweep_interval(queue, pool,
     finally:
         sweeper.stop()
         await asyncio.wait_for(task, 5)
+
+
+async def defer(pool, queue, target: str, kind: str = "demo", due: str = "-1 second"):
+    """A job with one request whose deferred leave falls due `due` from now."""
+    s = await queue.submit(kind, target, request=True)
+    await pool.execute("select jobfeed.leave_later($1, '1 minute', now() - interval '1 minute' + $2::text::interval)",
+                       s.request_id, due)
+    return s
+
+
+async def test_the_sweeper_applies_due_leaves_in_batches(queue, pool, demo_kind):
+    """Every due leave, past one batch, through leave(): the abandoned jobs are
+    canceled; a leave not yet due, and one called off, change nothing."""
+    due = [await defer(pool, queue, f"d{n}") for n in range(25)]
+    later = await defer(pool, queue, "later", due="1 hour")
+    stayed = await defer(pool, queue, "stayed")
+    await queue.stay(stayed.request_id)
+    result = await Sweeper(queue, retention=86400, batch=10).sweep_once()
+    assert result == {"expired": 0, "left": 25, "deleted": 0}
+    assert await counts(pool) == {"canceled": 25, "queued": 2}
+    assert await pool.fetchval("select count(*) from jobfeed.requests where left_at is not null") == 25
+    assert {(await queue.get_job(s.id))["status"] for s in due} == {"canceled"}
+    assert (await queue.get_job(later.id))["requesters"] == 1
+
+
+async def test_a_deferred_leave_is_applied_within_a_second_under_a_long_sweep_interval(queue, pool, demo_kind):
+    """A closed page's leave falls due between two rounds a minute apart: the
+    sweeper wakes for it (as for a signal deadline), not at the next round."""
+    sweeper = Sweeper(queue, retention=86400, interval=60.0)
+    task = asyncio.create_task(sweeper.run())
+    try:
+        await asyncio.sleep(0.1)  # the first round is over: what follows is the rest between rounds
+        s = await queue.submit("demo", "closed", request=True)
+        await queue.leave(s.request_id, grace=1.5)
+        asked = time.monotonic()
+
+        async def canceled():
+            return (await queue.get_job(s.id))["status"] == "canceled"
+        await eventually(canceled, timeout=10, what="the deferred leave applied")
+        assert 1.4 < time.monotonic() - asked < 5  # its grace, then within a moment; not the next round
+    finally:
+        sweeper.stop()
+        await asyncio.wait_for(task, 5)
+
+
+async def test_an_idle_sweeper_rests_between_rounds(queue, pool, demo_kind):
+    """With no deadline ahead (no signal awaited, no leave pending, only one
+    that has been applied), the sweeper looks once a second and does nothing
+    more until its next round."""
+    s = await defer(pool, queue, "done")
+    calls = []
+
+    class Counting(type(queue)):
+        async def sweep_expired(self):
+            calls.append(time.monotonic())
+            return await super().sweep_expired()
+
+    sweeper = Sweeper(Counting(pool), retention=86400, interval=60.0)
+    task = asyncio.create_task(sweeper.run())
+    try:
+        await asyncio.sleep(1.5)
+    finally:
+        sweeper.stop()
+        await asyncio.wait_for(task, 5)
+    assert len(calls) == 1  # the first round, nothing since
+    assert (await queue.get_job(s.id))["status"] == "canceled"

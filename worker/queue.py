@@ -254,11 +254,38 @@ class Queue(LeaseCalls, AdminCalls):
             raise QueueError("not_found", "no such request", 404)
         return await self._fetchval("leave", rid)
 
-    async def leave(self, request_id: uuid.UUID | str) -> dict:
-        """The request leaves. When it was the last active request of an
-        unfinished job, the kind's on_abandon decides: cancel (the default) or
-        keep. Answers the job's public view."""
-        return json.loads(await self.leave_json(request_id))
+    async def leave_later_json(self, request_id: uuid.UUID | str, grace: float) -> tuple[str, dt.datetime | None]:
+        """The request leaves in `grace` seconds unless it stays first (a
+        deferred leave: a closing page's, which a reload takes back); it is
+        active until then. Answers its job's public view as JSON text and when
+        it will leave (None: it has left, as a grace of 0 leaves at once)."""
+        if (rid := _as_id(request_id)) is None:
+            raise QueueError("not_found", "no such request", 404)
+        (row,) = await self._fetch("leave_later", rid, _seconds(grace))
+        return row["view"], row["leave_at"]
+
+    async def leave(self, request_id: uuid.UUID | str, *, grace: float | None = None) -> dict:
+        """The request leaves: at once, or, given `grace` (seconds), once that
+        has passed unless it stays first (stay()). When it was the last active
+        request of an unfinished job, the kind's on_abandon decides: cancel (the
+        default) or keep. Answers the job's public view."""
+        if grace is None:
+            return json.loads(await self.leave_json(request_id))
+        return json.loads((await self.leave_later_json(request_id, grace))[0])
+
+    async def stay_json(self, request_id: uuid.UUID | str) -> tuple[str, bool]:
+        """The request's pending leave, if any, is called off: answers its job's
+        public view as JSON text and whether a leave was pending. QueueError
+        request_left (409) when it has left already, not_found for an unknown
+        request."""
+        if (rid := _as_id(request_id)) is None:
+            raise QueueError("not_found", "no such request", 404)
+        (row,) = await self._fetch("stay", rid)
+        return row["view"], row["called_off"]
+
+    async def stay(self, request_id: uuid.UUID | str) -> bool:
+        """The request stays (see stay_json): True when a pending leave was called off."""
+        return (await self.stay_json(request_id))[1]
 
     async def may_view(self, job_id: uuid.UUID, requester: str | None, request_id: uuid.UUID | None) -> bool:
         """Did this identity, or the holder of this request id, ever request the job?"""

@@ -106,9 +106,14 @@ class AdminCalls(QueueCalls):
     async def sweep_expired(self) -> int:
         return await self._fetchval("sweep_expired")
 
-    async def next_signal_deadline(self) -> float | None:
-        """Seconds until the next signal_timeout falls due, None when none is ahead."""
-        return await self._fetchval("next_signal_deadline")
+    async def next_deadline(self) -> float | None:
+        """Seconds until the next signal_timeout or deferred leave falls due
+        (below 0: a leave is overdue), None when none is pending."""
+        return await self._fetchval("next_deadline")
+
+    async def leave_due(self, limit: int) -> int:
+        """Apply up to `limit` deferred leaves that are due; how many were."""
+        return await self._fetchval("leave_due", limit)
 
     async def delete_finished(self, retention: float, limit: int = 1000) -> int:
         return await self._fetchval("delete_finished", _seconds(retention), limit)

@@ -248,6 +248,9 @@ class Settings:
     requester_header: str | None = None         # a header a trusted proxy sets to the caller's identity
     max_active_per_requester: int | None = None  # more active requests of one identity: 429
     job_access: str = "link"                     # "link" (anyone with the id) or "requesters"
+    # the longest a deferred leave waits (POST .../leave?grace=, a closing job
+    # page's beacon) for its page to come back: a reload or Back is quicker
+    leave_grace: float = 20.0
     webhook_hosts: tuple[str, ...] = ()          # hosts a notify_url may name (any port); none: refused
     webhook_secret: str | None = None            # whsec_<base64>: signs deliveries
     # Caps against a client that holds too much (README, "Security").
@@ -320,6 +323,8 @@ class Settings:
             if access not in ("link", "requesters"):
                 raise SettingError(f"JOBFEED_JOB_ACCESS: {access!r} must be link or requesters")
             values["job_access"] = access
+        if env.get("JOBFEED_LEAVE_GRACE"):
+            values["leave_grace"] = parse_duration(env["JOBFEED_LEAVE_GRACE"], "JOBFEED_LEAVE_GRACE", zero=True)
         for key, field in (("JOBFEED_MAX_STREAMS_PER_CLIENT", "max_streams_per_client"),
                            ("JOBFEED_MAX_STREAMS", "max_streams")):
             if env.get(key):

@@ -1,7 +1,8 @@
 """The sweeper: on an interval, fails running jobs whose lease expired with no
-attempts left, and deletes finished jobs past the retention period in bounded
-batches, and periodic slots past it (each kind's newest kept). Never touches
-an unfinished job; several sweepers may run at once."""
+attempts left, applies deferred leaves that are due (a closed job page's),
+and deletes finished jobs past the retention period in bounded batches, and
+periodic slots past it (each kind's newest kept). Never deletes an unfinished
+job; several sweepers may run at once."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class Sweeper:
 
     async def sweep_once(self) -> dict[str, int]:
         expired = await self.queue.sweep_expired()
+        left = await self._apply_leaves()
         deleted = 0
         while not self._stop.is_set():
             # Each batch is its own short transaction, so a big backlog never
@@ -52,10 +54,20 @@ class Sweeper:
         await self.queue.sample_depth()  # the dashboard's depth chart
         metrics.SWEPT.labels("expired").inc(expired)
         metrics.SWEPT.labels("deleted").inc(deleted)
-        if expired or deleted or slots:
-            log.info("sweeper: %d expired leases failed, %d finished jobs deleted, %d periodic slots deleted",
-                     expired, deleted, slots)
-        return {"expired": expired, "deleted": deleted}
+        if expired or deleted or slots or left:
+            log.info("sweeper: %d expired leases failed, %d deferred leaves applied, %d finished jobs deleted, "
+                     "%d periodic slots deleted", expired, left, deleted, slots)
+        return {"expired": expired, "left": left, "deleted": deleted}
+
+    async def _apply_leaves(self) -> int:
+        """Deferred leaves past due (leave_due), a batch at a time until a short one."""
+        left = 0
+        while not self._stop.is_set():
+            n = await self.queue.leave_due(self.batch)
+            left += n
+            if n < self.batch:
+                break
+        return left
 
     async def _rest(self, seconds: float) -> None:
         try:
@@ -73,21 +85,24 @@ class Sweeper:
 
     async def _until_next_round(self) -> None:
         """Rest for the interval, looking every SIGNAL_LOOK seconds for a signal
-        deadline about to fall and waking for it (failing just those jobs, as a
-        round would): a signal_timeout is kept to within a second whatever
-        --sweep-interval says, for one index probe a second."""
+        deadline or a deferred leave about to fall due and waking for it
+        (failing just those jobs and applying those leaves, as a round would): a
+        signal_timeout, or a closed page's leave, is kept to within a second
+        whatever --sweep-interval says, for two index probes a second."""
         next_round = time.monotonic() + self.interval
         while not self._stop.is_set() and (left := next_round - time.monotonic()) > 0:
             try:
-                due = await self.queue.next_signal_deadline()
+                due = await self.queue.next_deadline()
             except Exception as exc:  # the round says it (a warning); here, once a second, quieter
-                log.debug("sweeper: reading the next signal deadline failed (%s)", exc)
+                log.debug("sweeper: reading the next deadline failed (%s)", exc)
                 due = None
             if due is None or due >= min(left, self.SIGNAL_LOOK):
                 await self._rest(min(left, self.SIGNAL_LOOK))
                 continue
-            await self._rest(due + self.SIGNAL_SLACK)
+            await self._rest(max(due, 0.0) + self.SIGNAL_SLACK)
             try:
                 metrics.SWEPT.labels("expired").inc(await self.queue.sweep_expired())
+                await self._apply_leaves()
             except Exception as exc:
-                log.warning("sweeper: failing overdue signals failed (%s)", exc)
+                log.warning("sweeper: failing overdue signals or applying due leaves failed (%s)", exc)
+                await self._rest(self.SIGNAL_LOOK)  # a due leave stays due until this works: not at once

@@ -18,6 +18,17 @@ returns double precision language sql stable security definer set search_path = 
      where s.arrived_at is null and s.deadline > jobfeed.clock(p_now)
 $$;
 
+-- Seconds until the sweeper's next deadline (null: none): a signal deadline
+-- still ahead (next_signal_deadline), or a pending leave (leave_due), below 0
+-- when one is overdue already: leave_due ends it, so none is waited for twice.
+create or replace function jobfeed.next_deadline(p_now timestamptz default null)
+returns double precision language sql stable security definer set search_path = jobfeed, pg_temp as $$
+    select least(jobfeed.next_signal_deadline(p_now),
+                 (select extract(epoch from min(r.leave_at) - jobfeed.clock(p_now))::double precision
+                    from jobfeed.requests r
+                   where r.leave_at is not null and r.left_at is null))
+$$;
+
 -- Delete up to p_limit jobs that finished more than p_retention ago, with their
 -- attempts log. Returns how many went; call again until it returns < p_limit.
 -- Unfinished jobs are never touched, nor finished ones an unfinished job

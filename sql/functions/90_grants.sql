@@ -47,6 +47,8 @@ grant execute on function
     jobfeed.submit_many_requests(text, text[], jsonb[], int, text[], text[], int, boolean[], timestamptz,
                                  timestamptz, int, text),
     jobfeed.leave(uuid, timestamptz),
+    jobfeed.leave_later(uuid, interval, timestamptz),
+    jobfeed.stay(uuid),
     jobfeed.may_view(uuid, text, uuid),
     jobfeed.set_kind_paused(text, boolean),
     jobfeed.list_schedules(),
@@ -113,6 +115,8 @@ grant execute on function jobfeed.sample_depth(timestamptz) to jobfeed_sweeper;
 grant execute on function
     jobfeed.sweep_expired(timestamptz),
     jobfeed.next_signal_deadline(timestamptz),
+    jobfeed.next_deadline(timestamptz),
+    jobfeed.leave_due(int, timestamptz),
     jobfeed.delete_finished(interval, int, timestamptz),
     jobfeed.delete_old_slots(interval, int, timestamptz)
 to jobfeed_sweeper;

@@ -13,6 +13,11 @@ const connection = $("connection");
 // This tab's request for the job (set by the submit page), if it has one.
 const requestKey = `jobfeed.request.${jobId}`;
 let requestId = sessionStorage.getItem(requestKey);
+// Set when this page closed with a deferred leave asked for: the page that
+// comes back in this tab (a reload, Back or Forward) calls it off.
+const leavingKey = `jobfeed.leaving.${jobId}`;
+// How long the server lets that leave wait (JOBFEED_LEAVE_GRACE); 0: at once.
+const leaveGrace = Number(document.querySelector('meta[name="jobfeed-leave-grace"]')?.content) || 0;
 const FINAL = new Set(["completed", "failed", "canceled"]);
 
 function setConnection(state, text) {
@@ -138,6 +143,7 @@ function leaveUrl() {
 
 function forget() {
   sessionStorage.removeItem(requestKey);
+  sessionStorage.removeItem(leavingKey);
   requestId = null;
   $("leave-row").hidden = true;
 }
@@ -158,12 +164,39 @@ async function leave() {
   }
 }
 
+// Back in this tab after closing with a leave asked for: it is called off,
+// unless it was applied meanwhile (the page was away longer than the grace).
+// The closing page's beacon may reach the server after this page's first
+// ask (nothing pending yet, called_off false): asked again a little later.
+const STAY_AGAIN_MS = [300, 1000, 2000, 4000];
+
+async function stay(round = 0) {
+  let response;
+  try {
+    response = await fetch(url(`api/requests/${encodeURIComponent(requestId)}/stay`), { method: "POST" });
+  } catch {
+    return; // unreachable: the page says so (the stream); the next load asks again
+  }
+  if (response.status === 409 || response.status === 404) {
+    forget();
+    $("left-note").hidden = false;
+  } else if (response.ok) {
+    const data = await response.json();
+    if (!data.called_off && round < STAY_AGAIN_MS.length) {
+      setTimeout(() => { if (requestId) stay(round + 1); }, STAY_AGAIN_MS[round]);
+    } else {
+      sessionStorage.removeItem(leavingKey);
+    }
+  }
+}
+
 function setUpLeaving() {
   $("leave").addEventListener("click", leave);
-  // Closing the tab (or reloading it, or going Back) leaves too: a beacon
-  // survives the page. Following one of our own links does not: the person is
-  // still here, maybe to submit this target again, which joins the job. A
-  // finished job has nobody to leave.
+  // Closing the tab leaves too: a beacon survives the page. A reload or going
+  // Back closes it just the same, so the beacon asks to leave after the grace
+  // and the page that comes back calls that off (stay). Following one of our
+  // own links does not leave: the person is still here, maybe to submit this
+  // target again, which joins the job. A finished job has nobody to leave.
   let following = false;
   document.addEventListener("click", (event) => {
     const link = event.target.closest("a[href]");
@@ -174,10 +207,20 @@ function setUpLeaving() {
   });
   addEventListener("pagehide", () => {
     if (!following && requestId && statusBadge.dataset.status && !FINAL.has(statusBadge.dataset.status)) {
-      navigator.sendBeacon(leaveUrl());
-      forget();
+      if (leaveGrace > 0) {
+        navigator.sendBeacon(`${leaveUrl()}?grace=${leaveGrace}`);
+        sessionStorage.setItem(leavingKey, "1");
+      } else {
+        navigator.sendBeacon(leaveUrl());
+        forget();
+      }
     }
   });
+  // kept whole in the back/forward cache: no new load, but the leave was asked for
+  addEventListener("pageshow", (event) => {
+    if (event.persisted && requestId && sessionStorage.getItem(leavingKey)) stay();
+  });
+  if (requestId && sessionStorage.getItem(leavingKey)) stay();
 }
 
 function showNotFound() {
