@@ -626,4 +626,9 @@ PASS_EDITS: list[Edit] = [
          "                 (select greatest(extract(epoch from min(r.leave_at) - jobfeed.clock(p_now)), 0)::double precision",
          (SWEEP + "::test_an_idle_sweeper_rests_between_rounds",),
          "with no leave pending the sweeper rests (greatest() of null and 0 is 0: it woke again and again)"),
+    Edit("sweeper-leaves-uncounted", "worker/sweeper.py",
+         "            metrics.LEAVES.inc(n)\n", "",
+         ("tests/test_sweeper.py::test_the_sweeper_applies_due_leaves_in_batches",
+          SWEEP + "::test_a_deferred_leave_is_applied_within_a_second_under_a_long_sweep_interval"),
+         "jobfeed_sweeper_leaves_total counts the deferred leaves the sweeper applied"),
 ]

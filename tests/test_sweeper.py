@@ -10,6 +10,7 @@ import subprocess
 import time
 
 from conftest import JOBFEED, worker_env
+from jobfeed.worker import metrics
 from jobfeed.worker.sweeper import Sweeper
 from waiting import eventually
 
@@ -133,6 +134,11 @@ async def defer(pool, queue, target: str, kind: str = "demo", due: str = "-1 sec
     return s
 
 
+def applied() -> float:
+    """jobfeed_sweeper_leaves_total, as this process counted it."""
+    return metrics.PROCESS.get_sample_value("jobfeed_sweeper_leaves_total") or 0.0
+
+
 async def test_the_sweeper_applies_due_leaves_in_batches(queue, pool, demo_kind):
     """Every due leave, past one batch, through leave(): the abandoned jobs are
     canceled; a leave not yet due, and one called off, change nothing."""
@@ -140,8 +146,10 @@ async def test_the_sweeper_applies_due_leaves_in_batches(queue, pool, demo_kind)
     later = await defer(pool, queue, "later", due="1 hour")
     stayed = await defer(pool, queue, "stayed")
     await queue.stay(stayed.request_id)
+    before = applied()
     result = await Sweeper(queue, retention=86400, batch=10).sweep_once()
     assert result == {"expired": 0, "left": 25, "deleted": 0}
+    assert applied() - before == 25
     assert await counts(pool) == {"canceled": 25, "queued": 2}
     assert await pool.fetchval("select count(*) from jobfeed.requests where left_at is not null") == 25
     assert {(await queue.get_job(s.id))["status"] for s in due} == {"canceled"}
@@ -156,6 +164,7 @@ async def test_a_deferred_leave_is_applied_within_a_second_under_a_long_sweep_in
     try:
         await asyncio.sleep(0.1)  # the first round is over: what follows is the rest between rounds
         s = await queue.submit("demo", "closed", request=True)
+        before = applied()
         await queue.leave(s.request_id, grace=1.5)
         asked = time.monotonic()
 
@@ -163,6 +172,7 @@ async def test_a_deferred_leave_is_applied_within_a_second_under_a_long_sweep_in
             return (await queue.get_job(s.id))["status"] == "canceled"
         await eventually(canceled, timeout=10, what="the deferred leave applied")
         assert 1.4 < time.monotonic() - asked < 5  # its grace, then within a moment; not the next round
+        assert applied() - before == 1
     finally:
         sweeper.stop()
         await asyncio.wait_for(task, 5)

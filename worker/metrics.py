@@ -54,6 +54,8 @@ LEASE_LOSSES = tallies.Counter("jobfeed_lease_losses_total", "Attempts whose lea
 RUNNING = tallies.Gauge("jobfeed_running_jobs", "Handlers running in this process.", ["kind"], registry=PROCESS)
 SWEPT = Counter("jobfeed_sweeper_jobs_total", "Jobs the sweeper failed (lease expired, no attempts left) "
                 "or deleted (past retention).", ["action"], registry=PROCESS)
+LEAVES = Counter("jobfeed_sweeper_leaves_total", "Deferred leaves (a closed job page's) the sweeper applied.",
+                 registry=PROCESS)
 WEBHOOKS = Counter("jobfeed_webhook_deliveries_total", "Webhook deliveries by outcome.", ["outcome"],
                    registry=PROCESS)
 

@@ -65,6 +65,7 @@ class Sweeper:
         while not self._stop.is_set():
             n = await self.queue.leave_due(self.batch)
             left += n
+            metrics.LEAVES.inc(n)
             if n < self.batch:
                 break
         return left
