@@ -631,4 +631,9 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_sweeper.py::test_the_sweeper_applies_due_leaves_in_batches",
           SWEEP + "::test_a_deferred_leave_is_applied_within_a_second_under_a_long_sweep_interval"),
          "jobfeed_sweeper_leaves_total counts the deferred leaves the sweeper applied"),
+    Edit("payload-typeerror-escapes", "worker/queue_calls.py",
+         "    except (TypeError, ValueError) as exc:\n        raise QueueError(\"invalid_payload\"",
+         "    except ZeroDivisionError as exc:\n        raise QueueError(\"invalid_payload\"",
+         ("tests/test_producer_checks.py::test_a_payload_holding_what_json_cannot_write_is_refused",),
+         "a payload json cannot write is invalid_payload, not json.dumps's TypeError"),
 ]

@@ -243,6 +243,22 @@ async def test_a_kind_target_or_payload_is_refused_as_over_http(pool, dsn, kind,
     assert await jobs(pool) == 0
 
 
+async def test_a_payload_holding_what_json_cannot_write_is_refused(pool):
+    """A datetime or a set inside the payload, or a cycle, is invalid_payload
+    from submit, submit_many and a request's submit alike. Before: json.dumps's
+    TypeError (ValueError for the cycle) out of the queue."""
+    queue = Queue(pool, settings=Settings())
+    cycle: dict = {}
+    cycle["self"] = cycle
+    for payload in ({"at": dt.datetime.now(dt.timezone.utc)}, {"tags": {"a"}}, cycle):
+        for call in (queue.submit("checked", "t", payload), queue.submit("checked", "t", payload, request=True),
+                     queue.submit_many("checked", [("a", None), ("t", payload)])):
+            with pytest.raises(QueueError) as refused:
+                await call
+            assert (refused.value.code, refused.value.status) == ("invalid_payload", 422), refused.value
+    assert await jobs(pool) == 0
+
+
 @pytest.mark.parametrize("item, code", [
     pytest.param("ab", "invalid_request", id="string"),  # was taken as ("a", "b")
     pytest.param(("b",), "invalid_request", id="one"),

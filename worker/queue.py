@@ -17,7 +17,7 @@ import asyncpg
 from . import producer
 from .limits import MAX_PAYLOAD_BYTES
 from .queue_admin import AdminCalls
-from .queue_calls import UNSTORABLE, QueueError, _batch, _seconds
+from .queue_calls import UNSTORABLE, QueueError, _batch, _seconds, payload_text
 from .queue_lease import LeaseCalls
 from .queue_records import ClaimTimes, Job, Submission
 from .sql import query
@@ -116,7 +116,7 @@ class Queue(LeaseCalls, AdminCalls):
                 return Submission(job_id, created, reused, request_id)
             # No view asked for: none is built.
             await self._add_kind(kind)
-            rows = await self._fetch("submit_id", kind, target, json.dumps(payload if payload is not None else {}),
+            rows = await self._fetch("submit_id", kind, target, payload_text(payload),
                                      run_after, max_payload, priority, concurrency_key)
         except producer.REFUSED as exc:
             raise producer.refused(exc) from None
@@ -131,7 +131,7 @@ class Queue(LeaseCalls, AdminCalls):
         """submit() recording a request: (job id, created, public view as JSON
         text, request id, reused). max_active: refuse (QueueError too_many_jobs,
         429) when the requester would wait for more jobs than that."""
-        text = json.dumps(payload if payload is not None else {})
+        text = payload_text(payload)
         await self._add_kind(kind)
         rows = await self._fetch("submit_request", kind, target, text, run_after, max_payload,
                                  requester, notify_url, max_active, force, priority, concurrency_key)
@@ -151,7 +151,7 @@ class Queue(LeaseCalls, AdminCalls):
                 kind, target, payload, after=after, await_signals=await_signals, signal_timeout=signal_timeout,
                 run_after=run_after, priority=priority, concurrency_key=concurrency_key, max_payload=max_payload)
             return job_id, created, view
-        text = json.dumps(payload if payload is not None else {})
+        text = payload_text(payload)
         await self._add_kind(kind)
         rows = await self._fetch("submit", kind, target, text, run_after, max_payload, priority, concurrency_key)
         return rows[0]["id"], rows[0]["created"], rows[0]["view"]
@@ -168,7 +168,7 @@ class Queue(LeaseCalls, AdminCalls):
         public view as JSON text, request id or None, reused). A request is
         recorded as by submit_request_json when request, requester or
         notify_url says so."""
-        text = json.dumps(payload if payload is not None else {})
+        text = payload_text(payload)
         await self._add_kind(kind)
         ids = [a if isinstance(a, uuid.UUID) else uuid.UUID(str(a)) for a in after or ()]
         rows = await self._fetch("submit_waiting", kind, target, text, ids, list(await_signals or ()),

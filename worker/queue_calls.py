@@ -35,9 +35,18 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     return exc
 
 
+def payload_text(payload: dict | None) -> str:
+    """A payload (None: {}) as JSON text; a value json cannot write (a
+    datetime, a set, a cycle) is refused as over HTTP, not a TypeError."""
+    try:
+        return json.dumps(payload if payload is not None else {})
+    except (TypeError, ValueError) as exc:
+        raise QueueError("invalid_payload", f"the payload is not JSON: {exc}", 422) from None
+
+
 def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:
     """(targets, payloads as JSON text) for the batch functions."""
-    return [t for t, _ in items], [json.dumps(p if p is not None else {}) for _, p in items]
+    return [t for t, _ in items], [payload_text(p) for _, p in items]
 
 
 # What PostgreSQL refuses in JSON it is given: a NUL or a lone surrogate in a

@@ -10,7 +10,7 @@ import uuid
 from typing import Any, Sequence
 
 from .limits import MAX_PAYLOAD_BYTES
-from .queue_calls import UNSTORABLE_CODE, QueueCalls, result_json, _seconds
+from .queue_calls import UNSTORABLE_CODE, QueueCalls, _seconds, payload_text, result_json
 from .queue_records import ClaimTimes, Job
 
 
@@ -93,7 +93,7 @@ class LeaseCalls(QueueCalls):
         a submission submit() would refuse."""
         await self._add_kind(kind)
         return await self._fetchval("child_id", parent_id, generation, kind, target,
-                                    json.dumps(payload if payload is not None else {}), max_payload)
+                                    payload_text(payload), max_payload)
 
     async def complete_spawning(self, job_id: uuid.UUID, generation: int, result: Any,
                                 children: Sequence[dict]) -> bool:
