@@ -92,6 +92,33 @@ async def test_a_database_that_never_answers_is_503_in_bounded_time(dsn, monkeyp
         pool.terminate()
 
 
+async def test_a_query_in_flight_when_the_database_froze_is_503_without_waiting_for_its_cancel(dsn, monkeypatch):
+    """A frozen host takes the connection asyncpg opens to cancel the timed-out
+    query and never answers it either. The request answers 503 soon after its
+    query's bound (db.QUERY_TIMEOUT), not after a second such bound spent
+    waiting for the cancel (before: 2 x QUERY_TIMEOUT, a minute in production)."""
+    monkeypatch.setattr(db, "QUERY_TIMEOUT", 3.0)
+    monkeypatch.setattr(db, "CANCEL_WAIT", 0.5)
+    relay = Relay(dsn)
+    await relay.open()
+    pool = await create_pool(relay.dsn, min_size=1, max_size=2, name="jobfeed-test-relayed", timeout=1.0)
+    try:
+        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
+            unknown = f"/api/jobs/{uuid.uuid4()}"
+            assert (await client.get(unknown)).status_code == 404
+            relay.freeze()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            r = await asyncio.wait_for(client.get(unknown), 15)
+            took = loop.time() - started
+            assert r.status_code == 503, r.text
+            assert 3.0 <= took < 3.0 + 0.5 + 1.0, took  # its query's bound, then the cancel's short wait
+            await relay.open()
+    finally:
+        await relay.shut()
+        pool.terminate()
+
+
 async def test_readyz_answers_a_frozen_database_within_its_own_bounds(dsn):
     """A load balancer asks /readyz to route around a frozen database: it
     answers 503 within READY_WAIT per step, not after the pool's far longer

@@ -41,12 +41,30 @@ CONNECT_TIMEOUT = 10.0
 # fails too. Far above any query of a healthy database; calls known to be
 # long (a bulk action on every job of a state, a migration) pass their own.
 QUERY_TIMEOUT = 30.0
+# How long a connection given back to the pool waits for its reset, and for
+# the cancel of a query that timed out, before it is dropped instead. A frozen
+# host takes the cancel's connection and never answers it: without this the
+# caller of the timed-out query (an API request, its 503) waited QUERY_TIMEOUT
+# again for asyncpg's bound on that cancel.
+CANCEL_WAIT = 5.0
+
+
+class _Pool(asyncpg.Pool):
+    async def release(self, connection, *, timeout=None):
+        if timeout is None:  # asyncpg's default: the acquire's timeout, else none at all
+            holder = getattr(connection, "_holder", None)
+            acquired = getattr(holder, "_timeout", None)
+            timeout = CANCEL_WAIT if acquired is None else min(acquired, CANCEL_WAIT)
+        return await super().release(connection, timeout=timeout)
 
 
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: str = "jobfeed",
                       timeout: float = CONNECT_TIMEOUT) -> asyncpg.Pool:
-    return await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, reset=_keep_session, timeout=timeout,
+    # asyncpg.create_pool's own defaults, but our Pool class
+    return await _Pool(
+        dsn, min_size=min_size, max_size=max_size, max_queries=50000, max_inactive_connection_lifetime=300.0,
+        connect=None, setup=None, init=None, reset=_keep_session, loop=None,
+        connection_class=asyncpg.Connection, record_class=asyncpg.Record, timeout=timeout,
         command_timeout=QUERY_TIMEOUT, server_settings={**SERVER_SETTINGS, "application_name": name})
 
 
