@@ -641,4 +641,13 @@ PASS_EDITS: list[Edit] = [
          "            timeout = acquired\n",
          ("tests/test_api_database_gone.py::test_a_query_in_flight_when_the_database_froze_is_503_without_waiting_for_its_cancel",),
          "a request whose query timed out on a frozen host answers without waiting out the cancel"),
+    Edit("blank-errors-stay-blank", "worker/logs.py",
+         "    if isinstance(record.args, tuple) and any(", "    if False and any(",
+         ("tests/test_logs.py::test_an_error_without_text_is_named_by_its_type",),
+         "an exception without text is logged by its type's name, not as ()"),
+    Edit("batch-payload-unnamed", "worker/queue_calls.py",
+         'raise QueueError(exc.code, f"item {n}: {exc.message}", exc.status) from None',
+         'raise QueueError(exc.code, exc.message, exc.status) from None',
+         ("tests/test_producer_checks.py::test_a_payload_holding_what_json_cannot_write_is_refused",),
+         "a batch's payload json cannot write is refused naming its item"),
 ]

@@ -41,6 +41,15 @@ def test_json_lines_carry_the_job_of_the_task_that_logged():
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
+def test_an_error_without_text_is_named_by_its_type(log_format):
+    """A TimeoutError (a frozen database) has no text: its warning read
+    "heartbeat failed ()"; an error with text keeps it."""
+    line = logs.formatter(log_format).format(record("heartbeat failed (%s); again in %s (%s)",
+                                                    TimeoutError(), 1.5, OSError("gone")))
+    assert "heartbeat failed (TimeoutError); again in 1.5 (gone)" in line, line
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
 def test_both_formats_redact_url_credentials_and_queries(log_format):
     line = logs.formatter(log_format).format(record("GET %s", "https://u:pw-1@h.example/p?key=k-2#f"))
     assert "pw-1" not in line and "k-2" not in line and "https://***@h.example/p?***" in line

@@ -256,6 +256,7 @@ async def test_a_payload_holding_what_json_cannot_write_is_refused(pool):
             with pytest.raises(QueueError) as refused:
                 await call
             assert (refused.value.code, refused.value.status) == ("invalid_payload", 422), refused.value
+        assert refused.value.message.startswith("item 2: "), refused.value.message  # the batch's, last
     assert await jobs(pool) == 0
 
 

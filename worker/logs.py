@@ -42,6 +42,15 @@ def job_context(**fields: Any) -> contextvars.Context:
     return context
 
 
+def _name_blank_errors(record: logging.LogRecord) -> None:
+    """An exception whose text is empty (a TimeoutError, a dropped connection's
+    error), logged as a %s argument, is written as its type's name: a warning
+    read "heartbeat failed ()" before."""
+    if isinstance(record.args, tuple) and any(isinstance(a, BaseException) and not str(a) for a in record.args):
+        record.args = tuple(type(a).__name__ if isinstance(a, BaseException) and not str(a) else a
+                            for a in record.args)
+
+
 class TextFormatter(logging.Formatter):
     """The human-readable default, redacted as the JSON form is."""
 
@@ -49,6 +58,7 @@ class TextFormatter(logging.Formatter):
         super().__init__(TEXT_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
+        _name_blank_errors(record)
         return redact(super().format(record))
 
 
@@ -57,6 +67,7 @@ class JsonFormatter(logging.Formatter):
     when the record was made while a handler ran, and the exception if any."""
 
     def format(self, record: logging.LogRecord) -> str:
+        _name_blank_errors(record)
         entry: dict[str, Any] = {
             "time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),

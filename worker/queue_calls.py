@@ -45,8 +45,15 @@ def payload_text(payload: dict | None) -> str:
 
 
 def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:
-    """(targets, payloads as JSON text) for the batch functions."""
-    return [t for t, _ in items], [payload_text(p) for _, p in items]
+    """(targets, payloads as JSON text) for the batch functions; a payload JSON
+    cannot write is refused naming its item, as the database's checks do."""
+    payloads = []
+    for n, (_, p) in enumerate(items, 1):
+        try:
+            payloads.append(payload_text(p))
+        except QueueError as exc:
+            raise QueueError(exc.code, f"item {n}: {exc.message}", exc.status) from None
+    return [t for t, _ in items], payloads
 
 
 # What PostgreSQL refuses in JSON it is given: a NUL or a lone surrogate in a
