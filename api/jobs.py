@@ -198,9 +198,8 @@ async def leave_request(request: Request) -> Response:
     if grace is None:
         text = await svc.queue.leave_json(request_id)  # QueueError not_found -> 404
         return json_text('{"job": ' + text + "}")
-    # the server's setting caps it: a page closed for good is let go in that time
-    capped = min(seconds(grace, "grace"), svc.settings.leave_grace)
-    text, leave_at = await svc.queue.leave_later_json(request_id, capped)
+    # the queue caps it by JOBFEED_LEAVE_GRACE: a page closed for good is let go in that time
+    text, leave_at = await svc.queue.leave_later_json(request_id, seconds(grace, "grace"))
     return json_text(with_field('{"job": ' + text + "}", "leave_at", leave_at and leave_at.isoformat()))
 
 

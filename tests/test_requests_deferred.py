@@ -144,3 +144,35 @@ async def test_leave_due_goes_in_batches_earliest_first(pool, queue, k):
     assert await leave_due(pool, T + 60 * SECOND, limit=2) == 2
     assert await leave_due(pool, T + 60 * SECOND, limit=2) == 1
     assert {(await status(queue, s.id))[0] for s in subs} == {"canceled"}
+
+
+@pytest.mark.parametrize("grace", [-1, -0.001, float("nan"), float("inf"), True, "5s", None])
+async def test_a_bad_grace_from_python_is_refused_and_changes_nothing(pool, queue, k, grace):
+    """As ?grace= refuses it (422 invalid_query). Before: a negative grace left
+    at once and canceled a lone requester's job; nan, inf and a string raised
+    ValueError, OverflowError and TypeError; True was one second."""
+    s = await queue.submit("k", "t", request=True)
+    for call in (queue.leave(s.request_id, grace=grace) if grace is not None else None,
+                 queue.leave_later_json(s.request_id, grace)):
+        if call is None:
+            continue
+        with pytest.raises(QueueError) as refused:
+            await call
+        assert (refused.value.code, refused.value.status) == ("invalid_query", 422), refused.value
+    assert await status(queue, s.id) == ("queued", 1)
+    assert await request_row(pool, s.request_id) == (None, None)
+
+
+async def test_python_leaves_are_capped_by_the_leave_grace_setting(pool, k):
+    """JOBFEED_LEAVE_GRACE caps Queue.leave's grace as it caps ?grace=; at 0s
+    every leave is at once."""
+    from jobfeed import Queue
+    from jobfeed.worker.settings import Settings
+    capped = Queue(pool, settings=Settings(leave_grace=3.0))
+    s = await capped.submit("k", "capped", request=True)
+    before = await pool.fetchval("select now()")
+    _, leave_at = await capped.leave_later_json(s.request_id, 100_000)
+    assert dt.timedelta(seconds=2.5) < leave_at - before < dt.timedelta(seconds=10)
+    at_once = Queue(pool, settings=Settings(leave_grace=0.0))
+    s = await at_once.submit("k", "at-once", request=True)
+    assert (await at_once.leave(s.request_id, grace=60))["status"] == "canceled"

@@ -11,6 +11,7 @@ own errors."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -84,6 +85,15 @@ def due_at(run_after: dt.datetime | None) -> dt.datetime | None:
 def priority(value: int | None) -> int | None:
     """A priority as HTTP takes it: None (the kind's) or a whole number in range."""
     return None if value is None else _as_over_http("check_priority", value)
+
+
+def grace(value: float, most: float) -> float:
+    """A deferred leave's grace as ?grace= takes it: seconds, 0 or more (not a
+    bool, nan or inf), capped by JOBFEED_LEAVE_GRACE (`most`). A negative one
+    left at once before, canceling a lone requester's job."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise QueueError("invalid_query", f"grace: {value!r} is not a number of seconds, 0 or more", 422)
+    return min(value, most)
 
 
 def concurrency_key(key: str | None) -> str | None:

@@ -258,7 +258,9 @@ class Queue(LeaseCalls, AdminCalls):
         """The request leaves in `grace` seconds unless it stays first (a
         deferred leave: a closing page's, which a reload takes back); it is
         active until then. Answers its job's public view as JSON text and when
-        it will leave (None: it has left, as a grace of 0 leaves at once)."""
+        it will leave (None: it has left, as a grace of 0 leaves at once). The
+        grace is checked as ?grace= is and capped by JOBFEED_LEAVE_GRACE."""
+        grace = producer.grace(grace, self.settings.leave_grace)
         if (rid := _as_id(request_id)) is None:
             raise QueueError("not_found", "no such request", 404)
         (row,) = await self._fetch("leave_later", rid, _seconds(grace))
