@@ -51,10 +51,12 @@ CANCEL_WAIT = 5.0
 
 class _Pool(asyncpg.Pool):
     async def release(self, connection, *, timeout=None):
-        if timeout is None:  # asyncpg's default: the acquire's timeout, else none at all
-            holder = getattr(connection, "_holder", None)
-            acquired = getattr(holder, "_timeout", None)
-            timeout = CANCEL_WAIT if acquired is None else min(acquired, CANCEL_WAIT)
+        # asyncpg's default: the acquire's timeout, else none at all; a
+        # connection still cancelling a timed-out query gets CANCEL_WAIT
+        con = getattr(connection, "_con", None)
+        if con is not None and con._protocol._is_cancelling():
+            acquired = getattr(getattr(connection, "_holder", None), "_timeout", None)
+            timeout = min(t for t in (timeout, acquired, CANCEL_WAIT) if t is not None)
         return await super().release(connection, timeout=timeout)
 
 
