@@ -178,7 +178,7 @@ async def test_a_handler_given_up_on_that_goes_on_reporting_writes_and_logs_noth
     assert noise == []
 
 
-async def test_a_handler_that_ignores_its_timeout_is_given_up_on(queue, pool, run):
+async def test_a_handler_that_ignores_its_timeout_is_given_up_on(queue, pool, run, caplog):
     entered, released = asyncio.Event(), asyncio.Event()
     runner = await run(spec("stubborn", swallowing(entered, released), timeout=0.2), cancel_wait=CANCEL_WAIT)
     try:
@@ -194,6 +194,7 @@ async def test_a_handler_that_ignores_its_timeout_is_given_up_on(queue, pool, ru
     await none_left(runner)
     log = (await queue.admin_get_job(job_id))["attempts_log"]
     assert [(a["outcome"], a["error"]["code"]) for a in log] == [("transient", "timeout")]  # nothing more
+    assert any("ran past its timeout of 0.2s" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
 
 
 async def test_a_worker_stopping_after_a_runs_timeout_writes_the_timeout(queue, pool, dsn):

@@ -360,7 +360,7 @@ def test_timeout_is_parsed_and_checked():
 
 
 @pytest.mark.parametrize("on_cancel", ["stops", "returns", "raises", "exits", "blocks", "blocks-raises"])
-async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run, on_cancel):
+async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run, on_cancel, caplog):
     """Also when the handler catches its cancellation and returns, or raises an
     error of its own: what it does past its timeout is not its outcome."""
     async def sleepy(job, ctx: Context):
@@ -395,6 +395,9 @@ async def test_a_run_past_its_timeout_is_a_transient_failure(queue, pool, run, o
     assert (await public(pool, job_id))["result"] == {"attempt": 2}
     (first, _) = (await queue.admin_get_job(job_id))["attempts_log"]
     assert (first["outcome"], first["error"]["code"]) == ("transient", "timeout")
+    said = [r for r in caplog.records if r.levelname == "WARNING" and "past its timeout" in r.getMessage()]
+    assert [r.getMessage() for r in said] == [f"job {job_id} (sleepy): attempt 1 of 3 ran past its timeout of 0.2s "
+                                               "and was canceled"]  # before: nothing in the log
 
 
 async def test_the_readme_video_example_fans_out_and_in(dsn, pool, queue, tmp_path):

@@ -255,7 +255,7 @@ class Attempts:
             return ("error", redact.unexpected(entry.exit))
         if reason in ("shutdown", "budget") and entry.deadline is not None and time.monotonic() >= entry.deadline:
             reason = "timeout"
-        return stopped(reason, spec)
+        return stopped(reason, spec, entry.ctx.job)
 
     async def _record_given_up(self, key: tuple[uuid.UUID, int], entry: Running, outcome: tuple[str, Any]) -> None:
         try:

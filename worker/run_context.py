@@ -160,15 +160,19 @@ class Running:
         return False
 
 
-def timed_out(spec: TaskSpec) -> Transient:
+def timed_out(spec: TaskSpec, job: Job) -> Transient:
+    """A run past its kind's timeout, said in the log too: it raised nothing
+    (it was canceled), and an operator looks there first."""
+    log.warning("job %s (%s): attempt %d of %d ran past its timeout of %gs and was canceled", job.id, job.kind,
+                job.attempt, job.max_attempts, spec.timeout)
     return Transient("timeout", f"the run took longer than its timeout of {spec.timeout:g}s")
 
 
-def stopped(reason: str, spec: TaskSpec) -> tuple[str, Any]:
+def stopped(reason: str, spec: TaskSpec, job: Job) -> tuple[str, Any]:
     """The outcome of a run the runner stopped: a stopping worker releases it
     (another takes it at once, no attempt counted); a lost one writes nothing."""
     if reason == "timeout":
-        return ("error", timed_out(spec))
+        return ("error", timed_out(spec, job))
     if reason in ("shutdown", "budget"):
         return ("error", Release(reason, f"worker {reason}", retry_after=0))
     return ("lost", None)
@@ -199,7 +203,7 @@ async def call_handler(spec: TaskSpec, job: Job, ctx: Context):
     # event loop past its deadline (no cancellation could reach it): its
     # outcome came past the timeout
     if past():
-        raise timed_out(spec) from None
+        raise timed_out(spec, job) from None
     return result
 
 
