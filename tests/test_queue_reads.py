@@ -197,7 +197,10 @@ async def test_stats_are_counted_at_most_once_per_max_age(pool):
     first = await stats(T0)
     assert first["counts"] == {"k": {"queued": 3}} and first["as_of"].startswith("2030-01-01T00:00:00")
     await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', 'new')")
-    assert (await stats(T0 + dt.timedelta(seconds=4)))["counts"] == {"k": {"queued": 3}}  # the snapshot
+    snapshot = await stats(T0 + dt.timedelta(seconds=4))
+    assert snapshot["counts"] == {"k": {"queued": 3}}  # the snapshot
+    # it says its age: counted at T0, answered 4 s later (before: now was as_of)
+    assert snapshot["as_of"].startswith("2030-01-01T00:00:00") and snapshot["now"].startswith("2030-01-01T00:00:04")
     later = await stats(T0 + dt.timedelta(seconds=6))
     assert later["counts"] == {"k": {"queued": 4}} and later["as_of"].startswith("2030-01-01T00:00:06")
 
@@ -245,3 +248,18 @@ async def test_unfinished_counts_read_only_unfinished_jobs_over_a_long_history(p
         assert _most_rows_one_node_read(plans) <= 5, _heavy_lines(plans)
     finally:
         await conn.close()
+
+
+async def test_a_paused_kind_does_not_age_the_oldest_due_job(pool):
+    """An admin's pause holds its kind's jobs on purpose: an alert on the
+    oldest due job's age must not fire for it (before: it counted them)."""
+    await register(pool, "k")
+    await register(pool, "held")
+    await pool.execute("insert into jobfeed.jobs (kind, target, run_after) values "
+                       "('k', 'new', $1), ('held', 'old', $2)", T0 - dt.timedelta(seconds=10),
+                       T0 - dt.timedelta(seconds=600))
+    assert (await _stats_at(pool, T0))["oldest_due_seconds"] == 600
+    await pool.execute("update jobfeed.kinds set paused = true where kind = 'held'")
+    assert (await _stats_at(pool, T0 + dt.timedelta(seconds=6)))["oldest_due_seconds"] == 16
+    await pool.execute("update jobfeed.kinds set paused = false where kind = 'held'")
+    assert (await _stats_at(pool, T0 + dt.timedelta(seconds=12)))["oldest_due_seconds"] == 612

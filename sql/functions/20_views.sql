@@ -266,7 +266,10 @@ returns jsonb language sql stable set search_path = jobfeed, pg_temp as $$
                      from (select jsonb_object_keys(p_unfinished) union select jsonb_object_keys(p_final)) k(kind)),
         'oldest_due_seconds', (
             select extract(epoch from p_now - min(j.run_after)) from jobfeed.jobs j
-             where j.state = 'queued' and j.run_after <= p_now),
+             where j.state = 'queued' and j.run_after <= p_now
+               -- a paused kind's jobs wait because an admin said so: an alert
+               -- on this age must not fire for a pause
+               and not exists (select from jobfeed.kinds k where k.kind = j.kind and k.paused)),
         'throughput', coalesce((
             select jsonb_agg(jsonb_build_object('minute', m.minute, 'completed', m.completed,
                                                 'failed', m.failed) order by m.minute)
@@ -307,11 +310,13 @@ declare
     v_started timestamptz;
 begin
     select * into v_snap from jobfeed.stats_snapshot s where s.id = 1;
+    -- a snapshot answered says when it was counted (as_of) and when it is
+    -- answered (now): their difference is its age
     if found and v_snap.minutes = p_minutes and v_snap.as_of > v_now - p_max_age and v_snap.as_of <= v_now then
-        return v_snap.body;
+        return v_snap.body || jsonb_build_object('now', v_now);
     end if;
     if found and v_snap.minutes = p_minutes and not pg_try_advisory_xact_lock(hashtext('jobfeed.stats_v2')) then
-        return v_snap.body;  -- someone is counting right now
+        return v_snap.body || jsonb_build_object('now', v_now);  -- someone is counting right now
     end if;
     if v_snap.finished is null or v_snap.finished_as_of > v_now
        or v_snap.finished_as_of <= v_now - greatest(p_max_age, make_interval(secs => 30 * v_snap.finished_seconds)) then
