@@ -105,7 +105,7 @@ def duration_field(value: object, name: str, code: str, *, zero: bool) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if (0 <= value if zero else 0 < value) and value <= MAX_DURATION:
             return float(value)
-        low = "from 0" if zero else "more than 0 and"
+        low = "from 0 to" if zero else "more than 0 and"
         raise InvalidSubmission(422, code, f"{name} must be {low} at most {MAX_DURATION:,.0f} seconds")
     if not isinstance(value, str):
         raise InvalidSubmission(422, code, f'{name} must be a duration such as "90s" or "5m", or seconds')
