@@ -676,4 +676,8 @@ PASS_EDITS: list[Edit] = [
          "        return v_snap.body;\n    end if;",
          ("tests/test_queue_reads.py::test_stats_are_counted_at_most_once_per_max_age",),
          "a stats snapshot answered says now, so its age can be read"),
+    Edit("task-error-names-our-line", "worker/tasks.py",
+         'not f.filename.startswith(("<frozen", *_OUR_CODE))]', 'not f.filename.startswith("<frozen")]',
+         ("tests/test_cli.py::test_a_bad_task_option_names_the_task_modules_line",),
+         "a bad @task option names the task module's line, not jobfeed's check"),
 ]

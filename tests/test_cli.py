@@ -220,6 +220,18 @@ async def test_a_tasks_module_that_fails_to_import_says_what_and_where(dsn, tmp_
     assert f"{tmp_path / 'broken_tasks.py'}:2" in out.stderr
 
 
+@pytest.mark.parametrize("option", ['schedule="0 * * * *", timezone="Mars/Base"', 'every="0s"',
+                                    'schedule="61 * * * *"', 'rate="1/0s"'])
+async def test_a_bad_task_option_names_the_task_modules_line(dsn, tmp_path, option):
+    """Before: a bad schedule, timezone or every named jobfeed's own
+    worker/schedules.py, where the check is, not the user's @task line."""
+    (tmp_path / "bad_tasks.py").write_text(
+        f"from jobfeed import task\n\n\n@task('bad.option', {option})\nasync def handle(job, ctx):\n    pass\n")
+    out = jobfeed(dsn, "worker", JOBFEED_TASKS="bad_tasks", PYTHONPATH=f"{tmp_path}{os.pathsep}{path_with_tests()}")
+    assert out.returncode == 2
+    assert f"(at {tmp_path / 'bad_tasks.py'}:4)" in one_line(out), out.stderr
+
+
 @pytest.mark.parametrize("processes", ["1", "2"])
 async def test_a_worker_with_no_kinds_says_to_set_jobfeed_tasks(dsn, processes):
     out = jobfeed(dsn, "worker", "--processes", processes, JOBFEED_TASKS="")

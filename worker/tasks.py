@@ -7,7 +7,9 @@ import dataclasses
 import importlib
 import inspect
 import logging
+import os
 import traceback
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Collection, Sequence
 
 from .queue import Job  # noqa: F401  (handlers import it from here)
@@ -236,6 +238,10 @@ registry = Registry()
 task = registry.task
 
 
+# jobfeed's own code, which a task module's frames are told apart from
+_OUR_CODE = tuple(str(Path(__file__).parent.parent / part) + os.sep for part in ("worker", "api"))
+
+
 def load_tasks(modules: Sequence[str]) -> Registry:
     """Import every module named in JOBFEED_TASKS (the built-in demo kind is
     `jobfeed.demo`); their @task decorators fill the registry. One that is
@@ -248,9 +254,11 @@ def load_tasks(modules: Sequence[str]) -> Registry:
             if isinstance(exc, ModuleNotFoundError) and exc.name and f"{name}.".startswith(f"{exc.name}."):
                 raise SettingError(f"JOBFEED_TASKS: no module named {name!r} "
                                    "(is its folder on the Python path?)") from None
-            # The innermost frame that is not the import machinery's (a SyntaxError says where itself).
+            # The innermost frame of the module's own code: not the import
+            # machinery's, nor jobfeed's checks of what @task was given (a
+            # SyntaxError says where itself).
             frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                      if f.filename not in (__file__, importlib.__file__) and not f.filename.startswith("<frozen")]
+                      if f.filename != importlib.__file__ and not f.filename.startswith(("<frozen", *_OUR_CODE))]
             where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
             raise SettingError(f"JOBFEED_TASKS: importing {name} failed: {type(exc).__name__}: {exc}{where}") from exc
     return registry
