@@ -680,4 +680,8 @@ PASS_EDITS: list[Edit] = [
          'not f.filename.startswith(("<frozen", *_OUR_CODE))]', 'not f.filename.startswith("<frozen")]',
          ("tests/test_cli.py::test_a_bad_task_option_names_the_task_modules_line",),
          "a bad @task option names the task module's line, not jobfeed's check"),
+    Edit("top-lost-worker-running", "worker/top.py",
+         '        running = "-" if w["lost"] else w["running"]', '        running = w["running"]',
+         ("tests/test_top.py::test_a_lost_worker_shows_no_running_count",),
+         "top shows no running count for a lost worker"),
 ]

@@ -92,3 +92,17 @@ def test_the_rates_are_over_the_whole_window_and_the_last_full_minute():
     stats["throughput"][1]["minute"] = "2026-12-04T14:53:00+00:00"
     (rates,) = [line for line in render(stats, [], 200) if line.startswith("last minute")]
     assert rates.startswith("last minute: 1 completed, 0 failed")
+
+
+def test_a_lost_worker_shows_no_running_count():
+    """Its jobs were taken over when its leases ran out: before, top showed the
+    last count it reported (1/5) as if it still ran them."""
+    workers = [{"id": "w-live:1", "host": "h", "running": 2, "concurrency": 5, "lost": False,
+                "last_seen": "2026-12-05T04:00:00+00:00", "kinds": ["demo"]},
+               {"id": "w-gone:2", "host": "h", "running": 1, "concurrency": 5, "lost": True,
+                "last_seen": "2026-12-05T03:50:00+00:00", "kinds": ["demo"]}]
+    lines = render({"now": "2026-12-05T04:00:05+00:00", "counts": {}}, workers, 200)
+    (live,) = [line for line in lines if "w-live:1" in line]
+    (lost,) = [line for line in lines if "w-gone:2" in line]
+    assert "2/5" in live and "LOST" in lost and "   -/5" in lost, lost
+    assert "1 live, 1 lost   running 2 of 5 slots" in "\n".join(lines)

@@ -43,7 +43,7 @@ def render(stats: dict, workers: list[dict], width: int) -> list[str]:
     # the one before the current (still counting) one, or none; the rate is
     # over the whole window
     points = stats.get("throughput") or []
-    now = stats.get("now")
+    now = stats.get("as_of") or stats.get("now")  # the throughput's time: when it was counted
     last: dict = {}
     if now:
         previous = dt.datetime.fromisoformat(now).replace(second=0, microsecond=0) - dt.timedelta(minutes=1)
@@ -61,7 +61,9 @@ def render(stats: dict, workers: list[dict], width: int) -> list[str]:
                  f"running {sum(w['running'] for w in live)} of {sum(w['concurrency'] for w in live)} slots")
     for w in workers:
         seen = str(w["last_seen"])[11:19]
-        lines.append(f"  {w['id'][:36]:<37}{w['host'][:16]:<17}{w['running']:>4}/{w['concurrency']:<4} "
+        # a lost worker runs nothing we know of: its last count is long taken over
+        running = "-" if w["lost"] else w["running"]
+        lines.append(f"  {w['id'][:36]:<37}{w['host'][:16]:<17}{running:>4}/{w['concurrency']:<4} "
                      f"{'LOST' if w['lost'] else 'live':<5} seen {seen}  {','.join(w['kinds'])}")
     return [line[:max(width - 1, 1)] for line in lines]
 

@@ -66,9 +66,11 @@ function renderCounts(stats) {
   if (!rows.length) rows.push(h("tr", {}, h("td", { colspan: STATES.length + 2, class: "muted" }, "No jobs yet.")));
   $("counts").tBodies[0].replaceChildren(...rows);
   $("oldest-due").textContent = stats.oldest_due_seconds == null ? "none" : formatSeconds(stats.oldest_due_seconds);
-  $("stats-time").replaceChildren(timeEl(stats.now));
+  // the counts' time: as_of, when they were counted (now is when they were answered)
+  const counted = stats.as_of || stats.now;
+  $("stats-time").replaceChildren(timeEl(counted));
   // Over a long history the finished jobs are counted less often than the rest.
-  const kept = Boolean(stats.finished_as_of) && Date.parse(stats.finished_as_of) !== Date.parse(stats.now);
+  const kept = Boolean(stats.finished_as_of) && Date.parse(stats.finished_as_of) !== Date.parse(counted);
   $("finished-note").hidden = !kept;
   $("finished-time").replaceChildren(kept ? timeEl(stats.finished_as_of) : "—");
 }
@@ -77,7 +79,7 @@ function renderCounts(stats) {
 function renderChart(stats) {
   const box = $("chart");
   const MINUTE = 60000;
-  const end = Math.floor(Date.parse(stats.now) / MINUTE) * MINUTE;
+  const end = Math.floor(Date.parse(stats.as_of || stats.now) / MINUTE) * MINUTE;
   const byMinute = new Map();
   for (const point of stats.throughput || []) {
     byMinute.set(Math.floor(Date.parse(point.minute) / MINUTE) * MINUTE, point);
