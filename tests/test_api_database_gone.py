@@ -6,6 +6,7 @@ test shuts, as a network failure or a restarting server would."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 import pytest
@@ -59,6 +60,22 @@ async def test_a_lost_database_answers_503_and_the_api_recovers(dsn, tmp_path, o
         await pool.close()
 
 
+@contextlib.asynccontextmanager
+async def relayed_api(dsn: str, *, min_size: int = 1, max_size: int = 2):
+    """An API whose pool reaches the database through a relay the test cuts;
+    its connections give up opening after a second."""
+    relay = Relay(dsn)
+    await relay.open()
+    pool = await create_pool(relay.dsn, min_size=min_size, max_size=max_size, name="jobfeed-test-relayed",
+                             timeout=1.0)
+    try:
+        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
+            yield relay, client
+    finally:
+        await relay.shut()
+        pool.terminate()
+
+
 @pytest.mark.parametrize("how", ["hang", "freeze"])
 async def test_a_database_that_never_answers_is_503_in_bounded_time(dsn, monkeypatch, how):
     """hang: a stopped proxy takes the connection and never answers its
@@ -67,29 +84,22 @@ async def test_a_database_that_never_answers_is_503_in_bounded_time(dsn, monkeyp
     open and carries nothing (before: a query on one waited for ever, as
     asyncpg does unless given a timeout, and so did /readyz)."""
     monkeypatch.setattr(db, "QUERY_TIMEOUT", 1.0)
-    relay = Relay(dsn)
-    await relay.open()
-    pool = await create_pool(relay.dsn, min_size=2, max_size=4, name="jobfeed-test-relayed", timeout=1.0)
-    try:
-        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
-            unknown = f"/api/jobs/{uuid.uuid4()}"
-            assert (await client.get(unknown)).status_code == 404
-            relay.hang() if how == "hang" else relay.freeze()
-            for _ in range(3):  # the first may find its pooled connection cut; the next ones connect anew
-                r = await asyncio.wait_for(client.get(unknown), 15)
-                assert r.status_code == 503, r.text
-                assert r.json()["error"]["code"] == "database_unavailable"
-            ready = await asyncio.wait_for(client.get("/readyz"), 2 * health.READY_WAIT + 2)
-            assert ready.status_code == 503 and ready.json()["database"] is False
-            await relay.open()
+    async with relayed_api(dsn, min_size=2, max_size=4) as (relay, client):
+        unknown = f"/api/jobs/{uuid.uuid4()}"
+        assert (await client.get(unknown)).status_code == 404
+        relay.hang() if how == "hang" else relay.freeze()
+        for _ in range(3):  # the first may find its pooled connection cut; the next ones connect anew
+            r = await asyncio.wait_for(client.get(unknown), 15)
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "database_unavailable"
+        ready = await asyncio.wait_for(client.get("/readyz"), 2 * health.READY_WAIT + 2)
+        assert ready.status_code == 503 and ready.json()["database"] is False
+        await relay.open()
 
-            async def served() -> bool:
-                return (await client.get(unknown)).status_code == 404
-            await eventually(served, timeout=15, what="the API serves again")
-            assert (await client.get("/readyz")).status_code == 200
-    finally:
-        await relay.shut()
-        pool.terminate()
+        async def served() -> bool:
+            return (await client.get(unknown)).status_code == 404
+        await eventually(served, timeout=15, what="the API serves again")
+        assert (await client.get("/readyz")).status_code == 200
 
 
 async def test_a_query_in_flight_when_the_database_froze_is_503_without_waiting_for_its_cancel(dsn, monkeypatch):
@@ -99,41 +109,27 @@ async def test_a_query_in_flight_when_the_database_froze_is_503_without_waiting_
     waiting for the cancel (before: 2 x QUERY_TIMEOUT, a minute in production)."""
     monkeypatch.setattr(db, "QUERY_TIMEOUT", 3.0)
     monkeypatch.setattr(db, "CANCEL_WAIT", 0.5)
-    relay = Relay(dsn)
-    await relay.open()
-    pool = await create_pool(relay.dsn, min_size=1, max_size=2, name="jobfeed-test-relayed", timeout=1.0)
-    try:
-        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
-            unknown = f"/api/jobs/{uuid.uuid4()}"
-            assert (await client.get(unknown)).status_code == 404
-            relay.freeze()
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            r = await asyncio.wait_for(client.get(unknown), 15)
-            took = loop.time() - started
-            assert r.status_code == 503, r.text
-            assert 3.0 <= took < 3.0 + 0.5 + 1.0, took  # its query's bound, then the cancel's short wait
-            await relay.open()
-    finally:
-        await relay.shut()
-        pool.terminate()
+    async with relayed_api(dsn) as (relay, client):
+        unknown = f"/api/jobs/{uuid.uuid4()}"
+        assert (await client.get(unknown)).status_code == 404
+        relay.freeze()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        r = await asyncio.wait_for(client.get(unknown), 15)
+        took = loop.time() - started
+        assert r.status_code == 503, r.text
+        assert 3.0 <= took < 3.0 + 0.5 + 1.0, took  # its query's bound, then the cancel's short wait
+        await relay.open()
 
 
 async def test_readyz_answers_a_frozen_database_within_its_own_bounds(dsn):
     """A load balancer asks /readyz to route around a frozen database: it
     answers 503 within READY_WAIT per step, not after the pool's far longer
     bound on a query (db.QUERY_TIMEOUT) and then on its cancel."""
-    relay = Relay(dsn)
-    await relay.open()
-    pool = await create_pool(relay.dsn, min_size=1, max_size=2, name="jobfeed-test-relayed", timeout=1.0)
-    try:
-        async with asgi_client(create_app(make_settings(dsn), pool=pool)) as client:
-            assert (await client.get("/readyz")).status_code == 200
-            relay.freeze()
-            for _ in range(2):  # a second look finds the first's connection dropped
-                ready = await asyncio.wait_for(client.get("/readyz"), 2 * health.READY_WAIT + 2)
-                assert ready.status_code == 503 and ready.json()["database"] is False
-            await relay.open()
-    finally:
-        await relay.shut()
-        pool.terminate()
+    async with relayed_api(dsn) as (relay, client):
+        assert (await client.get("/readyz")).status_code == 200
+        relay.freeze()
+        for _ in range(2):  # a second look finds the first's connection dropped
+            ready = await asyncio.wait_for(client.get("/readyz"), 2 * health.READY_WAIT + 2)
+            assert ready.status_code == 503 and ready.json()["database"] is False
+        await relay.open()
