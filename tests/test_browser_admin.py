@@ -268,10 +268,13 @@ async def test_admin_pauses_a_kind_sees_schedules_and_cancels_in_bulk(api, new_p
     assert {k["kind"]: k for k in (await http.get("/api/kinds")).json()["kinds"]}["demo"]["paused"] is False
     # paused elsewhere (the CLI, another admin): the open page shows it too
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    # the page reads kinds again every 5 s (FLOW_EVERY_MS): two rounds and some slack, as a
+    # 5 s wait, the expect's default, raced the poll on a loaded machine
+    seen = 12_000
     assert (await http.post("/api/admin/kinds/demo/pause", headers=admin)).status_code == 200
-    await expect(demo.locator(".badge")).to_have_text("paused")
+    await expect(demo.locator(".badge")).to_have_text("paused", timeout=seen)
     assert (await http.post("/api/admin/kinds/demo/resume", headers=admin)).status_code == 200
-    await expect(demo.get_by_role("button", name="Pause demo")).to_be_visible()
+    await expect(demo.get_by_role("button", name="Pause demo")).to_be_visible(timeout=seen)
 
     schedule = page.locator("#schedules tbody tr")
     await expect(schedule).to_have_count(1)
