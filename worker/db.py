@@ -41,11 +41,11 @@ CONNECT_TIMEOUT = 10.0
 # fails too. Far above any query of a healthy database; calls known to be
 # long (a bulk action on every job of a state, a migration) pass their own.
 QUERY_TIMEOUT = 30.0
-# How long a connection given back to the pool waits for its reset, and for
-# the cancel of a query that timed out, before it is dropped instead. A frozen
-# host takes the cancel's connection and never answers it: without this the
-# caller of the timed-out query (an API request, its 503) waited QUERY_TIMEOUT
-# again for asyncpg's bound on that cancel.
+# How long a connection given back to the pool while it still cancels a query
+# that timed out waits for that cancel (and its reset) before it is dropped
+# instead. A frozen host takes the cancel's connection and never answers it:
+# without this the caller of the timed-out query (an API request, its 503)
+# waited QUERY_TIMEOUT again for asyncpg's bound on that cancel.
 CANCEL_WAIT = 5.0
 
 
