@@ -134,6 +134,28 @@ async def test_a_kept_job_outlives_its_deferred_leave(pool, queue, k):
     assert await status(queue, s.id) == ("queued", 0)
 
 
+async def test_a_final_jobs_request_has_no_leave_to_defer_and_the_sweeper_counts_live_leaves_only(pool, queue, k):
+    """A request stops being active when its job is final: asking it to leave
+    later leaves at once (no leave_at), and a leave pending when its job
+    became final is dropped by leave_due, not counted as one it applied.
+    Before: the answer carried a leave_at and the sweeper counted it."""
+    done = await queue.submit("kept", "done", request=True)
+    pending = await queue.submit("kept", "pending", request=True)
+    live = await queue.submit("k", "live", request=True)
+    await leave_later(pool, pending.request_id, 10)
+    await leave_later(pool, live.request_id, 10)
+    for job_id in (done.id, pending.id):
+        await pool.execute("select jobfeed.cancel($1, $2)", job_id, T)
+
+    view, leave_at = await leave_later(pool, done.request_id, 10)
+    assert (view["status"], leave_at) == ("canceled", None)
+    assert await request_row(pool, done.request_id) == (None, T)
+    assert await leave_due(pool, T + 10 * SECOND) == 1  # live's alone
+    assert await status(queue, live.id) == ("canceled", 0)
+    assert await request_row(pool, pending.request_id) == (None, None)  # dropped
+    assert await leave_due(pool, T + 60 * SECOND) == 0
+
+
 async def test_leave_due_goes_in_batches_earliest_first(pool, queue, k):
     subs = [await queue.submit("k", f"b{n}", request=True) for n in range(5)]
     for n, s in enumerate(subs):

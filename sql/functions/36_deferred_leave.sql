@@ -9,9 +9,10 @@
 -- The request leaves at p_now + p_grace unless it stays first: answers its
 -- job's public view and when it will leave. A leave already pending at an
 -- earlier time keeps it (asking again never puts a leave off). A grace of
--- zero (or none) leaves at once, through leave(); a request that has left is
--- answered as leave() answers it (idempotent), leave_at null. JF404 for an
--- unknown request.
+-- zero (or none) leaves at once, through leave(); so does a request whose job
+-- is final (it waits for nothing: no leave to put off), and one that has left
+-- is answered as leave() answers it (idempotent); leave_at null for all
+-- three. JF404 for an unknown request.
 create or replace function jobfeed.leave_later(p_request uuid, p_grace interval, p_now timestamptz default null)
 returns table (view jsonb, leave_at timestamptz)
 language plpgsql security definer set search_path = jobfeed, pg_temp as $$
@@ -22,7 +23,9 @@ declare
 begin
     if p_grace is not null and p_grace > '0' then
         update jobfeed.requests r set leave_at = least(r.leave_at, jobfeed.clock(p_now) + p_grace)
+          from jobfeed.jobs j
          where r.id = p_request and r.left_at is null
+           and j.id = r.job_id and j.state not in ('completed', 'failed', 'canceled')
         returning r.job_id, r.leave_at into v_job_id, v_at;
         if found then
             return query select jobfeed.with_position(jobfeed.public_view(j), j.id), v_at
@@ -64,24 +67,32 @@ begin
 end $$;
 
 -- The sweeper: up to p_limit pending leaves due by p_now, each applied by
--- leave(), earliest first. Answers how many. Sweepers running at once take
--- different requests (SKIP LOCKED); one that stays meanwhile holds its row,
--- is passed over, and is found with no leave pending next time.
+-- leave(), earliest first. Answers how many it applied: a pending leave whose
+-- job became final meanwhile is dropped, not counted (that request stopped
+-- being active with its job). Sweepers running at once take different
+-- requests (SKIP LOCKED); one that stays meanwhile holds its row, is passed
+-- over, and is found with no leave pending next time.
 create or replace function jobfeed.leave_due(p_limit int default 200, p_now timestamptz default null)
 returns int language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 declare
     v_id uuid;
+    v_final boolean;
     v_count int := 0;
 begin
-    for v_id in
-        select r.id from jobfeed.requests r
+    for v_id, v_final in
+        select r.id, j.state in ('completed', 'failed', 'canceled')
+          from jobfeed.requests r join jobfeed.jobs j on j.id = r.job_id
          where r.leave_at <= jobfeed.clock(p_now) and r.left_at is null
          order by r.leave_at
          limit p_limit
-           for update skip locked
+           for update of r skip locked
     loop
-        perform jobfeed.leave(v_id, p_now);
-        v_count := v_count + 1;
+        if v_final then
+            update jobfeed.requests r set leave_at = null where r.id = v_id;
+        else
+            perform jobfeed.leave(v_id, p_now);
+            v_count := v_count + 1;
+        end if;
     end loop;
     return v_count;
 end $$;
