@@ -331,6 +331,19 @@ def test_a_taken_port_says_so_in_one_line(dsn, command):
     assert "could not listen on 127.0.0.1:" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_up_on_a_taken_port_fails_before_it_touches_the_database():
+    """Before, a second `jobfeed up` started (or reached) its database,
+    migrated it and started a worker, then failed to bind. Here the database
+    is unreachable, so reaching for it would fail otherwise (exit 3)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        out = jobfeed("postgresql://jobfeed@127.0.0.1:9/none", "up", "--port", str(taken.getsockname()[1]),
+                      timeout=30)
+    assert out.returncode == 2, out.stderr
+    assert "could not listen on 127.0.0.1:" in out.stderr and "database" not in out.stderr.lower()
+
+
 def test_api_on_a_host_that_does_not_resolve_names_the_setting(dsn):
     out = jobfeed(dsn, "api", "--host", "not_a_host.invalid")
     assert out.returncode == 2, out.stderr

@@ -21,6 +21,10 @@ async def cmd_up(settings: Settings, args) -> int:
     if DEMO_TASKS not in settings.tasks:
         settings = dataclasses.replace(settings, tasks=(DEMO_TASKS, *settings.tasks))
     given_token = settings.admin_token is not None
+    from jobfeed.api.serve import ListenError, SharedLoopServer, check_listen
+    # A taken port (a second `jobfeed up`, most often) fails here, before the
+    # database is started, migrated or worked on.
+    check_listen(settings.host, settings.port)
     # The data folder is checked (and refused untouched) with the embedded
     # server before the token is kept in it.
     dsn = await db.resolve_dsn(settings)
@@ -32,7 +36,6 @@ async def cmd_up(settings: Settings, args) -> int:
     dsn = await prepare(settings)
     settings = dataclasses.replace(settings, database_url=dsn, admin_token=token)
     from jobfeed.api.app import create_app
-    from jobfeed.api.serve import ListenError, SharedLoopServer
 
     pool = await db.create_pool(dsn, min_size=1, max_size=max(4, min(args.concurrency + 2, 20)),
                                 name="jobfeed-up")
