@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from conftest import JOBFEED, worker_env
-from jobfeed.worker import logs
+from jobfeed.worker import db, logs
 from log_tasks import SECRET_KEY, SECRET_PASSWORD
+from relay import Relay
 from servers import Process, free_port
 from waiting import eventually
 
@@ -168,6 +169,26 @@ async def test_jobfeed_api_logs_at_the_level_asked_for(dsn, how):
     finally:
         assert await api.stop(timeout=15) == 0, api.log
     assert not [line for line in api.output if "INFO" in line or "Uvicorn running" in line], api.log
+
+
+async def test_a_pool_that_cannot_reconnect_says_why_in_one_line(dsn, caplog):
+    """While the database is away, asyncpg retries a pool's standing
+    connections every few seconds; each try logged a full traceback before."""
+    relay = Relay(dsn)
+    await relay.open()
+    pool = await db.create_pool(relay.dsn, min_size=1, max_size=2, name="jobfeed-test-floor")
+    try:
+        caplog.set_level(logging.WARNING, logger="asyncpg.pool")
+        await relay.shut()  # the idle connection is cut, and new ones refused
+
+        async def logged():
+            return any(r.name == "asyncpg.pool" for r in caplog.records)
+        await eventually(logged, timeout=10, what="a failed reconnect logged")
+    finally:
+        await pool.close()
+    (record, *_) = [r for r in caplog.records if r.name == "asyncpg.pool"]
+    assert record.exc_info is None and "Traceback" not in caplog.text
+    assert "could not reconnect" in record.getMessage() and "Error" in record.getMessage(), record.getMessage()
 
 
 def test_an_unknown_log_format_is_refused_at_start():

@@ -49,6 +49,24 @@ QUERY_TIMEOUT = 30.0
 CANCEL_WAIT = 5.0
 
 
+class _FloorRetries(logging.Filter):
+    """asyncpg reconnects a pool's min_size connections in the background and
+    logs each failed try (every few seconds while the database is away) with
+    a full traceback; the cause, one line, is what an operator reads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Failed to restore the pool connection floor"):
+            error = record.exc_info[1]
+            record.msg = "%s (%s)"
+            record.args = ("could not reconnect the pool's standing connections; retrying",
+                           f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+logging.getLogger("asyncpg.pool").addFilter(_FloorRetries())
+
+
 class _Pool(asyncpg.Pool):
     async def release(self, connection, *, timeout=None):
         # asyncpg's default: the acquire's timeout, else none at all; a
