@@ -260,6 +260,24 @@ async def test_a_payload_holding_what_json_cannot_write_is_refused(pool):
     assert await jobs(pool) == 0
 
 
+async def test_a_payload_postgresql_cannot_store_is_refused_naming_its_item(pool):
+    """NaN, Infinity or a NUL in a payload: invalid_input, as the database's
+    refusal is, and a batch says which item. Before: the batch's refusal came
+    from the database, naming none. A backslash before u0000 is no NUL."""
+    queue = Queue(pool, settings=Settings())
+    for payload in ({"x": float("nan")}, {"x": [float("-inf")]}, {"note": "a\x00b"}, {"k\x00": 1}):
+        with pytest.raises(QueueError) as refused:
+            await queue.submit_many("checked", [("a", None), ("b", payload)])
+        assert (refused.value.code, refused.value.message[:8]) == ("invalid_input", "item 2: "), refused.value
+        with pytest.raises(QueueError) as refused:
+            await queue.submit("checked", "t", payload)
+        assert refused.value.code == "invalid_input", refused.value
+    assert await jobs(pool) == 0
+    s = await queue.submit("checked", "t", {"note": "\\u0000"})
+    assert (await queue.get_job(s.id))["id"] == str(s.id)
+    assert await pool.fetchval("select payload->>'note' from jobfeed.jobs") == "\\u0000"
+
+
 @pytest.mark.parametrize("item, code", [
     pytest.param("ab", "invalid_request", id="string"),  # was taken as ("a", "b")
     pytest.param(("b",), "invalid_request", id="one"),

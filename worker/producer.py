@@ -18,7 +18,7 @@ from collections.abc import Set as AbstractSet
 
 import asyncpg
 
-from .queue_calls import UNSTORABLE, QueueError
+from .queue_calls import UNSTORABLE, UNSTORABLE_INPUT, QueueError
 
 # .submission and .tasks are imported where used: tasks imports the queue,
 # which imports this module.
@@ -28,7 +28,7 @@ REFUSED = UNSTORABLE + (asyncpg.CheckViolationError,)
 
 def refused(exc: Exception) -> QueueError:
     """What the database would not store, said as a refusal."""
-    return QueueError("invalid_input", f"PostgreSQL cannot store it: {exc}", 422)
+    return QueueError(UNSTORABLE_INPUT, f"PostgreSQL cannot store it: {exc}", 422)
 
 
 def _queue_error(exc) -> QueueError:

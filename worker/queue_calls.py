@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import uuid
 from typing import Any, Sequence
 
@@ -35,13 +36,27 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     return exc
 
 
+_PAYLOADS = json.JSONEncoder(allow_nan=False)
+# a NUL written as JSON: jsonb refuses it (an escaped backslash before "u0000" is no NUL)
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def payload_text(payload: dict | None) -> str:
     """A payload (None: {}) as JSON text; a value json cannot write (a
-    datetime, a set, a cycle) is refused as over HTTP, not a TypeError."""
+    datetime, a set, a cycle) is refused as over HTTP, not a TypeError. What
+    jsonb would refuse (NaN or Infinity, a NUL) is refused here too, with the
+    code the database's refusal gets (producer.refused), so that a batch can
+    name its item."""
     try:
-        return json.dumps(payload if payload is not None else {})
+        text = _PAYLOADS.encode(payload if payload is not None else {})
     except (TypeError, ValueError) as exc:
+        if str(exc).startswith("Out of range float"):  # allow_nan's refusal
+            raise QueueError(UNSTORABLE_INPUT, "PostgreSQL cannot store it: NaN or Infinity in the payload",
+                             422) from None
         raise QueueError("invalid_payload", f"the payload is not JSON: {exc}", 422) from None
+    if "\\u0000" in text and _NUL.search(text):
+        raise QueueError(UNSTORABLE_INPUT, "PostgreSQL cannot store it: a NUL character in the payload", 422)
+    return text
 
 
 def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:
@@ -60,6 +75,7 @@ def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[st
 # string (DataError), nesting past its stack (ProgramLimitExceededError).
 UNSTORABLE = (asyncpg.DataError, asyncpg.ProgramLimitExceededError)
 UNSTORABLE_CODE = "invalid_result"
+UNSTORABLE_INPUT = "invalid_input"  # the same, in what a producer submits
 
 
 def _plain(value: Any) -> str:
