@@ -140,6 +140,11 @@ async def test_jobfeed_schedules_lists_last_and_next(dsn, pool, queue):
     await pool.execute("delete from jobfeed.jobs where kind = 'hourly'")  # as the sweeper would, once final
     text = jobfeed(dsn, "schedules")
     assert "last 2026-12-01T02:00:00Z (its job since deleted by the sweeper)" in text.stdout, text.stdout
+    assert row["paused"] is False and "paused" not in text.stdout
+    await pool.execute("select jobfeed.set_kind_paused('hourly', true)")  # an admin's pause
+    (row,) = [json.loads(line) for line in jobfeed(dsn, "schedules", "--json").stdout.splitlines()]
+    text = jobfeed(dsn, "schedules")
+    assert row["paused"] is True and "(paused: its jobs wait)" in text.stdout, text.stdout
 
 
 async def test_two_workers_run_each_slot_once(queue, pool, dsn):

@@ -62,6 +62,12 @@ async def test_top_shows_the_queue_live_and_quits_cleanly_on_q(dsn, queue, pool,
         # live: a change in the database reaches the screen within a few redraws
         await queue.submit("demo", "top-new")
         await eventually(lambda: shows_async(shows, pool), what="top to show the new job")
+        assert "paused" not in screen()
+        await pool.execute("select jobfeed.set_kind_paused('demo', true)")  # an admin's pause, elsewhere
+
+        async def paused():
+            return "paused kinds (none of their jobs is claimed): demo" in screen()
+        await eventually(paused, what="top to name the paused kind")
 
         tmux("send-keys", "-t", session, "q")
 
@@ -106,3 +112,12 @@ def test_a_lost_worker_shows_no_running_count():
     (lost,) = [line for line in lines if "w-gone:2" in line]
     assert "2/5" in live and "LOST" in lost and "   -/5" in lost, lost
     assert "1 live, 1 lost   running 2 of 5 slots" in "\n".join(lines)
+
+
+def test_paused_kinds_are_named():
+    """Their jobs wait because an admin paused them, not for want of workers:
+    before, top did not say so (only GET /api/kinds did)."""
+    stats = {"now": "2026-12-05T04:00:05+00:00", "counts": {"a": {"queued": 3}, "b": {"queued": 1}}}
+    assert not [line for line in render(stats, [], 200) if "paused" in line]
+    (line,) = [line for line in render(stats, [], 200, paused=["b", "a"]) if "paused" in line]
+    assert line.endswith(": a, b"), line

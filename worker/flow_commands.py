@@ -50,7 +50,9 @@ async def cmd_schedules(settings: Settings, args) -> int:
         else:
             status = row["last_status"] or "its job since deleted by the sweeper"
             last = f"{row['last_slot']} ({status})" if row["last_slot"] else "never"
-            print(f"{row['kind']}: {p.describe()}; last {last}; next {row['next_slot']}")
+            # a paused kind's slots still get their jobs; none of them runs until it resumes
+            held = " (paused: its jobs wait)" if row.get("paused") else ""
+            print(f"{row['kind']}: {p.describe()}; last {last}; next {row['next_slot']}{held}")
     if not rows and not args.json:
         print("no periodic kinds registered (a worker registers them when it starts)")
     return 0

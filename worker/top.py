@@ -10,6 +10,7 @@ import curses
 import datetime as dt
 import logging
 import sys
+from collections.abc import Iterable
 
 from . import db
 from .queue import Queue
@@ -22,8 +23,9 @@ REFRESH = 1.0  # seconds between redraws
 STATS_AGE = 1.0  # the stats snapshot may be this old (it is shared with the API's readers)
 
 
-def render(stats: dict, workers: list[dict], width: int) -> list[str]:
-    """The screen's lines: pure, so a test can read them without a terminal."""
+def render(stats: dict, workers: list[dict], width: int, paused: Iterable[str] = ()) -> list[str]:
+    """The screen's lines: pure, so a test can read them without a terminal.
+    paused: the kinds an admin paused (their jobs wait for that, not for workers)."""
     as_of = str(stats.get("as_of") or stats.get("now") or "")[11:19]
     lines = [f"jobfeed top   as of {as_of} UTC   (q quits)", ""]
     # Columns fit an 80-column terminal: a 16-wide kind and 10 per state.
@@ -38,6 +40,8 @@ def render(stats: dict, workers: list[dict], width: int) -> list[str]:
             totals[s] += row.get(s, 0)
     if len(counts) != 1:
         lines.append(f"{'all kinds':<16}" + "".join(f"{totals[s]:>10}" for s in STATES))
+    if paused:
+        lines.append("paused kinds (none of their jobs is claimed): " + ", ".join(sorted(paused)))
     lines.append("")
     # throughput lists only the minutes that had finishes: the last minute is
     # the one before the current (still counting) one, or none; the rate is
@@ -74,8 +78,9 @@ async def _run(screen, queue: Queue) -> None:
     while True:
         try:
             stats, workers = await queue.stats(max_age=STATS_AGE), await queue.list_workers()
+            paused = [k["kind"] for k in await queue.list_kinds() if k.get("paused")]
             height, width = screen.getmaxyx()
-            lines = render(stats, workers, width)
+            lines = render(stats, workers, width, paused)
         except Exception as exc:  # the database restarting: say so, keep trying
             height, width = screen.getmaxyx()
             lines = [f"jobfeed top   {dt.datetime.now():%H:%M:%S}   (q quits)", "",

@@ -69,7 +69,8 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
         'kind', s.kind, 'schedule', s.schedule, 'timezone', s.timezone,
         'every_seconds', extract(epoch from s.every), 'since', s.since,
         'last_slot', l.slot, 'last_job', l.job_id,
-        'last_status', (select jobfeed.public_status(j.state, j.generation) from jobfeed.jobs j where j.id = l.job_id))
+        'last_status', (select jobfeed.public_status(j.state, j.generation) from jobfeed.jobs j where j.id = l.job_id),
+        'paused', coalesce((select k.paused from jobfeed.kinds k where k.kind = s.kind), false))
       from jobfeed.schedules s
       left join lateral (select t.slot, t.job_id from jobfeed.schedule_slots t
                           where t.kind = s.kind order by t.slot desc limit 1) l on true
