@@ -94,9 +94,9 @@ async def test_a_worker_with_kinds_writes_the_settings_of_those_it_runs_only(dsn
     (["submit", "demo", "t", "--payload", '{"steps": "many"}'], "invalid_payload"),
     (["submit", "demo", "t", "--payload", json.dumps({"pad": "x" * 70000})], "payload_too_large"),
     (["show", "not-a-uuid"], "not a job id"),
-    (["submit", "demo", "t", "--payload", '{"x": "\\u0000"}'], "invalid_input"),
-    (["submit", "demo", "t", "--payload", '{"x": "\\ud800"}'], "invalid_input"),
-    (["submit", "demo", "t", "--payload", '{"x": 1e400}'], "invalid_input"),
+    (["submit", "demo", "t", "--payload", '{"x": "\\u0000"}'], "invalid_payload"),
+    (["submit", "demo", "t", "--payload", '{"x": "\\ud800"}'], "invalid_payload"),
+    (["submit", "demo", "t", "--payload", '{"x": 1e400}'], "invalid_payload"),
     (["pause", "\udcff"], "invalid_input"),
 ])
 async def test_bad_input_is_refused_and_changes_nothing(dsn, pool, args, message):

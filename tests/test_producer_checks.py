@@ -47,9 +47,9 @@ async def jobs(pool) -> int:
     (lambda q: q.submit("checked", "t", concurrency_key=""), "invalid_concurrency_key"),
     (lambda q: q.submit("checked", "t", priority=2**40), "invalid_priority"),
     (lambda q: q.submit("checked", "a\x00b"), "invalid_target"),  # as HTTP answers it
-    (lambda q: q.submit("checked", "t", {"note": "a\x00b"}), "invalid_input"),
-    (lambda q: q.submit("checked", "t", {"x": float("nan")}), "invalid_input"),
-    (lambda q: q.submit_many("checked", [("a", {"x": float("nan")})]), "invalid_input"),
+    (lambda q: q.submit("checked", "t", {"note": "a\x00b"}), "invalid_payload"),
+    (lambda q: q.submit("checked", "t", {"x": float("nan")}), "invalid_payload"),
+    (lambda q: q.submit_many("checked", [("a", {"x": float("nan")})]), "invalid_payload"),
     (lambda q: q.signal("no-such-id", "go"), "not_found"),
 ])
 async def test_a_refused_submission_is_a_queue_error_and_writes_nothing(pool, call, code):
@@ -261,21 +261,23 @@ async def test_a_payload_holding_what_json_cannot_write_is_refused(pool):
 
 
 async def test_a_payload_postgresql_cannot_store_is_refused_naming_its_item(pool):
-    """NaN, Infinity or a NUL in a payload: invalid_input, as the database's
-    refusal is, and a batch says which item. Before: the batch's refusal came
-    from the database, naming none. A backslash before u0000 is no NUL."""
+    """NaN, Infinity, a NUL or a lone surrogate in a payload: invalid_payload,
+    as HTTP answers, and a batch says which item. Before: the database refused
+    them (invalid_input), naming no item. A backslash before u0000 is no NUL,
+    and a surrogate pair (an emoji) is stored."""
     queue = Queue(pool, settings=Settings())
-    for payload in ({"x": float("nan")}, {"x": [float("-inf")]}, {"note": "a\x00b"}, {"k\x00": 1}):
+    for payload in ({"x": float("nan")}, {"x": [float("-inf")]}, {"note": "a\x00b"}, {"k\x00": 1},
+                    {"x": "\ud800"}, {"x": "\udfff\ud800"}):
         with pytest.raises(QueueError) as refused:
             await queue.submit_many("checked", [("a", None), ("b", payload)])
-        assert (refused.value.code, refused.value.message[:8]) == ("invalid_input", "item 2: "), refused.value
+        assert (refused.value.code, refused.value.message[:8]) == ("invalid_payload", "item 2: "), refused.value
         with pytest.raises(QueueError) as refused:
             await queue.submit("checked", "t", payload)
-        assert refused.value.code == "invalid_input", refused.value
+        assert refused.value.code == "invalid_payload", refused.value
     assert await jobs(pool) == 0
-    s = await queue.submit("checked", "t", {"note": "\\u0000"})
+    s = await queue.submit("checked", "t", {"note": "\\u0000 \U0001F600"})
     assert (await queue.get_job(s.id))["id"] == str(s.id)
-    assert await pool.fetchval("select payload->>'note' from jobfeed.jobs") == "\\u0000"
+    assert await pool.fetchval("select payload->>'note' from jobfeed.jobs") == "\\u0000 \U0001F600"
 
 
 @pytest.mark.parametrize("item, code", [

@@ -3,10 +3,10 @@ producer's refusal is a QueueError as over HTTP: the kind and target, the
 payload and the kind's own validate() (when this process has loaded the kind),
 a batch's items, a run_after already past (due now, queued as a job submitted
 now), too far ahead, naive or no datetime, the priority, the concurrency key,
-the waiting fields, a notify_url's host, a signal's name. The database checks
-the rest (whether the kind exists, the payload's size); what it cannot store
-(a NUL, NaN in a payload) is refused as `invalid_input` instead of asyncpg's
-own errors."""
+the waiting fields, a notify_url's host, a signal's name, and (queue_calls.
+payload_text) a payload JSON or jsonb cannot hold. The database checks the
+rest (whether the kind exists, the payload's size); anything else it cannot
+store is refused as `invalid_input` instead of asyncpg's own errors."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from collections.abc import Set as AbstractSet
 
 import asyncpg
 
-from .queue_calls import UNSTORABLE, UNSTORABLE_INPUT, QueueError
+from .queue_calls import UNSTORABLE, QueueError
 
 # .submission and .tasks are imported where used: tasks imports the queue,
 # which imports this module.
@@ -28,7 +28,7 @@ REFUSED = UNSTORABLE + (asyncpg.CheckViolationError,)
 
 def refused(exc: Exception) -> QueueError:
     """What the database would not store, said as a refusal."""
-    return QueueError(UNSTORABLE_INPUT, f"PostgreSQL cannot store it: {exc}", 422)
+    return QueueError("invalid_input", f"PostgreSQL cannot store it: {exc}", 422)
 
 
 def _queue_error(exc) -> QueueError:

@@ -42,21 +42,28 @@ _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def payload_text(payload: dict | None) -> str:
-    """A payload (None: {}) as JSON text; a value json cannot write (a
-    datetime, a set, a cycle) is refused as over HTTP, not a TypeError. What
-    jsonb would refuse (NaN or Infinity, a NUL) is refused here too, with the
-    code the database's refusal gets (producer.refused), so that a batch can
-    name its item."""
+    """A payload (None: {}) as JSON text, refused (invalid_payload, as over
+    HTTP) when json cannot write it (a datetime, a set, a cycle) or jsonb
+    would not store it (NaN or Infinity, a NUL, a lone surrogate): checked
+    here, not left to the database, so that a batch can name its item."""
     try:
         text = _PAYLOADS.encode(payload if payload is not None else {})
-    except (TypeError, ValueError) as exc:
-        if str(exc).startswith("Out of range float"):  # allow_nan's refusal
-            raise QueueError(UNSTORABLE_INPUT, "PostgreSQL cannot store it: NaN or Infinity in the payload",
-                             422) from None
-        raise QueueError("invalid_payload", f"the payload is not JSON: {exc}", 422) from None
+        if "\\ud" in text:  # surrogates: a pair (an emoji) passes, a lone one does not encode
+            json.dumps(payload, ensure_ascii=False).encode()
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is one
+        raise QueueError("invalid_payload", f"the payload is not JSON PostgreSQL can store: {_why(exc)}",
+                         422) from None
     if "\\u0000" in text and _NUL.search(text):
-        raise QueueError(UNSTORABLE_INPUT, "PostgreSQL cannot store it: a NUL character in the payload", 422)
+        raise QueueError("invalid_payload", "the payload is not JSON PostgreSQL can store: a NUL character", 422)
     return text
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, UnicodeEncodeError):
+        return "a lone surrogate in a string"
+    if str(exc).startswith("Out of range float"):  # allow_nan's refusal
+        return "NaN or Infinity"
+    return str(exc)
 
 
 def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[str]]:
@@ -75,7 +82,6 @@ def _batch(items: Sequence[tuple[str, dict | None]]) -> tuple[list[str], list[st
 # string (DataError), nesting past its stack (ProgramLimitExceededError).
 UNSTORABLE = (asyncpg.DataError, asyncpg.ProgramLimitExceededError)
 UNSTORABLE_CODE = "invalid_result"
-UNSTORABLE_INPUT = "invalid_input"  # the same, in what a producer submits
 
 
 def _plain(value: Any) -> str:
