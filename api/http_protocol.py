@@ -5,7 +5,8 @@ uvicorn's httptools protocol has no header limit, and no timeout between a
 connection's first byte and its complete request: a client that sends one
 header byte every few seconds holds its connection and memory forever.
 (h11's `h11_max_incomplete_event_size` bounds the head, but h11 has no request
-timeout either, and httptools is the faster parser.) This subclass adds both:
+timeout either, and httptools is the faster parser.) This subclass adds both, and a
+drain of refused bodies:
 
 - bytes received before the head is complete are counted; past
   JOBFEED_MAX_HEADER_BYTES the answer is 431 and the connection closes;
@@ -14,7 +15,10 @@ timeout either, and httptools is the faster parser.) This subclass adds both:
   408 when no response has started (a stalled body included). Every
   _BODY_PROGRESS bytes of body that arrive start it again, so a large upload on
   a slow but honest link finishes, while a client dribbling bytes never earns
-  more time.
+  more time;
+- an answer that closes the connection while the client still sends a body
+  the app refused unread (413) is followed by a bounded drain of that body, so
+  that clients that read only after sending get the answer, not a reset.
 
 Every place that starts uvicorn passes `uvicorn_options(settings)`."""
 
@@ -33,6 +37,12 @@ from .headers import HEADERS
 _HEAD_END = b"\r\n\r\n"
 _LINGER = 1.0  # seconds a refused connection stays half-open so that the answer arrives
 _BODY_PROGRESS = 64 * 1024  # body bytes that earn a request another JOBFEED_REQUEST_TIMEOUT
+# After refusing a body it has not read (413), the server takes in and drops
+# this much more of it, for at most this long, before it hangs up: clients
+# that send a whole body before they read an answer (httpx, requests) then
+# read the 413 instead of a reset. Beyond that, hanging up is cheaper.
+_DRAIN_BYTES = 8 * 1024 * 1024
+_DRAIN_SECONDS = 2.0
 
 
 def _error(status: int, reason: str, code: str, message: str) -> bytes:
@@ -43,12 +53,35 @@ def _error(status: int, reason: str, code: str, message: str) -> bytes:
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
 
 
+class _DrainingTransport:
+    """The connection's transport as uvicorn sees it, except that its close()
+    after an answer the client has not finished sending its body for drains
+    that body first (GuardedHttpToolsProtocol._drain)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedHttpToolsProtocol):
+        self._raw = transport
+        self._protocol = protocol
+
+    def __getattr__(self, name: str):
+        return getattr(self._raw, name)
+
+    def close(self) -> None:
+        if not self._protocol._drain():
+            self._raw.close()
+
+    def is_closing(self) -> bool:
+        return self._protocol._draining or self._raw.is_closing()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes: int = Settings.max_header_bytes
     request_timeout: float = Settings.request_timeout
 
     def connection_made(self, transport) -> None:
-        super().connection_made(transport)
+        self._raw: asyncio.Transport = transport
+        self._draining = False
+        self._drained = 0
+        super().connection_made(_DrainingTransport(transport, self))  # type: ignore[arg-type]  # a stand-in
         self._head_bytes = 0
         self._head_done = False
         self._body_bytes = 0
@@ -78,7 +111,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             if cycle.response_started:  # too late for a 408: cut the answer short
-                self.transport.close()
+                self._raw.close()
                 return
             # The app waits for the rest of the body: it now reads a disconnect,
             # and whatever it answers to that is dropped, so the 408 is all
@@ -105,9 +138,37 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.pause_reading()
         self.loop.call_later(_LINGER, self.transport.close)
 
+    def _drain(self) -> bool:
+        """uvicorn closes the connection after an answer with Connection:
+        close. If the request's body is still coming (the app refused it
+        unread), the answer is followed by a FIN and the body is read and
+        dropped, up to _DRAIN_BYTES or _DRAIN_SECONDS, then the connection
+        closes: closing with the client's bytes unread sends a reset, which a
+        client still sending reads as a broken connection, not the answer."""
+        if self._draining:
+            return True
+        cycle = self.cycle
+        raw = self._raw
+        if self._refused or cycle is None or not cycle.more_body or raw.is_closing():
+            return False
+        self._draining = True
+        self._disarm()
+        if raw.can_write_eof():
+            raw.write_eof()
+        raw.resume_reading()  # uvicorn pauses it while the app does not read
+        self._deadline = self.loop.call_later(_DRAIN_SECONDS, raw.close)
+        return True
+
     # ------------------------------------------------------------ the head
     def data_received(self, data: bytes) -> None:
         if self._refused:
+            return
+        if self._draining:
+            self._drained += len(data)
+            if self._drained > _DRAIN_BYTES:
+                self._raw.close()
+                return
+            super().data_received(data)  # the parser finds the body's end; uvicorn drops the bytes
             return
         if not self._head_done:
             window = self._tail + data
@@ -122,6 +183,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
 
     def on_message_begin(self) -> None:
+        if self._draining:  # a next request on a connection that said close: none is taken
+            self._raw.close()
+            return
         super().on_message_begin()
         if self._deadline is None:
             self._arm()
@@ -133,13 +197,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
-        if self._body_bytes >= _BODY_PROGRESS and self._deadline is not None:
+        if self._body_bytes >= _BODY_PROGRESS and self._deadline is not None and not self._draining:
             self._body_bytes = 0
             self._arm()
         super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._disarm()
+        if self._draining:  # the refused body is all in: nothing left to drop
+            self._raw.close()
+            return
         super().on_message_complete()
 
     def on_response_complete(self) -> None:

@@ -68,6 +68,41 @@ def _chunked(body: bytes, piece: int = 65536):
     return pieces()
 
 
+async def test_a_client_that_sends_its_whole_body_before_reading_gets_the_413(dsn, pool):
+    """httpx (as requests) reads no answer until it has sent the body. The
+    server answered 413 and hung up with the body unread: the reset reached
+    httpx as a ReadError, not the 413. It now drains a refused body (up to a
+    bound) before hanging up. Bodies past the loopback's socket buffers."""
+    limit = CHUNK * 2
+    async with serve(dsn, max_upload=limit, max_payload=1000) as server, \
+            httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        body, ctype = _multipart_of_size(6 * 1024 * 1024)
+        r = await client.post("/api/jobs", content=body, headers={"content-type": ctype})
+        assert (r.status_code, r.json()["error"]["code"]) == (413, "payload_too_large"), r.text
+        r = await client.post("/api/jobs", content=_chunked(body), headers={"content-type": ctype})
+        assert r.status_code == 413, r.text
+        big = b'{"kind": "demo", "target": "' + b"x" * 6 * 1024 * 1024 + b'"}'
+        r = await client.post("/api/jobs", content=big, headers={"content-type": "application/json"})
+        assert (r.status_code, r.json()["error"]["code"]) == (413, "payload_too_large"), r.text
+        # the connection after a drain is not reused: a new one answers as usual
+        r = await client.get("/healthz")
+        assert r.status_code == 200
+        # ...and the drain is bounded: a body far over the limit is cut off
+        host, port = server.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\n"
+                     f"Content-Length: {1 << 30}\r\n\r\n".encode())
+        sent = 0
+        with pytest.raises(ConnectionError):
+            while sent < 1 << 30:
+                writer.write(b"x" * 65536)
+                await asyncio.wait_for(writer.drain(), 10)
+                sent += 65536
+        assert sent < 64 * 1024 * 1024, sent
+        writer.close()
+    assert await stored(pool) == {"jobs": 0, "files": 0, "chunks": 0}
+
+
 async def test_over_max_upload_is_413_and_stores_nothing(dsn, pool):
     limit = CHUNK * 2
     async with serve(dsn, max_upload=limit) as server, httpx.AsyncClient(base_url=server.url) as client:
