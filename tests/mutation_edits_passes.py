@@ -727,4 +727,8 @@ PASS_EDITS: list[Edit] = [
          "        if not self._protocol._drain():", "        if True:",
          ("tests/test_files_uploads.py::test_a_client_that_sends_its_whole_body_before_reading_gets_the_413",),
          "a client that sends its whole body before reading gets the 413, not a reset"),
+    Edit("listener-two-intervals", "worker/db.py",
+         "        half = self.health_interval / 2\n", "        half = self.health_interval\n",
+         ("tests/test_worker_database_gone.py::test_a_listener_notices_a_frozen_host_within_one_health_interval",),
+         "the live feed notices a frozen host within one JOBFEED_LISTENER_HEALTH, not two"),
 ]

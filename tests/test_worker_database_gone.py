@@ -43,3 +43,23 @@ async def test_a_worker_goes_on_after_its_database_froze_and_failed_over(dsn, qu
         await asyncio.wait_for(task, 15)
         await relay.shut()
         pool.terminate()
+
+
+async def test_a_listener_notices_a_frozen_host_within_one_health_interval(dsn):
+    """It waited a whole interval idle, then a whole interval for its probe's
+    answer: /api/live said true for up to two after a freeze."""
+    relay = Relay(dsn)
+    await relay.open()
+    listener = db.Listener(relay.dsn, {"jobfeed_test": lambda channel, payload: None}, health_interval=2.0)
+    await listener.start()
+    try:
+        relay.freeze()
+        frozen = asyncio.get_running_loop().time()
+        while listener.connected.is_set():
+            await asyncio.sleep(0.05)
+        assert asyncio.get_running_loop().time() - frozen < 3.0  # two intervals were 4 s
+    finally:
+        relay.failover()
+        await asyncio.wait_for(listener.stop(), 10)
+        await relay.shut()
+

@@ -235,13 +235,16 @@ class Listener:
 
     async def _keep_alive(self) -> None:
         delay = 0.1
+        # Half the interval idle, half for the probe's answer: a connection
+        # that went silent is noticed within one health_interval (it was two).
+        half = self.health_interval / 2
         while True:
             try:
-                await asyncio.wait_for(self._lost.wait(), timeout=self.health_interval)
+                await asyncio.wait_for(self._lost.wait(), timeout=half)
             except asyncio.TimeoutError:
                 try:  # a silent network loss shows up only when we talk
                     assert self._conn is not None  # kept alive only once connected
-                    await asyncio.wait_for(self._conn.fetchval("select 1"), timeout=self.health_interval)
+                    await asyncio.wait_for(self._conn.fetchval("select 1"), timeout=half)
                     continue
                 except Exception:
                     pass
