@@ -61,6 +61,7 @@ class _DrainingTransport:
     def __init__(self, transport: asyncio.Transport, protocol: GuardedHttpToolsProtocol):
         self._raw = transport
         self._protocol = protocol
+        self.write = transport.write  # every response's: no look-up through __getattr__
 
     def __getattr__(self, name: str):
         return getattr(self._raw, name)
