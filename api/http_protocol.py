@@ -131,6 +131,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         stops; the socket closes a moment later. Closing at once, with the
         client's bytes still unread, would send a reset that can destroy the
         answer before the client reads it."""
+        if self._draining:  # bytes that are not HTTP in a body being dropped: nothing more to say
+            self._raw.close()
+            return
         self._refused = True
         self._disarm()
         self.transport.write(answer)

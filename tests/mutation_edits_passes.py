@@ -731,4 +731,9 @@ PASS_EDITS: list[Edit] = [
          "        half = self.health_interval / 2\n", "        half = self.health_interval\n",
          ("tests/test_worker_database_gone.py::test_a_listener_notices_a_frozen_host_within_one_health_interval",),
          "the live feed notices a frozen host within one JOBFEED_LISTENER_HEALTH, not two"),
+    Edit("drain-then-answers-400", "api/http_protocol.py",
+         "        if self._draining:  # bytes that are not HTTP in a body being dropped: nothing more to say\n"
+         "            self._raw.close()\n            return\n", "",
+         ("tests/test_files_uploads.py::test_bytes_that_are_not_http_in_a_body_being_drained_end_it_quietly",),
+         "a malformed chunk in a body being drained ends the connection quietly"),
 ]

@@ -103,6 +103,30 @@ async def test_a_client_that_sends_its_whole_body_before_reading_gets_the_413(ds
     assert await stored(pool) == {"jobs": 0, "files": 0, "chunks": 0}
 
 
+async def test_bytes_that_are_not_http_in_a_body_being_drained_end_it_quietly(dsn, caplog):
+    """A chunked body refused with 413 is drained; a malformed chunk in it made
+    the protocol answer 400 after its FIN, and asyncio logged the error
+    ("Cannot call write() after write_eof()"). It now hangs up, silently."""
+    part = b'--b\r\nContent-Disposition: form-data; name="f"; filename="f"\r\n\r\n'
+    async with serve(dsn, max_upload=CHUNK * 2) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     b"Content-Type: multipart/form-data; boundary=b\r\n\r\n"
+                     + b"%x\r\n" % len(part) + part + b"\r\n"
+                     + b"10000\r\n" + b"x" * 0x10000 + b"\r\n")
+        writer.write(b"".join(b"10000\r\n" + b"x" * 0x10000 + b"\r\n" for _ in range(12)))
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 413 "), head
+        writer.write(b"not a chunk size\r\n" * 10)
+        await writer.drain()
+        rest = await asyncio.wait_for(reader.read(), 5)
+        assert b"payload_too_large" in rest and b"HTTP/1.1" not in rest, rest  # nothing after the 413
+        writer.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
 async def test_over_max_upload_is_413_and_stores_nothing(dsn, pool):
     limit = CHUNK * 2
     async with serve(dsn, max_upload=limit) as server, httpx.AsyncClient(base_url=server.url) as client:
