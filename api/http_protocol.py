@@ -16,9 +16,10 @@ drain of refused bodies:
   _BODY_PROGRESS bytes of body that arrive start it again, so a large upload on
   a slow but honest link finishes, while a client dribbling bytes never earns
   more time;
-- an answer that closes the connection while the client still sends a body
-  the app refused unread (413) is followed by a bounded drain of that body, so
-  that clients that read only after sending get the answer, not a reset.
+- an answer given while the client still sends a body the app refused unread
+  (413, 401, 415, ...) is followed by a bounded drain of that body and a
+  close, so that clients that read only after sending get the answer, not a
+  reset.
 
 Every place that starts uvicorn passes `uvicorn_options(settings)`."""
 
@@ -143,12 +144,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.loop.call_later(_LINGER, self.transport.close)
 
     def _drain(self) -> bool:
-        """uvicorn closes the connection after an answer with Connection:
-        close. If the request's body is still coming (the app refused it
-        unread), the answer is followed by a FIN and the body is read and
-        dropped, up to _DRAIN_BYTES or _DRAIN_SECONDS, then the connection
-        closes: closing with the client's bytes unread sends a reset, which a
-        client still sending reads as a broken connection, not the answer."""
+        """After an answer (uvicorn closing the connection for Connection:
+        close, or on_response_complete): if the request's body is still coming
+        (the app refused it unread), the answer is followed by a FIN and the
+        body is read and dropped, up to _DRAIN_BYTES or _DRAIN_SECONDS, then
+        the connection closes: closing with the client's bytes unread sends a
+        reset, which a client still sending reads as a broken connection, not
+        the answer. True when draining."""
         if self._draining:
             return True
         cycle = self.cycle
@@ -214,6 +216,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        # Answered before the body was all in (a 401, 403, 415 or 400 refuses
+        # it unread): uvicorn would read the rest as this connection's next
+        # head, past JOBFEED_MAX_HEADER_BYTES a 431 and a reset that hides the
+        # answer from a client still sending. The body is drained instead,
+        # and the connection closed (is_closing: uvicorn arms no keep-alive).
+        if self._drain():
+            super().on_response_complete()
+            return
         # The next request on this connection starts a new head (its bytes may
         # already be here: pipelining); uvicorn's keep-alive timeout covers the
         # idle time until it comes.

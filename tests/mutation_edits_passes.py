@@ -736,4 +736,8 @@ PASS_EDITS: list[Edit] = [
          "            self._raw.close()\n            return\n", "",
          ("tests/test_files_uploads.py::test_bytes_that_are_not_http_in_a_body_being_drained_end_it_quietly",),
          "a malformed chunk in a body being drained ends the connection quietly"),
+    Edit("early-answer-reset", "api/http_protocol.py",
+         "        if self._drain():\n            super().on_response_complete()\n            return\n", "",
+         ("tests/test_api_limits.py::test_an_early_refusal_of_a_large_body_reaches_a_client_that_sends_first",),
+         "an answer given before a large body is all in reaches a client that sends first"),
 ]

@@ -297,3 +297,24 @@ def test_cap_settings_are_read(name, value, expected):
 def test_bad_cap_settings_are_refused_naming_the_setting(name, value):
     with pytest.raises(SettingError, match=name):
         Settings.from_env({name: value})
+
+
+async def test_an_early_refusal_of_a_large_body_reaches_a_client_that_sends_first(dsn):
+    """An answer given before the body is all in (415, 401, 403, a job part
+    that is not JSON): uvicorn read the rest of the body as the connection's
+    next head, which past JOBFEED_MAX_HEADER_BYTES was a 431 and a reset;
+    httpx, still sending, got ReadError instead of the answer. The body is now
+    drained (bounded) and the connection closed."""
+    big = b"x" * (6 * 1024 * 1024)  # past the loopback's socket buffers
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        r = await client.post("/api/jobs", content=big, headers={"content-type": "text/plain"})
+        assert r.status_code == 415, r.text
+        r = await client.post("/api/admin/jobs/retry", content=big, headers=JSON)
+        assert r.status_code == 401, r.text
+        upload = {"job": (None, '{"kind": "demo", "target": "t"}', "application/json"), "f": ("f", big)}
+        r = await client.post("/api/jobs", files=upload, headers={"Origin": "https://elsewhere.example"})
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "csrf"), r.text
+        r = await client.post("/api/jobs", files={**upload, "job": (None, "{not json", "application/json")})
+        assert (r.status_code, r.json()["error"]["code"]) == (400, "invalid_json"), r.text
+        assert (await client.get("/healthz")).status_code == 200  # on a new connection
+
