@@ -191,7 +191,7 @@ async def get_job(request: Request) -> Response:
 async def leave_request(request: Request) -> Response:
     """DELETE /api/requests/{id} and POST .../leave (a closing page's sendBeacon):
     at once, or with ?grace= later unless the request stays first (stay_request);
-    the answer then says when (leave_at, null when it has left)."""
+    the answer then says when (leave_at, null when it has left, or its job is final)."""
     request_id = parse_request_id(request.path_params["request_id"])
     svc = services(request)
     grace = request.query_params.get("grace")

@@ -62,7 +62,8 @@ _LEAVE = {
                       "job": _ref("JobView"),
                       "leave_at": {**_TIME, "nullable": True,
                                    "description": "with ?grace= only: when the request will leave; null when "
-                                                  "it has left (at once, or before)"}}},
+                                                  "it has left (at once, or before; at once too when "
+                                                  "its job is already final)"}}},
                       "left (also when it had left before), or, with ?grace=, leaving at leave_at: the "
                       "job's public view"),
                   "404": _err("no such request"),

@@ -10,7 +10,7 @@ import curses
 import datetime as dt
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from . import db
 from .queue import Queue
@@ -23,7 +23,7 @@ REFRESH = 1.0  # seconds between redraws
 STATS_AGE = 1.0  # the stats snapshot may be this old (it is shared with the API's readers)
 
 
-def render(stats: dict, workers: list[dict], width: int, paused: Iterable[str] = ()) -> list[str]:
+def render(stats: dict, workers: list[dict], width: int, paused: Sequence[str] = ()) -> list[str]:
     """The screen's lines: pure, so a test can read them without a terminal.
     paused: the kinds an admin paused (their jobs wait for that, not for workers)."""
     as_of = str(stats.get("as_of") or stats.get("now") or "")[11:19]
