@@ -116,6 +116,37 @@ async def test_a_capped_claim_skips_a_job_another_session_holds(pool, queue, dsn
         await claimer.close()
 
 
+async def test_a_start_that_waited_for_its_turn_never_precedes_the_end_it_follows(pool, queue, dsn):
+    """A capped claim waits for the kind's lock; the slot it takes may have been
+    freed by a completion that began after the claim's transaction did. Its
+    start (and the rate's record of it) is then still after that end, so the
+    attempts never seem to overlap."""
+    from jobfeed.worker import db
+
+    await queue.register_kind("turns", max_attempts=3, lease=60, backoff=(1,), max_running=1, rate=(100, 60.0))
+    await pool.execute("""insert into jobfeed.jobs (kind, target, run_after)
+                          select 'turns', 'turns-' || g, now() - interval '1 minute' from generate_series(1, 2) g""")
+    (first,) = await pool.fetch("select * from jobfeed.claim_v3('{turns}', 5, 'w1', null)")
+    holder, claimer = await db.connect(dsn), await db.connect(dsn)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("select jobfeed.limits_lock('turns')")
+        waiting = asyncio.ensure_future(claimer.fetch("select * from jobfeed.claim_v3('{turns}', 5, 'w2', null)"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # its transaction has begun; it waits for its turn
+        assert await pool.fetchval("select jobfeed.complete($1, $2, '{}')", first["id"], first["generation"])
+        await tx.commit()
+        (second,) = await asyncio.wait_for(waiting, 10)
+    finally:
+        await holder.close()
+        await claimer.close()
+    ended = await pool.fetchval("select finished_at from jobfeed.jobs where id = $1", first["id"])
+    started = await pool.fetchval("select claimed_at from jobfeed.jobs where id = $1", second["id"])
+    assert started >= ended
+    assert await pool.fetchval("select max(at) from jobfeed.kind_starts where kind = 'turns'") == started
+
+
 async def test_limits_never_fail_jobs_and_unlimited_kinds_are_untouched(pool, queue, k):
     await queue.register_kind("capped", max_attempts=1, lease=60, backoff=(1,), max_running=1)
     await plant(pool, "capped", 3)

@@ -35,6 +35,7 @@ declare
     v_skipped uuid[] := '{}';
     v_got int;
     v_total int := 0;
+    v_at timestamptz := p_now;
 begin
     perform jobfeed.limits_lock(p_kind);
     if p_rate_count is not null then
@@ -113,15 +114,23 @@ begin
         exit when cardinality(v_ids) = 0 and cardinality(v_pick) = cardinality(v_locked);
         -- Every pick was held by another session: pick again without those.
         continue when cardinality(v_ids) = 0;
+        -- Unless a caller planted the time, p_now is the transaction's start,
+        -- from before this claim waited for the kind's lock; a job taken here
+        -- may have the slot a completion freed since. Its start is read from
+        -- the clock after the counts, so it never precedes the end it
+        -- follows, and a rate counts each start when it happened.
+        if p_now = now() then
+            v_at := clock_timestamp();
+        end if;
 
         return query
             with upd as (
                 update jobfeed.jobs j
                    set state = 'running', attempts = j.attempts + 1, generation = j.generation + 1,
-                       lease_until = p_now + p_lease, worker_id = p_worker, claimed_at = p_now,
-                       started_at = coalesce(j.started_at, p_now),
+                       lease_until = v_at + p_lease, worker_id = p_worker, claimed_at = v_at,
+                       started_at = coalesce(j.started_at, v_at),
                        version = j.version + (j.generation = 0)::int,
-                       updated_at = case when j.generation = 0 then p_now else j.updated_at end
+                       updated_at = case when j.generation = 0 then v_at else j.updated_at end
                  where j.id = any (v_ids)
                 returning j.*
             ), note as (
@@ -150,7 +159,7 @@ begin
     end loop;
 
     if p_rate_count is not null and v_total > 0 then
-        insert into jobfeed.kind_starts as s (kind, at, n) values (p_kind, p_now, v_total)
+        insert into jobfeed.kind_starts as s (kind, at, n) values (p_kind, v_at, v_total)
         on conflict (kind, at) do update set n = s.n + excluded.n;
     end if;
 end $$;
