@@ -146,4 +146,9 @@ HTTP_EDITS: list[Edit] = [
          "        if self._drain():\n            super().on_response_complete()\n            return\n", "",
          ("tests/test_api_limits.py::test_an_early_refusal_of_a_large_body_reaches_a_client_that_sends_first",),
          "an answer given before a large body is all in reaches a client that sends first"),
+    Edit("metrics-trust-forwarded-ignored", "api/http_protocol.py",
+         '    return {"http": http, "h11_max_incomplete_event_size": size}',
+         '    return {"http": http, "h11_max_incomplete_event_size": size, "proxy_headers": False}',
+         ("tests/test_metrics.py::test_a_proxy_on_the_same_host_that_forwards_a_remote_client_gets_403",),
+         "a local proxy forwarding a remote client does not open /metrics (no token) to it"),
 ]

@@ -225,6 +225,20 @@ async def test_the_metrics_port_answers_loopback_or_the_token(token, client, hea
         assert "jobfeed_job_run_seconds" in answer.text
 
 
+async def test_a_proxy_on_the_same_host_that_forwards_a_remote_client_gets_403(dsn, monkeypatch):
+    """Without a metrics token, /metrics answers loopback clients; uvicorn
+    trusts 127.0.0.1's X-Forwarded-For, so a local proxy passing on a remote
+    client's address does not open the metrics to the world (README)."""
+    from servers import serve
+
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        assert (await http.get("/metrics")).status_code == 200
+        assert (await http.get("/metrics", headers={"X-Forwarded-For": "127.0.0.1"})).status_code == 200
+        answer = await http.get("/metrics", headers={"X-Forwarded-For": "203.0.113.5"})
+        assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
+
+
 def test_a_bad_metrics_port_is_refused_at_start():
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_")}
     env["JOBFEED_METRICS_PORT"] = "70000"
