@@ -17,10 +17,10 @@ from .errors import ApiError
 from .parse import digits
 
 
-def _too_large(limit: int) -> ApiError:
+def too_large(message: str) -> ApiError:
+    """413 for a body over its limit (a JSON body's, or an upload's)."""
     # Connection: close makes the server hang up instead of draining the rest.
-    return ApiError(413, "payload_too_large", f"the request body is over {limit} bytes",
-                    headers={"Connection": "close"})
+    return ApiError(413, "payload_too_large", message, headers={"Connection": "close"})
 
 
 def is_json(content_type: str | None) -> bool:
@@ -45,13 +45,13 @@ async def read_json(request: Request, limit: int, *, if_empty: Any = _REQUIRED) 
         raise _unsupported(content_type)
     declared = digits(request.headers.get("content-length", "").strip(), 19)
     if declared is not None and declared > limit:
-        raise _too_large(limit)
+        raise too_large(f"the request body is over {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large(f"the request body is over {limit} bytes")
         chunks.append(chunk)
     if content_type is None and size:  # a body that does not say what it is
         raise _unsupported("")

@@ -28,6 +28,7 @@ from jobfeed.worker.queue import Queue
 from jobfeed.worker.submission import JSON_DECODER
 
 from . import jobs
+from .body import too_large
 from .auth import own_origin
 from .errors import ApiError
 from .parse import digits
@@ -50,9 +51,7 @@ def _bad(message: str) -> ApiError:
 
 
 def _too_large(limit: int) -> ApiError:
-    # Connection: close makes the server hang up instead of draining the rest.
-    return ApiError(413, "payload_too_large", f"the upload is over JOBFEED_MAX_UPLOAD ({limit} bytes)",
-                    headers={"Connection": "close"})
+    return too_large(f"the upload is over JOBFEED_MAX_UPLOAD ({limit} bytes)")
 
 
 def _check_origin(request: Request) -> None:

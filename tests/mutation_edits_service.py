@@ -81,10 +81,10 @@ SERVICE_EDITS: list[Edit] = [
          "    if given is None:",
          (SECURITY, API_JOBS), "with JOBFEED_API_TOKEN set, POST /api/jobs needs it"),
     Edit("body-counted-after-read", "api/body.py",
-         "        size += len(chunk)\n        if size > limit:\n            raise _too_large(limit)\n"
+         '        size += len(chunk)\n        if size > limit:\n            raise too_large(f"the request body is over {limit} bytes")\n'
          "        chunks.append(chunk)\n",
          "        size += len(chunk)\n        chunks.append(chunk)\n    if size > limit:\n"
-         "        raise _too_large(limit)\n",
+         '        raise too_large(f"the request body is over {limit} bytes")\n',
          (LIMITS,), "a chunked body is refused while it streams, never read whole"),
     # ------------------------------------------------------------ runner
     Edit("heartbeat-once-per-lease", "worker/run_context.py",
