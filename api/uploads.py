@@ -28,8 +28,8 @@ from jobfeed.worker.queue import Queue
 from jobfeed.worker.submission import JSON_DECODER
 
 from . import jobs
-from .body import too_large
 from .auth import own_origin
+from .body import too_large
 from .errors import ApiError
 from .parse import digits
 from .state import Services, services
