@@ -239,11 +239,20 @@ async def test_a_worker_with_no_kinds_says_to_set_jobfeed_tasks(dsn, processes):
     assert "no kinds to run: set JOBFEED_TASKS" in one_line(out)
 
 
-async def test_top_without_a_terminal_says_so(dsn):
+async def test_top_without_a_terminal_prints_the_view_once(dsn, queue, pool, demo_kind):
+    """Before: it refused (exit 2). A pipe, a file, cron or `watch` now get one
+    view, as `top -b -n 1` gives, and the command exits."""
+    for i in range(3):
+        await queue.submit("demo", f"once-{i}")
+    await pool.execute("select jobfeed.worker_beat('w-once:1', 'once-host', array['demo'], 8, 2, '1 minute')")
     out = subprocess.run(JOBFEED + ["top"], env=worker_env(dsn), stdin=subprocess.DEVNULL, capture_output=True,
                          text=True, timeout=60)
-    assert out.returncode == 2
-    assert "jobfeed top needs a terminal" in one_line(out)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("jobfeed top   as of ") and "q quits" not in out.stdout
+    (demo,) = [line for line in lines if line.startswith("demo ")]
+    assert demo.split()[2] == "3"  # the QUEUED column, as the database has it
+    assert "1 live, 0 lost" in out.stdout and "w-once:1" in out.stdout and "2/8" in out.stdout
 
 
 async def test_follow_shows_progress_and_exits_by_outcome(dsn, pool):

@@ -129,7 +129,8 @@ def parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="show a job as admins see it")
     sh.add_argument("id")
     sh.add_argument("--json", action="store_true")
-    sub.add_parser("top", help="a live view of the queue and its workers in the terminal (q quits)")
+    sub.add_parser("top", help="a live view of the queue and its workers in the terminal (q quits); "
+                               "without a terminal, the view printed once")
     return p
 
 

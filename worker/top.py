@@ -1,7 +1,7 @@
 """`jobfeed top`: a live terminal view of the queue, redrawn about once a second:
 jobs by kind and state, throughput and failures per minute, the oldest due job,
 and the workers. Quits on q (or Ctrl-C) and gives the terminal back as it was
-(curses' alternate screen)."""
+(curses' alternate screen). Without a terminal it prints the view once."""
 
 from __future__ import annotations
 
@@ -16,18 +16,21 @@ from . import db
 from .queue import Queue
 from .queue_admin import THROUGHPUT_MINUTES
 from .settings import Settings
-from .startup import UsageError, prepare
+from .startup import prepare
 from .states import STATES
 
 REFRESH = 1.0  # seconds between redraws
 STATS_AGE = 1.0  # the stats snapshot may be this old (it is shared with the API's readers)
+SNAPSHOT_WIDTH = 200  # lines printed without a terminal are cut here, not at a screen's edge
 
 
-def render(stats: dict, workers: list[dict], width: int, paused: Sequence[str] = ()) -> list[str]:
+def render(stats: dict, workers: list[dict], width: int, paused: Sequence[str] = (), *,
+           interactive: bool = True) -> list[str]:
     """The screen's lines: pure, so a test can read them without a terminal.
-    paused: the kinds an admin paused (their jobs wait for that, not for workers)."""
+    paused: the kinds an admin paused (their jobs wait for that, not for workers).
+    interactive: redrawn on a terminal (the title says how to quit), else printed once."""
     as_of = str(stats.get("as_of") or stats.get("now") or "")[11:19]
-    lines = [f"jobfeed top   as of {as_of} UTC   (q quits)", ""]
+    lines = [f"jobfeed top   as of {as_of} UTC" + ("   (q quits)" if interactive else ""), ""]
     # Columns fit an 80-column terminal: a 16-wide kind and 10 per state.
     head = f"{'KIND':<16}" + "".join(f"{s.upper():>10}" for s in STATES)
     lines.append(head)
@@ -72,15 +75,19 @@ def render(stats: dict, workers: list[dict], width: int, paused: Sequence[str] =
     return [line[:max(width - 1, 1)] for line in lines]
 
 
+async def _snapshot(queue: Queue, width: int, interactive: bool = True) -> list[str]:
+    stats, workers = await queue.stats(max_age=STATS_AGE), await queue.list_workers()
+    paused = [k["kind"] for k in await queue.list_kinds() if k.get("paused")]
+    return render(stats, workers, width, paused, interactive=interactive)
+
+
 async def _run(screen, queue: Queue) -> None:
     curses.curs_set(0)
     screen.nodelay(True)
     while True:
         try:
-            stats, workers = await queue.stats(max_age=STATS_AGE), await queue.list_workers()
-            paused = [k["kind"] for k in await queue.list_kinds() if k.get("paused")]
             height, width = screen.getmaxyx()
-            lines = render(stats, workers, width, paused)
+            lines = await _snapshot(queue, width)
         except Exception as exc:  # the database restarting: say so, keep trying
             height, width = screen.getmaxyx()
             lines = [f"jobfeed top   {dt.datetime.now():%H:%M:%S}   (q quits)", "",
@@ -97,14 +104,16 @@ async def _run(screen, queue: Queue) -> None:
 
 
 async def cmd_top(settings: Settings, args) -> int:
-    # curses needs a terminal to draw on and read keys from; without one it
-    # fails half-way through taking it over.
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise UsageError("jobfeed top needs a terminal (its input and output are not one)")
     dsn = await prepare(settings)
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-top")
     try:
         queue = Queue(pool)
+        # curses needs a terminal to draw on and read keys from: without one
+        # (a pipe, a file, cron, `watch`), the view is printed once, as
+        # `top -b -n 1` does.
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            print("\n".join(await _snapshot(queue, SNAPSHOT_WIDTH, interactive=False)))
+            return 0
         screen = curses.initscr()
         # Log lines (asyncpg's reconnect warnings while the database is away)
         # would be written over the drawing and stay there: the screen says
