@@ -151,10 +151,19 @@ def test_retry_after_raised_by_a_handler_is_bounded():
         Release("x", "y", "5m")
 
 
+def with_secrets(url: str) -> str:
+    """The URL with credentials and a query holding a key, as handlers call APIs."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://user:s3cret@{rest}{'&' if '?' in rest else '?'}api_key=s3cret"
+
+
 async def test_timeout_is_transient(upstream):
     with pytest.raises(Transient) as caught:
-        await fetch(f"{upstream}/200?delay=2", timeout=0.2)
+        await fetch(with_secrets(f"{upstream}/200?delay=2"), timeout=0.2)
     assert caught.value.code == "timeout"
+    # the message names the request, without what the URL carries for it
+    assert caught.value.message.startswith(f"GET http://***@{upstream.split('://')[1]}/200?***")
+    assert "s3cret" not in str(caught.value)
 
 
 async def test_connection_refused_is_transient():
@@ -162,8 +171,19 @@ async def test_connection_refused_is_transient():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(Transient) as caught:
-        await fetch(f"http://127.0.0.1:{port}/")
+        await fetch(with_secrets(f"http://127.0.0.1:{port}/"))
     assert caught.value.code == "network_error"
+    assert caught.value.message.startswith(f"GET http://***@127.0.0.1:{port}/?*** failed: ")
+    assert "s3cret" not in str(caught.value)
+
+
+async def test_a_status_error_names_the_request_without_its_secrets(upstream):
+    """What is stored was always redacted; the exception itself is now too, for
+    a handler that logs or re-raises it."""
+    with pytest.raises(Transient) as caught:
+        await fetch(with_secrets(f"{upstream}/503"))
+    assert str(caught.value.message) == f"GET http://***@{upstream.split('://')[1]}/503?*** answered 503"
+    assert "s3cret" not in str(caught.value)
 
 
 async def test_raise_for_status_inside_http_errors_is_classified(upstream):

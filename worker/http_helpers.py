@@ -11,6 +11,7 @@ import httpx
 
 from .http_dates import http_date
 from .job_errors import Permanent, Release, Transient
+from .redact import redact
 
 _PERMANENT_STATUS = {404, 410, 422}
 _RELEASE_STATUS = {401, 403}
@@ -38,7 +39,9 @@ def check_response(response: httpx.Response) -> httpx.Response:
     if status < 400:
         return response
     code = f"http_{status}"
-    message = f"{response.request.method} {response.request.url} answered {status}"
+    # without the URL's credentials and query string (API keys travel there),
+    # also in the exception a handler may log itself
+    message = redact(f"{response.request.method} {response.request.url} answered {status}")
     if status >= 500 or status in (429, 408):
         raise Transient(code, message, retry_after=_retry_after(response))
     if status in _RELEASE_STATUS:
@@ -57,6 +60,17 @@ def http_errors() -> Iterator[None]:
         check_response(exc.response)
         raise
     except httpx.TimeoutException as exc:
-        raise Transient("timeout", str(exc) or type(exc).__name__) from exc
+        raise Transient("timeout", _failed(exc)) from exc
     except httpx.TransportError as exc:
-        raise Transient("network_error", str(exc) or type(exc).__name__) from exc
+        raise Transient("network_error", _failed(exc)) from exc
+
+
+def _failed(exc: httpx.TransportError) -> str:
+    """'GET https://host/path failed: what went wrong', the URL redacted as in
+    check_response; the request is left out when httpx has none to give."""
+    what = str(exc) or type(exc).__name__
+    try:
+        request = exc.request
+    except RuntimeError:  # raised outside a request (a transport used on its own)
+        return redact(what)
+    return redact(f"{request.method} {request.url} failed: {what}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .tasks import JobError, Transient
+from .job_errors import JobError, Transient
 
 MAX_MESSAGE = 2000
 INTERNAL = "internal_error"
