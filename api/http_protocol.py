@@ -19,7 +19,8 @@ drain of refused bodies:
 - an answer given while the client still sends a body the app refused unread
   (413, 401, 415, ...) is followed by a bounded drain of that body and a
   close, so that clients that read only after sending get the answer, not a
-  reset.
+  reset. That answer says `connection: close`: a client that pooled the
+  connection would send its next request into the close and read a reset.
 
 Every place that starts uvicorn passes `uvicorn_options(settings)`."""
 
@@ -29,7 +30,7 @@ import asyncio
 import functools
 import json
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from jobfeed.worker.settings import Settings
 
@@ -73,6 +74,17 @@ class _DrainingTransport:
 
     def is_closing(self) -> bool:
         return self._protocol._draining or self._raw.is_closing()
+
+
+class _ClosingCycle(RequestResponseCycle):
+    """uvicorn's request cycle, except that an answer starting while the
+    request's body is still coming says `connection: close` (the connection
+    will be drained and closed after it, GuardedHttpToolsProtocol._drain)."""
+
+    async def send(self, message) -> None:
+        if self.more_body and not self.response_started:
+            self.keep_alive = False
+        await super().send(message)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -200,6 +212,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_done = True
         self._body_bytes = 0
         super().on_headers_complete()
+        if self.cycle is not None:  # None for an upgrade on a new connection
+            # its task has not run yet: its answer goes through _ClosingCycle.send
+            self.cycle.__class__ = _ClosingCycle
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)

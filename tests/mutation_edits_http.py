@@ -151,4 +151,8 @@ HTTP_EDITS: list[Edit] = [
          '    return {"http": http, "h11_max_incomplete_event_size": size, "proxy_headers": False}',
          ("tests/test_metrics.py::test_a_proxy_on_the_same_host_that_forwards_a_remote_client_gets_403",),
          "a local proxy forwarding a remote client does not open /metrics (no token) to it"),
+    Edit("early-answer-keeps-alive", "api/http_protocol.py",
+         "            self.keep_alive = False\n", "            pass\n",
+         ("tests/test_api_limits.py::test_an_answer_before_the_body_is_in_says_the_connection_closes",),
+         "an answer given before the body is in says connection: close, so no client reuses the connection"),
 ]

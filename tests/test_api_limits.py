@@ -318,3 +318,31 @@ async def test_an_early_refusal_of_a_large_body_reaches_a_client_that_sends_firs
         assert (r.status_code, r.json()["error"]["code"]) == (400, "invalid_json"), r.text
         assert (await client.get("/healthz")).status_code == 200  # on a new connection
 
+
+
+async def test_an_answer_before_the_body_is_in_says_the_connection_closes(dsn):
+    """A 401 (or 413, 415) given while the body is still coming is followed by a
+    drain and a close, so the answer says `connection: close`: a client that
+    pooled the connection would otherwise send its next request into the close
+    and read a reset (httpx: ReadError on a small upload after a 401)."""
+    async with serve(dsn, api_token="api-token-for-tests") as server:
+        reader, writer = await connect(server.url)
+        writer.write(b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 40\r\n\r\n{\"kind\": ")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 401 "), head
+        assert b"\r\nconnection: close\r\n" in head.lower(), head
+        writer.write(b"\"demo\", \"target\": \"t\"}      ")  # the rest of the body
+        await writer.drain()
+        assert (await closed_within(reader, 5)).endswith(b"}")  # the answer's body, then the close
+        writer.close()
+
+        reader, writer = await connect(server.url)  # a whole body before the answer: kept alive
+        body = b'{"kind": "demo", "target": "t"}'
+        writer.write(b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 401 ") and b"connection: close" not in head.lower(), head
+        writer.close()
