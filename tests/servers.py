@@ -32,6 +32,9 @@ from jobfeed.worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "admin-token-for-tests"
+# A well-formed job id no test database holds. A constant, not uuid4(): test ids
+# built from it must be the same in every pytest process (pytest-xdist).
+UNKNOWN_JOB_ID = "0190c7d2-0000-7000-8000-000000000000"
 
 # Short intervals, and the demo kind's timing as tests/conftest.py's demo_kind
 # registers it (the API registers kinds from these settings at start).

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from jobfeed.api.app import create_app
-from servers import asgi_client, make_settings
+from servers import UNKNOWN_JOB_ID, asgi_client, make_settings
 
 PUBLIC_FIELDS = {"id", "kind", "target", "status", "progress", "result", "error", "created_at",
                  "updated_at", "finished_at", "version", "requesters", "scheduled_for", "outputs"}
@@ -68,7 +68,7 @@ async def test_get_job_shows_the_public_view(client, queue):
     assert view["progress"] == {"done": 1, "total": 4, "message": "one"}
 
 
-@pytest.mark.parametrize("job_id", ["3f0c2a6e-9b1d-4c5e-8a7f-1e2d3c4b5a69", "not-a-uuid", "1234", "%00", "x" * 300])
+@pytest.mark.parametrize("job_id", [UNKNOWN_JOB_ID, "not-a-uuid", "1234", "%00", "x" * 300])
 async def test_unknown_or_malformed_job_id_is_404(client, job_id):
     for path in (f"/api/jobs/{job_id}", f"/api/jobs/{job_id}/events"):
         response = await client.get(path)

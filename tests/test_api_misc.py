@@ -12,7 +12,7 @@ from starlette.routing import Mount, Route
 from jobfeed.api import openapi, ui
 from jobfeed.api.app import create_app, routes
 from jobfeed.worker import migrate
-from servers import asgi_client, make_settings
+from servers import UNKNOWN_JOB_ID, asgi_client, make_settings
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ async def test_openapi_describes_every_route(client):
                     assert param["required"] is True
 
 
-@pytest.mark.parametrize("path, name", [("/", "index.html"), ("/jobs/3f0c2a6e-9b1d-4c5e-8a7f-1e2d3c4b5a69", "job.html"),
+@pytest.mark.parametrize("path, name", [("/", "index.html"), (f"/jobs/{UNKNOWN_JOB_ID}", "job.html"),
                                         ("/admin", "admin.html")])
 async def test_ui_pages_are_served_from_static(client, path, name):
     response = await client.get(path)

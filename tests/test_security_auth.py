@@ -19,7 +19,7 @@ from jobfeed.api import auth
 from jobfeed.api.app import create_app
 from jobfeed.worker.startup import UsageError, admin_token
 from jobfeed.worker.settings import SettingError, Settings
-from servers import ADMIN_TOKEN, ROOT, Watcher, asgi_client, make_settings, serve
+from servers import ADMIN_TOKEN, ROOT, UNKNOWN_JOB_ID, Watcher, asgi_client, make_settings, serve
 from waiting import eventually
 
 ORIGIN = "http://jobfeed.test"
@@ -222,7 +222,8 @@ async def test_bearer_writes_need_no_origin(dsn):
         assert response.status_code == 200
 
 
-@pytest.mark.parametrize("value", ["x", "²", "1" * 5000, "3f0c2a6e-9b1d-4c5e-8a7f-1e2d3c4b5a69.²²²².00", f"3f0c2a6e-9b1d-4c5e-8a7f-1e2d3c4b5a69.{'9' * 5000}.ab",
+@pytest.mark.parametrize("value", ["x", "²", "1" * 5000, f"{UNKNOWN_JOB_ID}.²²²².00",
+                                   f"{UNKNOWN_JOB_ID}.{'9' * 5000}.ab",
                                    "not-a-uuid-at-all-not-a-uuid-at-all.99999999999.ab"])
 async def test_malformed_session_cookies_are_401_not_500(dsn, value):
     async with asgi_client(create_app(make_settings(dsn))) as client:

@@ -44,9 +44,7 @@ async def test_schemathesis_finds_no_5xx_and_no_undocumented_answer(dsn):
 
 from jobfeed.api.app import create_app  # noqa: E402
 from jobfeed.api import openapi  # noqa: E402
-from servers import asgi_client, make_settings  # noqa: E402
-
-SOME_ID = "0190c7d2-0000-7000-8000-000000000000"
+from servers import UNKNOWN_JOB_ID, asgi_client, make_settings  # noqa: E402
 
 
 def documented(method: str, template: str, status: int) -> bool:
@@ -67,9 +65,9 @@ async def test_refusals_are_documented(dsn):
         assert signed_in.status_code == 200
         foreign = {"origin": "http://elsewhere.test"}
         answers += [
-            ("POST", "/api/admin/jobs/{job_id}/cancel", await client.post(f"/api/admin/jobs/{SOME_ID}/cancel",
+            ("POST", "/api/admin/jobs/{job_id}/cancel", await client.post(f"/api/admin/jobs/{UNKNOWN_JOB_ID}/cancel",
                                                                           headers=foreign)),
-            ("POST", "/api/admin/jobs/{job_id}/retry", await client.post(f"/api/admin/jobs/{SOME_ID}/retry",
+            ("POST", "/api/admin/jobs/{job_id}/retry", await client.post(f"/api/admin/jobs/{UNKNOWN_JOB_ID}/retry",
                                                                          headers=foreign)),
             ("DELETE", "/api/admin/session", await client.delete("/api/admin/session", headers=foreign)),
         ]
