@@ -10,13 +10,12 @@ import pytest
 
 from jobfeed.api import auth
 from jobfeed.api.app import create_app
-from servers import ADMIN_TOKEN, asgi_client, make_settings
+from servers import ADMIN_TOKEN, UNKNOWN_JOB_ID, asgi_client, make_settings
 
 BEARER = {"authorization": f"Bearer {ADMIN_TOKEN}"}
-SOME_ID = str(uuid.uuid4())
 ADMIN_ROUTES = [
-    ("GET", "/api/admin/jobs"), ("GET", f"/api/admin/jobs/{SOME_ID}"),
-    ("POST", f"/api/admin/jobs/{SOME_ID}/retry"), ("POST", f"/api/admin/jobs/{SOME_ID}/cancel"),
+    ("GET", "/api/admin/jobs"), ("GET", f"/api/admin/jobs/{UNKNOWN_JOB_ID}"),
+    ("POST", f"/api/admin/jobs/{UNKNOWN_JOB_ID}/retry"), ("POST", f"/api/admin/jobs/{UNKNOWN_JOB_ID}/cancel"),
     ("GET", "/api/admin/stats"), ("GET", "/api/admin/events"), ("GET", "/api/admin/workers"),
     ("GET", "/api/admin/charts"),
     ("POST", "/api/admin/kinds/demo/pause"), ("POST", "/api/admin/kinds/demo/resume"),
