@@ -48,8 +48,9 @@ def copy_repository(dest: Path) -> Path:
 def run_tests(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=str(root.parent), PYTHONDONTWRITEBYTECODE="1")
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests],
-                              cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        # one process (-n 0): -x stops at the first failure, and an edit runs few tests
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
+                               *tests], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return -1, "timed out"
     return done.returncode, done.stdout + done.stderr

@@ -65,10 +65,10 @@ async def test_refusals_are_documented(dsn):
         assert signed_in.status_code == 200
         foreign = {"origin": "http://elsewhere.test"}
         answers += [
-            ("POST", "/api/admin/jobs/{job_id}/cancel", await client.post(f"/api/admin/jobs/{UNKNOWN_JOB_ID}/cancel",
-                                                                          headers=foreign)),
-            ("POST", "/api/admin/jobs/{job_id}/retry", await client.post(f"/api/admin/jobs/{UNKNOWN_JOB_ID}/retry",
-                                                                         headers=foreign)),
+            ("POST", "/api/admin/jobs/{job_id}/cancel",
+             await client.post(f"/api/admin/jobs/{UNKNOWN_JOB_ID}/cancel", headers=foreign)),
+            ("POST", "/api/admin/jobs/{job_id}/retry",
+             await client.post(f"/api/admin/jobs/{UNKNOWN_JOB_ID}/retry", headers=foreign)),
             ("DELETE", "/api/admin/session", await client.delete("/api/admin/session", headers=foreign)),
         ]
         statuses = {(m, p, r.status_code) for m, p, r in answers}
