@@ -29,6 +29,7 @@ from sse_starlette import EventSourceResponse
 from jobfeed.worker.db import Listener
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.testsignal import Signal, Timer
+from jobfeed.worker.waits import cancel_and_wait
 
 from .parse import digits
 from .subscriptions import AdminSubscription, JobSubscription, TooManyStreams, View, changed_at
@@ -152,18 +153,9 @@ class Feed:
         for task in (self._shutdown_task, self._ping_task):
             if task is not None:
                 task.cancel()
-        if self._positions_task is not None:
-            self._positions_task.cancel()
-            try:
-                await self._positions_task
-            except asyncio.CancelledError:
-                pass
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._positions_task, self._task):
+            if task is not None:
+                await cancel_and_wait(task)
         await self.listener.stop()
 
     @property

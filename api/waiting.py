@@ -40,8 +40,9 @@ async def wait_for_final(svc: Services, job_id: uuid.UUID, seconds: float) -> st
             if remaining <= 0:
                 break
             try:
-                offered = await asyncio.wait_for(sub.next(), remaining)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(remaining):
+                    offered = await sub.next()
+            except TimeoutError:
                 break
             if offered is None:  # the server is stopping: answer with what we have
                 break

@@ -91,6 +91,7 @@ TIMINGS = "tests/test_queue_claims.py::test_the_workers_claim_says_how_long_each
 QUICK = "tests/test_submit_quick.py"
 READS = "tests/test_queue_reads.py"
 CLAIMS = "tests/test_queue_claims.py"
+WAITS = "tests/test_waits.py"
 # The batch writes' plan settings (complete_many and extend_many share them),
 # without the sequential scans' line, and the lines after them, which tell the
 # two functions apart by their first variable.

@@ -7,7 +7,7 @@ from mutation_edit import (
     Edit, ADMIN, API_JOBS, CHILDREN, CLAIMS, COMPLETE_MANY_HEAD, DEDUPE, EXTEND_MANY_HEAD, FEED, FENCED,
     HEARTBEAT, LIMITS, NO_SCANS, OUTPUTS, POSITION, PROCESS, Q_FENCE, Q_OUT, READS, RECOVERY,
     REQUEST_BATCH, RERUN, RUNNER, SECURITY, SSE, SSE_SLOW, UPLOADS, WAITING, WAKE,
-    WEBHOOKS,
+    WAITS, WEBHOOKS,
 )
 
 SERVICE_EDITS: list[Edit] = [
@@ -302,4 +302,12 @@ SERVICE_EDITS: list[Edit] = [
     Edit("claim-v3-drops-children", "sql/functions/40_claim.sql",
          "         where exists (select from jobfeed.job_deps x\n", "         where false and exists (select from jobfeed.job_deps x\n",
          (CHILDREN,), "a claimed job carries its children's outcomes"),
+    Edit("timed-wait-loses-cancel", "worker/waits.py",
+         "        async with asyncio.timeout(seconds):\n            await event.wait()\n",
+         "        await asyncio.wait_for(event.wait(), seconds)\n",
+         (WAITS,), "a cancel that lands as a timed wait's event comes is kept (a listener stops)"),
+    Edit("stopper-swallows-its-cancel", "worker/waits.py",
+         "    await asyncio.wait([task])\n",
+         "    try:\n        await task\n    except asyncio.CancelledError:\n        return\n",
+         (WAITS,), "whoever stops a task can still be cancelled"),
 ]

@@ -44,7 +44,8 @@ class ClaimConnection:
         if conn is None or conn.is_closed():
             return
         try:
-            await asyncio.wait_for(conn.close(), 5)
+            async with asyncio.timeout(5):
+                await conn.close()
         except (Exception, asyncio.CancelledError) as exc:
             log.debug("claim connection: closed by force (%s)", exc)
             conn.terminate()

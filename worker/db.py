@@ -14,6 +14,7 @@ import asyncpg
 
 from . import logs
 from .settings import SettingError
+from .waits import cancel_and_wait, wait_event
 
 log = logging.getLogger("jobfeed.db")
 
@@ -171,11 +172,7 @@ class Listener:
 
     async def stop(self) -> None:
         if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
         if self._conn is not None:
             await self._drop(self._conn, graceful=True)
 
@@ -239,12 +236,11 @@ class Listener:
         # that went silent is noticed within one health_interval (it was two).
         half = self.health_interval / 2
         while True:
-            try:
-                await asyncio.wait_for(self._lost.wait(), timeout=half)
-            except asyncio.TimeoutError:
+            if not await wait_event(self._lost, half):
                 try:  # a silent network loss shows up only when we talk
                     assert self._conn is not None  # kept alive only once connected
-                    await asyncio.wait_for(self._conn.fetchval("select 1"), timeout=half)
+                    async with asyncio.timeout(half):
+                        await self._conn.fetchval("select 1")
                     continue
                 except Exception:
                     pass

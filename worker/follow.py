@@ -11,6 +11,7 @@ from typing import TextIO
 from .db import Listener
 from .queue import Queue
 from .states import TERMINAL
+from .waits import wait_event
 
 def render(view: dict, width: int = 30) -> str:
     progress = view.get("progress") or {}
@@ -60,10 +61,7 @@ async def follow(queue: Queue, dsn: str, job_id, out: TextIO = sys.stderr, poll:
                 if live:
                     out.write("\n")
                 return view
-            try:
-                await asyncio.wait_for(changed.wait(), poll)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(changed, poll)
     finally:
         await listener.stop()
 

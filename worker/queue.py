@@ -22,6 +22,7 @@ from .queue_lease import LeaseCalls
 from .queue_records import ClaimTimes, Job, Submission
 from .sql import query
 from .states import TERMINAL
+from .waits import wait_event
 
 __all__ = ["ClaimTimes", "Job", "Queue", "QueueError", "Submission"]
 
@@ -338,10 +339,7 @@ class Queue(LeaseCalls, AdminCalls):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return view
-                try:
-                    await asyncio.wait_for(changed.wait(), remaining)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(changed, remaining)
 
     @contextlib.asynccontextmanager
     async def _listening(self, channel: str, callback):

@@ -30,6 +30,7 @@ from .run_context import CANCEL_WAIT, Running, lease_of
 from .seats import Seats
 from .startup import RESERVE_SECONDS
 from .testsignal import Signal, Timer
+from .waits import wait_event
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -219,10 +220,7 @@ class Runner(Attempts):
         return self.kinds[turn:] + self.kinds[:turn]
 
     async def _sleep(self, timeout: float) -> None:
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+        await wait_event(self._wake, timeout)
 
     def _slot_freed(self) -> None:
         """A job ended, or its outcome was written. Only a loop asleep for want
@@ -358,8 +356,9 @@ class Runner(Attempts):
             self._cancel_all("shutdown")
             await self._wait_tasks(self.cancel_wait + 10)
         try:  # completions queued by handlers that finished are written before we go
-            await asyncio.wait_for(self._completions.drained(), 10)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(10):
+                await self._completions.drained()
+        except TimeoutError:
             log.warning("worker %s: completions not written; those jobs will run again", self.worker_id)
         if self._handed_back:
             # A release's notification wakes one seated worker, and the others'

@@ -17,6 +17,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from .waits import wait_event
+
 log = logging.getLogger("jobfeed.schedules")
 UTC = dt.timezone.utc
 
@@ -142,7 +144,5 @@ async def run(queue, periodics: Sequence[Periodic], stop: asyncio.Event,
         except Exception as exc:  # database away: the next turn catches up (latest slot only)
             log.warning("schedules: %s; retrying", exc)
         wait = min((p.next(now) - now).total_seconds() for p in periodics)
-        try:  # at most a minute at a time: a clock that jumps is noticed
-            await asyncio.wait_for(stop.wait(), min(max(wait, 0.01), 60.0))
-        except asyncio.TimeoutError:
-            pass
+        # at most a minute at a time: a clock that jumps is noticed
+        await wait_event(stop, min(max(wait, 0.01), 60.0))

@@ -8,6 +8,7 @@ import re
 from typing import Sequence
 
 from . import db
+from .waits import wait_event
 
 log = logging.getLogger("jobfeed.worker")
 
@@ -76,10 +77,7 @@ class Seats:
                     self._changed.clear()
                     await self._reconcile(conn)
                     await asyncio.sleep(0.1)  # a worker hovering at full flips its seats at most this often
-                    try:
-                        await asyncio.wait_for(self._changed.wait(), self.REFRESH)
-                    except asyncio.TimeoutError:
-                        pass
+                    await wait_event(self._changed, self.REFRESH)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database went away: wake on everything meanwhile

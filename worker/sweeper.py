@@ -12,6 +12,7 @@ import time
 
 from . import metrics
 from .queue import Queue
+from .waits import wait_event
 
 log = logging.getLogger("jobfeed.sweeper")
 
@@ -71,10 +72,7 @@ class Sweeper:
         return left
 
     async def _rest(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._stop.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
+        await wait_event(self._stop, seconds)
 
     async def run(self) -> None:
         while not self._stop.is_set():

@@ -32,8 +32,9 @@ class Signal:
         if self._queue is None:
             raise RuntimeError("wait() on a signal that was not enabled")
         try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                return await self._queue.get()
+        except TimeoutError:
             raise AssertionError(f"no signal within {timeout}s") from None
 
     def pending(self) -> int:
@@ -67,8 +68,9 @@ class Timer:
         if self._asked is None:
             raise RuntimeError("asked() on a timer that was not enabled")
         try:
-            return await asyncio.wait_for(self._asked.get(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                return await self._asked.get()
+        except TimeoutError:
             raise AssertionError(f"no wait started within {timeout}s") from None
 
     def fire(self) -> None:
