@@ -253,6 +253,11 @@ def test_up_refuses_a_data_folder_the_server_cannot_use_in_one_line_before_makin
     assert os.listdir(data_dir) == []
 
 
+def _status(pid_lines: list[str]) -> str:
+    """The server's status line in postmaster.pid (padded with spaces)."""
+    return pid_lines[7].strip() if len(pid_lines) > 7 else ""
+
+
 def test_a_socket_outside_pgdata_is_the_servers_owners_alone(data_dir):
     """A data folder whose path has a space gets its socket in a runtime folder
     open to all (0777), and the cluster trusts local connections: with
@@ -262,9 +267,12 @@ def test_a_socket_outside_pgdata_is_the_servers_owners_alone(data_dir):
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not server_running(str(folder)) and time.monotonic() < deadline:
+        pid_file = Path(folder, "pgdata", "postmaster.pid")
+        # The server fills its pid file in as it starts: the socket's folder
+        # (line 5) only once the socket is made, the status (line 8) last.
+        while not (server_running(str(folder)) and _status(lines := pid_file.read_text().splitlines()) == "ready"):
+            assert time.monotonic() < deadline, pid_file.read_text() if pid_file.exists() else "no server"
             time.sleep(0.2)
-        lines = Path(folder, "pgdata", "postmaster.pid").read_text().splitlines()
         socket_dir, port = Path(lines[4]), lines[3]
         assert not str(socket_dir).startswith(str(folder)), socket_dir  # outside pgdata: the case at hand
         while not (socket := socket_dir / f".s.PGSQL.{port}").exists() and time.monotonic() < deadline:
