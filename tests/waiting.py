@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
+from jobfeed.worker.waits import wait_event
+
 
 async def eventually(probe: Callable[[], Awaitable[Any]], *, timeout: float = 15.0, interval: float = 0.05,
                      what: str = "condition") -> Any:
@@ -48,10 +50,7 @@ async def wait_state(pool, job_id, *states: str, timeout: float = 15.0) -> str:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                try:
-                    await asyncio.wait_for(changed.wait(), min(left, 1.0))
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(changed, min(left, 1.0))
         finally:
             await conn.remove_listener("jobfeed_changed", on_changed)
     raise AssertionError(f"timed out after {timeout}s waiting for job {job_id} in {states}; last seen: {last!r}")
