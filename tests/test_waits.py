@@ -69,4 +69,6 @@ async def test_a_cancel_of_whoever_waits_for_a_task_to_end_is_kept():
     stopper.cancel()
     with pytest.raises(asyncio.CancelledError):
         await stopper
+    assert not task.done()  # the stopper left without waiting for it
     task.cancel()
+    await asyncio.wait([task])
