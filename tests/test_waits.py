@@ -6,6 +6,7 @@ listener once ran on after its stop() and held a server's shutdown for good
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,13 @@ async def test_a_cancel_of_whoever_waits_for_a_task_to_end_is_kept():
     assert not task.done()  # the stopper left without waiting for it
     task.cancel()
     await asyncio.wait([task])
+
+
+def test_no_timed_wait_of_the_service_bypasses_waits():
+    """asyncio.wait_for is the form that lost cancels: a timed wait in api/ or
+    worker/ goes through worker/waits.py instead."""
+    root = Path(__file__).resolve().parent.parent
+    found = [f"{path.relative_to(root)}:{number}"
+             for path in sorted([*root.glob("api/*.py"), *root.glob("worker/*.py")])
+             for number, line in enumerate(path.read_text().splitlines(), 1) if "asyncio.wait_for(" in line]
+    assert found == []

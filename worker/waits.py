@@ -4,7 +4,7 @@ Python 3.11's asyncio.wait_for returns the awaited result when a cancel lands
 as that result arrives, and the cancel is lost: a loop that is stopped by
 cancelling it runs on, and whoever awaits its end hangs. asyncio.timeout waits
 in the caller's own task and tells its own expiry from a cancel, so every timed
-wait in jobfeed goes through it.
+wait of the worker and the API goes through it (tests/test_waits.py checks).
 """
 
 import asyncio
