@@ -6,19 +6,24 @@ listener once ran on after its stop() and held a server's shutdown for good
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from jobfeed.worker import db
 from jobfeed.worker.waits import cancel_and_wait, wait_event
+from servers import ROOT
+
+
+async def _steps() -> None:
+    """Let the tasks just started run into their waits, whatever they start on the way."""
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 async def _inside_a_wait(event: asyncio.Event) -> asyncio.Task:
     """A task waiting on `event` for a minute, past its first steps."""
     task = asyncio.create_task(wait_event(event, 60))
-    for _ in range(3):  # into the wait, whatever it starts on the way
-        await asyncio.sleep(0)
+    await _steps()
     assert not task.done()
     return task
 
@@ -45,8 +50,7 @@ async def test_a_cancel_that_lands_as_the_event_comes_is_kept():
 async def test_a_listener_stops_when_its_connection_is_lost_as_it_is_stopped(dsn):
     listener = db.Listener(dsn, {"jobfeed_test": lambda channel, payload: None}, health_interval=60.0)
     await listener.start()
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await _steps()
     listener._lost.set()  # what the connection's termination callback does, in the step stop() cancels
     stopping = asyncio.create_task(listener.stop())
     done, _ = await asyncio.wait([stopping], timeout=5)
@@ -78,8 +82,7 @@ async def test_a_cancel_of_whoever_waits_for_a_task_to_end_is_kept():
 def test_no_timed_wait_of_the_service_bypasses_waits():
     """asyncio.wait_for is the form that lost cancels: a timed wait in api/ or
     worker/ goes through worker/waits.py instead."""
-    root = Path(__file__).resolve().parent.parent
-    found = [f"{path.relative_to(root)}:{number}"
-             for path in sorted([*root.glob("api/*.py"), *root.glob("worker/*.py")])
+    found = [f"{path.relative_to(ROOT)}:{number}"
+             for path in sorted([*ROOT.glob("api/*.py"), *ROOT.glob("worker/*.py")])
              for number, line in enumerate(path.read_text().splitlines(), 1) if "asyncio.wait_for(" in line]
     assert found == []
