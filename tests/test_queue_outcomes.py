@@ -294,6 +294,20 @@ async def test_next_due_returns_the_soonest(pool, k):
     assert await pool.fetchval("select jobfeed.next_due(array['k', 'other'])") == T0
 
 
+async def test_next_due_finds_the_soonest_across_priorities(pool, k):
+    """next_due reads the claim's index (priority first), probing each priority
+    queued: the soonest job may sit under any of them."""
+    at = {"high": (9, T0 + 7 * M), "mid": (0, T0 + 2 * M), "low": (-4, T0 + 4 * M), "low2": (-4, T0 + M)}
+    for target, (priority, run_after) in at.items():
+        await pool.fetchval("select id from jobfeed.submit_quick('k', $1, '{}', $2, 65536, $3, $4)",
+                            target, run_after, T0, priority)
+    assert await pool.fetchval("select jobfeed.next_due(array['k'])") == T0 + M
+    await pool.execute("delete from jobfeed.jobs where target = 'low2'")
+    assert await pool.fetchval("select jobfeed.next_due(array['k'])") == T0 + 2 * M
+    await pool.execute("delete from jobfeed.jobs where target in ('mid', 'low')")
+    assert await pool.fetchval("select jobfeed.next_due(array['k'])") == T0 + 7 * M
+
+
 # ---------------------------------------------------------------- bad input
 
 BAD_SUBMISSIONS = [
