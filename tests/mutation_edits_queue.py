@@ -180,6 +180,12 @@ QUEUE_EDITS: list[Edit] = [
          "      where k.max_running is not null or k.max_running_per_key is not null;",
          "      where false;",
          (WAKE,), "a capped kind's freed slot wakes a waiting worker at once, not at its poll"),
+    Edit("next-due-is-the-claims-head", "sql/functions/40_claim.sql",
+         "cross join lateral (select min(j.run_after) as t from jobfeed.jobs j",
+         "cross join lateral (select (array_agg(j.run_after order by j.priority desc, j.run_after))[1] as t\n"
+         "                               from jobfeed.jobs j",
+         (f"{Q_OUT}::test_next_due_finds_the_soonest_across_priorities",),
+         "a worker wakes for the soonest job of its kinds, whatever its priority"),
     Edit("blocked-key-counted-due", "sql/functions/40_claim.sql",
          "                                 and j.run_after > coalesce(case when k.max_running_per_key is not null\n"
          "                                                                 then p_claimed_at end, '-infinity')) q",

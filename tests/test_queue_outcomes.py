@@ -295,8 +295,8 @@ async def test_next_due_returns_the_soonest(pool, k):
 
 
 async def test_next_due_finds_the_soonest_across_priorities(pool, k):
-    """next_due reads the claim's index (priority first), probing each priority
-    queued: the soonest job may sit under any of them."""
+    """The claim takes higher priorities first, but a worker sleeps until the
+    soonest job of its kinds, whatever its priority."""
     at = {"high": (9, T0 + 7 * M), "mid": (0, T0 + 2 * M), "low": (-4, T0 + 4 * M), "low2": (-4, T0 + M)}
     for target, (priority, run_after) in at.items():
         await pool.fetchval("select id from jobfeed.submit_quick('k', $1, '{}', $2, 65536, $3, $4)",
