@@ -14,6 +14,15 @@ import asyncio
 from typing import Any
 
 
+async def _next(queue: asyncio.Queue, timeout: float, missing: str) -> Any:
+    """The queue's next value; a test that waited `timeout` for it fails with `missing`."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await queue.get()
+    except TimeoutError:
+        raise AssertionError(f"{missing} within {timeout}s") from None
+
+
 class Signal:
     __slots__ = ("_queue",)
 
@@ -31,11 +40,7 @@ class Signal:
     async def wait(self, timeout: float = 10.0) -> Any:
         if self._queue is None:
             raise RuntimeError("wait() on a signal that was not enabled")
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._queue.get()
-        except TimeoutError:
-            raise AssertionError(f"no signal within {timeout}s") from None
+        return await _next(self._queue, timeout, "no signal")
 
     def pending(self) -> int:
         return self._queue.qsize() if self._queue is not None else 0
@@ -67,11 +72,7 @@ class Timer:
         """The delay of the next wait the component started."""
         if self._asked is None:
             raise RuntimeError("asked() on a timer that was not enabled")
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._asked.get()
-        except TimeoutError:
-            raise AssertionError(f"no wait started within {timeout}s") from None
+        return await _next(self._asked, timeout, "no wait started")
 
     def fire(self) -> None:
         """End the wait under way (as if its delay had passed)."""
