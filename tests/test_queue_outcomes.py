@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import uuid
 
+import asyncpg
 import pytest
 
 from queue_sql import (ATTEMPTS, M, S, T0, claim, claim_one, fail_transient, job, jobs_pages, log, pages_of, public, register,
@@ -328,6 +329,56 @@ async def test_bad_submission_is_refused_and_changes_nothing(pool, queue, k):
             await queue.submit(kind, target, payload)
         assert (e.value.code, e.value.status) == (code, status)
         assert await pool.fetch("select * from jobfeed.jobs") == before, code
+
+
+# Bad rows as a caller of the SQL functions could send them, past the Python
+# checks: (statement, arguments, the code the database answers).
+_CHILD = "select jobfeed.complete_spawning($1, $2, '{}', $3::jsonb)"
+BAD_ROWS = [
+    ("select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, false)",
+     ("", "{}", None), "invalid_target"),
+    ("select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, false)",
+     ("t", "[1]", None), "invalid_payload"),
+    ("select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, false)",
+     ("t", "{}", ""), "invalid_concurrency_key"),
+    ("select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, true)",
+     ("t", "{}", "x" * 513), "invalid_concurrency_key"),
+    ("select * from jobfeed.submit_v2('k', $1, $2::jsonb, null, 65536, null, null, $3)",
+     ("t", "{}", "é" * 257), "invalid_concurrency_key"),
+    ("select * from jobfeed.submit_many_v2('k', array[$1, 'u'], array[$2::jsonb, '{}'], null, 65536, null, null, $3)",
+     ("t", "{}", ""), "invalid_concurrency_key"),
+]
+BAD_CHILDREN = [
+    ({"target": ""}, "invalid_target"),
+    ({"target": "x" * 513}, "invalid_target"),
+    ({"payload": [1]}, "invalid_payload"),
+    ({"concurrency_key": ""}, "invalid_concurrency_key"),
+    ({"concurrency_key": "x" * 513}, "invalid_concurrency_key"),
+]
+
+
+async def test_the_database_refuses_a_job_row_that_breaks_its_rules(pool, k):
+    """The rules a job's row keeps (target and key 1 to 512 bytes, payload an
+    object) hold for every function that writes one, whatever its caller
+    checked first, and a refusal writes nothing."""
+    parent = await submit(pool, "parent")
+    running = await claim_one(pool)
+    before = await pool.fetch("select * from jobfeed.jobs order by id")
+    for statement, args, code in BAD_ROWS:
+        with pytest.raises(asyncpg.PostgresError) as e:
+            await pool.fetch(statement, *args)
+        assert (e.value.sqlstate, e.value.hint) == ("JF422", code), (statement, args)
+    for fields, code in BAD_CHILDREN:
+        child = {"id": str(uuid.uuid4()), "kind": "k", "target": "c", "payload": {}} | fields
+        with pytest.raises(asyncpg.PostgresError) as e:
+            await pool.fetchval(_CHILD, parent, running["generation"], json.dumps([child]))
+        assert (e.value.sqlstate, e.value.hint) == ("JF422", code), fields
+    assert await pool.fetch("select * from jobfeed.jobs order by id") == before
+    # the same calls within the rules write their rows
+    assert (await pool.fetchrow(BAD_ROWS[0][0], "t", "{}", "x" * 512))["created"]
+    good = {"id": str(uuid.uuid4()), "kind": "k", "target": "c", "payload": {}, "concurrency_key": "é" * 256}
+    assert await pool.fetchval(_CHILD, parent, running["generation"], json.dumps([good])) is True
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 3
 
 
 async def test_target_limit_is_bytes_inclusive(pool, queue, k):

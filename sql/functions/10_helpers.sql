@@ -55,6 +55,16 @@ returns text[] language sql stable parallel safe as $$
     end
 $$;
 
+-- What is wrong with a concurrency key (null: none), in submission_problem's
+-- form. With submission_problem, the rules a job's row must meet: every
+-- function that writes a job's target, payload or key checks them first (the
+-- table has no CHECK constraints for them, see migration 0019).
+create or replace function jobfeed.key_problem(p_concurrency_key text)
+returns text[] language sql immutable parallel safe as $$
+    select case when octet_length(p_concurrency_key) not between 1 and 512
+                then array['JF422', 'invalid_concurrency_key', 'concurrency_key must be 1 to 512 bytes'] end
+$$;
+
 -- Ids for a batch of new jobs, cheaper than uuid_v7() per row (which draws from
 -- the OS each time: this PostgreSQL is built without OpenSSL, ~4 us a draw).
 -- p_prefix is the first 17 hex digits of one uuid_v7() taken for the whole

@@ -71,7 +71,8 @@ declare
     v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
     v_max int;
     v_priority int;
-    v_problem text[] := jobfeed.submission_problem(p_target, p_payload, p_max_payload);
+    v_problem text[] := coalesce(jobfeed.submission_problem(p_target, p_payload, p_max_payload),
+                                 jobfeed.key_problem(p_concurrency_key));
     v_scope text;
     v_policy text;
     v_job jobfeed.jobs;
@@ -192,6 +193,10 @@ begin
      limit 1;
     if v_bad is not null then
         perform jobfeed.raise_error(v_problem[1], v_problem[2], format('item %s: %s', v_bad, v_problem[3]));
+    end if;
+    v_problem := jobfeed.key_problem(p_concurrency_key);
+    if v_problem is not null then
+        perform jobfeed.raise_error(v_problem[1], v_problem[2], v_problem[3]);
     end if;
 
     v_new_ids := '{}';

@@ -27,6 +27,7 @@ language sql security definer set search_path = jobfeed, pg_temp set plan_cache_
           from jobfeed.kinds k, (select jobfeed.clock(p_now) as now) t
          where k.kind = p_kind
            and jobfeed.submission_problem(p_target, p_payload, p_max_payload) is null
+           and jobfeed.key_problem(p_concurrency_key) is null
         -- the arbiter's check comes before the row is written: a held target
         -- costs one probe of the dedupe index here
         on conflict (kind, target, dedupe_scope) where state not in ('completed', 'failed', 'canceled') do nothing

@@ -62,10 +62,17 @@ declare
     v_ids uuid[] := '{}';
     v_vers bigint[] := '{}';
     v_kind text;
+    v_problem text[];
 begin
     for v_c in select * from jsonb_to_recordset(coalesce(p_children, '[]'))
                    as c(id uuid, kind text, target text, payload jsonb, priority int, concurrency_key text) loop
         continue when exists (select from jobfeed.jobs j where j.id = v_c.id);
+        -- the row's rules (ctx.submit checked them, and the payload's size: no limit here)
+        v_problem := coalesce(jobfeed.submission_problem(v_c.target, v_c.payload, null),
+                              jobfeed.key_problem(v_c.concurrency_key));
+        if v_problem is not null then
+            perform jobfeed.raise_error(v_problem[1], v_problem[2], format('child %s: %s', v_c.id, v_problem[3]));
+        end if;
         v_job := null;
         insert into jobfeed.jobs as j (id, kind, target, payload, max_attempts, run_after, created_at, updated_at,
                                        priority, concurrency_key, parent_id)
