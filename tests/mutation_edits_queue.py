@@ -21,6 +21,18 @@ QUEUE_EDITS: list[Edit] = [
          "where j.kind = p_kind and j.target = p_target and j.dedupe_scope = v_scope\n"
          "           and j.state not in ('failed', 'canceled');",
          (Q_PUBLIC, Q_RACE), "a submission shares only an unfinished job"),
+    # A job row's rules (migration 0019: functions check them, no CHECK constraints).
+    Edit("quick-key-unchecked", "sql/functions/31_submit_quick.sql",
+         "           and jobfeed.key_problem(p_concurrency_key) is null\n", "",
+         (f"{Q_OUT}::test_the_database_refuses_a_job_row_that_breaks_its_rules",),
+         "a one-statement submit refuses a concurrency key of the wrong length"),
+    Edit("children-rules-unchecked", "sql/functions/46_children.sql",
+         "        if v_problem is not null then\n            perform jobfeed.raise_error(v_problem[1], v_problem[2], "
+         "format('child %s: %s'",
+         "        if false then\n            perform jobfeed.raise_error(v_problem[1], v_problem[2], "
+         "format('child %s: %s'",
+         (f"{Q_OUT}::test_the_database_refuses_a_job_row_that_breaks_its_rules",),
+         "a handler's children keep the rules of a job's row"),
     Edit("submit-duplicate-says-created", "sql/functions/30_submit.sql",
          "return query select v_job.id, false, jobfeed.public_view(v_job);",
          "return query select v_job.id, true, jobfeed.public_view(v_job);",
