@@ -163,21 +163,24 @@ async def test_race_two_dependencies_finishing_at_once(dsn, pool, k):
 
 
 async def test_only_a_job_something_waits_for_calls_the_settling_trigger(pool, queue, k):
-    """Completing a job nobody waits for must not call settle_dependents (the
-    drain's hot path); completing one that is waited for must, and settle."""
+    """Running a job nobody waits for must not call settle_dependents (the
+    drain's hot path); running one that is waited for calls it at each change
+    of state (its claim, its completion: the function passes over all but the
+    last), and settles the waiter."""
     plain, _ = await queue.submit("k", "plain")
     dep, _ = await queue.submit("k", "dep")
     waiter, _ = await queue.submit("k", "waiter", after=[dep])
     marks = dict(await pool.fetch("select id, has_dependents from jobfeed.jobs"))
     assert marks == {plain: False, dep: True, waiter: False}
     async with pool.acquire() as conn:
-        calls = "select coalesce(pg_stat_get_xact_function_calls('jobfeed.settle_dependents'::regproc), 0)"
+        calls = "select coalesce(pg_stat_get_xact_function_calls($1::regproc), 0)"
         async with conn.transaction():
             await conn.execute("set local track_functions = 'pl'")
             await run(Queue(conn), plain)
-            assert await conn.fetchval(calls) == 0
+            assert await conn.fetchval(calls, "jobfeed.settle_dependents") == 0
             await run(Queue(conn), dep)
-            assert await conn.fetchval(calls) == 1
+            assert await conn.fetchval(calls, "jobfeed.settle_dependents") == 2
+            assert await conn.fetchval(calls, "jobfeed.settle_waiting") == 1  # at the completion only
     assert await state(pool, waiter) == "queued"
 
 

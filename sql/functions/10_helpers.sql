@@ -12,6 +12,12 @@ returns text language sql immutable parallel safe as $$
     end
 $$;
 
+-- Whether a change of state from p_old to p_new ended the job (its triggers' test).
+create or replace function jobfeed.became_final(p_old jobfeed.job_state, p_new jobfeed.job_state)
+returns boolean language sql immutable parallel safe as $$
+    select p_new in ('completed', 'failed', 'canceled') and p_old is distinct from p_new
+$$;
+
 -- Whether the session's login role owns the schema (tests and the operator at
 -- psql), and so may plant the time (clock, below).
 create or replace function jobfeed.may_set_clock()

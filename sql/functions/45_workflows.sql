@@ -103,17 +103,27 @@ end $$;
 
 -- Trigger: a job reached a final state; settle the jobs waiting for it, in id
 -- order (a dependent failing here settles its own dependents in turn). Only
--- jobs marked has_dependents fire it (0013_dependents.sql).
+-- jobs marked has_dependents fire it (0013_dependents.sql), at every change of
+-- state (a one-column WHEN, as jobs_queue_webhooks's).
 create or replace function jobfeed.settle_dependents()
 returns trigger language plpgsql as $$
 declare
     v_id uuid;
 begin
+    if not jobfeed.became_final(old.state, new.state) then
+        return null;
+    end if;
     for v_id in select d.job_id from jobfeed.job_deps d where d.dep_id = new.id order by d.job_id loop
         perform jobfeed.settle_waiting(v_id, now());
     end loop;
     return null;
 end $$;
+
+create or replace trigger jobs_settle_dependents
+    after update of state on jobfeed.jobs
+    for each row
+    when (new.has_dependents)
+    execute function jobfeed.settle_dependents();
 
 -- Submit a job that waits: as submit(), but a new job waits until every job in
 -- p_after has completed and every name in p_signals has been delivered (or
