@@ -95,14 +95,22 @@ async def test_unfinished_and_terminal_are_the_indexes_states(pool):
 
 
 async def test_the_target_limit_is_the_sqls(pool):
-    check = await pool.fetchval("select pg_get_constraintdef(c.oid) from pg_constraint c "
-                                "where c.conrelid = 'jobfeed.jobs'::regclass and c.contype = 'c' "
-                                "and pg_get_constraintdef(c.oid) like '%octet_length(target)%'")
-    assert re.search(r"octet_length\(target\) <= (\d+)", check).group(1) == str(limits.MAX_TARGET_BYTES)
+    """Target and concurrency key: the SQL rules (migration 0019: functions,
+    not CHECK constraints) take the bytes Python takes, and no more."""
+    for function, column in (("submission_problem", "p_target"), ("key_problem", "p_concurrency_key")):
+        text = await pool.fetchval("select pg_get_functiondef($1::regproc)", f"jobfeed.{function}")
+        limit = re.search(rf"octet_length\({column}\) not between 1 and (\d+)", text)
+        assert limit and limit.group(1) == str(limits.MAX_TARGET_BYTES), function
     problem = "select jobfeed.submission_problem(repeat('a', $1), '{}', $2)"
     assert await pool.fetchval(problem, limits.MAX_TARGET_BYTES, limits.MAX_PAYLOAD_BYTES) is None
     refused = await pool.fetchval(problem, limits.MAX_TARGET_BYTES + 1, limits.MAX_PAYLOAD_BYTES)
     assert refused[1] == "invalid_target"
+    key = "select jobfeed.key_problem(repeat('é', $1))"
+    assert await pool.fetchval(key, limits.MAX_TARGET_BYTES // 2) is None
+    assert (await pool.fetchval(key, limits.MAX_TARGET_BYTES // 2 + 1))[1] == "invalid_concurrency_key"
+    # no CHECK constraint on jobs is left to hold them
+    assert await pool.fetchval("select count(*) from pg_constraint c "
+                               "where c.conrelid = 'jobfeed.jobs'::regclass and c.contype = 'c'") == 0
 
 
 async def test_every_sql_payload_limit_defaults_to_the_pythons(pool):

@@ -113,6 +113,8 @@ CALLS = {
     "state_counts": "select jobfeed.state_counts(false)",
     "stats_of": "select jobfeed.stats_of('{}', '{}', 15, now())",
     "submission_problem": "select jobfeed.submission_problem('t', '{}', 1)",
+    "key_problem": "select jobfeed.key_problem('k')",
+    "became_final": "select jobfeed.became_final('running', 'completed')",
     "clock": "select jobfeed.clock(now())",
     "may_set_clock": "select jobfeed.may_set_clock()",
     "uuid_v7": "select jobfeed.uuid_v7()",
