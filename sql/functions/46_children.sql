@@ -67,7 +67,8 @@ begin
     for v_c in select * from jsonb_to_recordset(coalesce(p_children, '[]'))
                    as c(id uuid, kind text, target text, payload jsonb, priority int, concurrency_key text) loop
         continue when exists (select from jobfeed.jobs j where j.id = v_c.id);
-        -- the row's rules (ctx.submit checked them, and the payload's size: no limit here)
+        -- a job row's rules, whoever calls (ctx.submit checked them first, and the
+        -- payload's size, which is not limited here)
         v_problem := coalesce(jobfeed.submission_problem(v_c.target, v_c.payload, null),
                               jobfeed.key_problem(v_c.concurrency_key));
         if v_problem is not null then
