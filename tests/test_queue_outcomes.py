@@ -334,15 +334,12 @@ async def test_bad_submission_is_refused_and_changes_nothing(pool, queue, k):
 # Bad rows as a caller of the SQL functions could send them, past the Python
 # checks: (statement, arguments, the code the database answers).
 _CHILD = "select jobfeed.complete_spawning($1, $2, '{}', $3::jsonb)"
+_QUICK = "select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, {view})"
 BAD_ROWS = [
-    ("select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, false)",
-     ("", "{}", None), "invalid_target"),
-    ("select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, false)",
-     ("t", "[1]", None), "invalid_payload"),
-    ("select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, false)",
-     ("t", "{}", ""), "invalid_concurrency_key"),
-    ("select * from jobfeed.submit_quick('k', $1, $2::jsonb, null, 65536, null, null, $3, true)",
-     ("t", "{}", "x" * 513), "invalid_concurrency_key"),
+    (_QUICK.format(view="false"), ("", "{}", None), "invalid_target"),
+    (_QUICK.format(view="false"), ("t", "[1]", None), "invalid_payload"),
+    (_QUICK.format(view="false"), ("t", "{}", ""), "invalid_concurrency_key"),
+    (_QUICK.format(view="true"), ("t", "{}", "x" * 513), "invalid_concurrency_key"),
     ("select * from jobfeed.submit_v2('k', $1, $2::jsonb, null, 65536, null, null, $3)",
      ("t", "{}", "é" * 257), "invalid_concurrency_key"),
     ("select * from jobfeed.submit_many_v2('k', array[$1, 'u'], array[$2::jsonb, '{}'], null, 65536, null, null, $3)",
