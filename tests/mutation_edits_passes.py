@@ -439,4 +439,8 @@ PASS_EDITS: list[Edit] = [
          '        if "\\\\ud" in text:', '        if False:',
          ("tests/test_producer_checks.py::test_a_payload_postgresql_cannot_store_is_refused_naming_its_item",),
          "a lone surrogate in a batch's payload is refused naming its item"),
+    Edit("run-context-kept", "worker/attempts.py",
+         "            subtasks.on_exit.reset(token)\n", "",
+         ("tests/test_worker_hotpath.py::test_a_finished_run_leaves_nothing_to_the_garbage_collector",),
+         "a finished run's task and entry are freed without the garbage collector"),
 ]

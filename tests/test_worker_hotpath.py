@@ -5,8 +5,10 @@ coalesced."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 from jobfeed.worker import db
+from jobfeed.worker.tasks import Transient
 from test_worker_runner import spec
 from waiting import eventually, wait_state
 
@@ -104,6 +106,37 @@ async def test_progress_is_coalesced_and_the_last_report_lands(queue, pool, run)
     assert view["progress"] == {"done": 2000, "total": 2000, "message": "step 2000"}
     mine = [p for p in seen if str(job_id) in p]
     assert 3 <= len(mine) <= 12, len(mine)
+
+
+async def test_a_finished_run_leaves_nothing_to_the_garbage_collector(queue, pool, run):
+    """A run's task, its context and the runner's entry for it are freed by
+    their reference counts as the run ends, whatever its outcome: a reference
+    cycle among them left a job's worth of objects per job to the collector,
+    which then walked every job in flight, again and again (bench/README.md,
+    thirty-fourth round)."""
+    async def once(job, ctx):
+        if job.attempt == 1 and job.target.startswith("retry"):
+            raise Transient("flaky", "again")
+        if job.attempt == 1 and job.target.startswith("bug"):
+            raise KeyError("a bug, retried")
+        return {"ok": True}
+
+    async def run_jobs(n: int) -> None:
+        targets = [f"{t}-{i}-{n}" for t in ("done", "retry", "bug") for i in range(n)]
+        ids = [(await queue.submit("once", target))[0] for target in targets]
+        for job_id in ids:
+            await wait_state(pool, job_id, "completed", timeout=10)
+
+    await run(spec("once", once, lease=30.0))
+    await run_jobs(2)  # what is made once (statements prepared, ...) is made here
+    gc.collect()
+    gc.disable()
+    try:
+        await run_jobs(20)  # 100 runs
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert found < 100, f"{found} objects in reference cycles after 100 runs"
 
 
 async def test_a_submit_wakes_as_many_workers_as_it_made_jobs(pool, dsn, queue):

@@ -92,12 +92,17 @@ class Attempts:
                                                             key, entry, "timeout")
 
     async def _run_attempt(self, key: tuple[uuid.UUID, int], entry: Running, spec: TaskSpec) -> None:
-        subtasks.on_exit.set(functools.partial(self._exited, key, entry))  # for the tasks the handler starts
+        # For the tasks the handler starts. Taken back when the run ends: the
+        # task's context holding the entry, which holds the task, is a cycle
+        # that only the garbage collector would free, a job's worth of objects
+        # per job.
+        token = subtasks.on_exit.set(functools.partial(self._exited, key, entry))
         try:
             outcome = await self._outcome(key, entry, spec)
             if outcome is not None and not entry.abandoned:
                 await self._record(key, entry, outcome)
         finally:
+            subtasks.on_exit.reset(token)
             if not entry.abandoned:  # else the give-up's task ends it
                 self._end(key, entry)
 
