@@ -66,9 +66,16 @@ class App(Starlette):
     layer is a coroutine per message, and a fan-out sends one per watcher."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope[BODY_SEND] = send
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            return await super().__call__(scope, receive, send)
+        scope[BODY_SEND] = send
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # The server's send is a method of the object that holds the scope:
+            # left in it, every request would be a reference cycle, freed only
+            # by the garbage collector.
+            del scope[BODY_SEND]
 
 
 class JobStream:

@@ -3,6 +3,7 @@ UI's pages and CORS."""
 
 from __future__ import annotations
 
+import gc
 import re
 import uuid
 
@@ -24,6 +25,51 @@ async def app(dsn):
 async def client(app):
     async with asgi_client(app) as c:
         yield c
+
+
+class _ServerCycle:
+    """What an ASGI server keeps for a request (uvicorn's RequestResponseCycle):
+    the scope, and the send it gives the app, a method of its own."""
+
+    def __init__(self, path: str):
+        self.scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+                      "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+                      "query_string": b"", "headers": [(b"host", b"jobfeed.test")],
+                      "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80)}
+        self.status = 0
+
+    async def receive(self) -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+
+
+async def test_a_request_leaves_nothing_to_the_garbage_collector(app):
+    """The app keeps nothing of a request in its scope that refers back to the
+    server's objects for it: such a cycle per request left the collector
+    walking the young objects every few thousand requests (bench/README.md,
+    thirty-fourth round)."""
+    async with app.router.lifespan_context(app):
+        paths = ("/healthz", f"/api/jobs/{UNKNOWN_JOB_ID}", "/api/kinds") * 10
+        for path in paths[:3]:  # what is made once is made here
+            cycle = _ServerCycle(path)
+            await app(cycle.scope, cycle.receive, cycle.send)
+        statuses = []
+        gc.collect()
+        gc.disable()
+        try:
+            for path in paths:
+                cycle = _ServerCycle(path)
+                await app(cycle.scope, cycle.receive, cycle.send)
+                statuses.append(cycle.status)
+            del cycle
+            found = gc.collect()
+        finally:
+            gc.enable()
+    assert statuses == [200, 404, 200] * 10
+    assert found < len(paths), f"{found} objects in reference cycles after {len(paths)} requests"
 
 
 async def test_healthz_and_readyz(client, pool):
