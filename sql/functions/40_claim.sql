@@ -85,7 +85,10 @@ begin
                         order by q.priority desc, q.run_after, q.id
                         limit p_limit - cardinality(v_reclaimed)
                         for update skip locked))
-            returning j.*
+            -- only what the caller reads: a CTE keeps whole rows, payloads and results
+            -- included, for every job claimed
+            returning j.id, j.kind, j.target, j.payload, j.attempts, j.max_attempts, j.generation,
+                      j.lease_until, j.checkpoint, j.run_after, j.created_at, j.traceparent, j.version
         ), note as (
             select jobfeed.notify_changed(array_agg(u.id), array_agg(u.version)) from upd u
         )

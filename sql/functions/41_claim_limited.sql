@@ -132,7 +132,9 @@ begin
                        version = j.version + (j.generation = 0)::int,
                        updated_at = case when j.generation = 0 then v_at else j.updated_at end
                  where j.id = any (v_ids)
-                returning j.*
+                -- only what the caller reads, as in claim_kind_v2
+                returning j.id, j.kind, j.target, j.payload, j.attempts, j.max_attempts, j.generation,
+                          j.lease_until, j.checkpoint, j.run_after, j.created_at, j.traceparent, j.version
             ), note as (
                 select jobfeed.notify_changed(array_agg(u.id), array_agg(u.version)) from upd u
             )
