@@ -75,7 +75,7 @@ class App(Starlette):
             # The server's send is a method of the object that holds the scope:
             # left in it, every request would be a reference cycle, freed only
             # by the garbage collector.
-            del scope[BODY_SEND]
+            scope.pop(BODY_SEND, None)
 
 
 class JobStream:
