@@ -125,6 +125,10 @@ QUEUE_EDITS: list[Edit] = [
          "        when jobfeed.may_set_clock() then p_now\n",
          "        when (select jobfeed.may_set_clock()) then p_now\n",
          (SECURITY,), "clock() is inlined (no function call per statement)"),
+    Edit("claim-sorts-backlog", "sql/functions/40_claim.sql",
+         "set enable_seqscan = off set enable_sort = off as $$", "set enable_seqscan = off as $$",
+         (f"{CLAIMS}::test_a_claim_reads_a_young_tables_backlog_in_order_and_stops",),
+         "a claim reads the backlog in its order and stops, stats or none"),
     Edit("claim-keeps-generation", "sql/functions/40_claim.sql",
          "generation = j.generation + 1,", "generation = greatest(j.generation, 1),",
          (Q_FENCE, Q_RACE), "every claim bumps the generation (the fence)"),
@@ -295,6 +299,10 @@ QUEUE_EDITS: list[Edit] = [
          "    if v_state not in ('waiting', 'queued', 'running', 'completed') then",
          (ADMIN_STATES, ADMIN), "a finished job cannot be canceled (409)"),
     # ------------------------------------------------------------ sweeper
+    Edit("sweep-sorts-expired", "sql/functions/70_sweep.sql",
+         "pg_temp set enable_sort = off as $$", "pg_temp as $$",
+         (f"{SWEEP}::test_a_sweep_reads_a_young_tables_expired_jobs_in_order_and_stops",),
+         "a sweep's batch reads the expired jobs in order and stops, stats or none"),
     Edit("sweep-unfinished", "sql/functions/70_sweep.sql",
          # guarded twice: in the pick and again in the DELETE
          ("         where j.state in ('completed', 'failed', 'canceled')\n           and j.finished_at",

@@ -265,7 +265,7 @@ SERVICE_EDITS: list[Edit] = [
          (OUTPUTS + "::test_outputs_follow_the_job_views_access_rules",),
          "outputs have the job view's access rules"),
     Edit("claim-scans-young-table", "sql/functions/40_claim.sql",
-         "language plpgsql set enable_seqscan = off as $$", "language plpgsql as $$",
+         "language plpgsql set enable_seqscan = off set enable_sort", "language plpgsql set enable_sort",
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a claim finds the picked jobs by key, whatever plan a young table left"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
          NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,

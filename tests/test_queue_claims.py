@@ -132,3 +132,26 @@ async def test_the_workers_claim_commits_unflushed_unless_a_job_may_run_only_onc
                 assert await conn.fetchval("show synchronous_commit") == "on"
         finally:
             await conn.execute("reset synchronous_commit")
+
+
+@pytest.mark.parametrize("limit", [None, "max_running_per_key"])
+async def test_a_claim_reads_a_young_tables_backlog_in_order_and_stops(pool, limit):
+    """A table not yet analyzed estimates a row or two for any scan, and with a
+    backlog of this size a plan read every queued job of the kind through
+    jobs_queued_due and sorted them to keep the first few: each claim's cost
+    grew with the backlog.
+    The claim reads jobs_queued_priority in its order and stops at its limit,
+    with or without a per-key cap (whose pick scans a few candidates more)."""
+    await register(pool, "k")
+    if limit:
+        await pool.execute(f"update jobfeed.kinds set {limit} = 1 where kind = 'k'")
+    await pool.execute("insert into jobfeed.jobs (kind, target, run_after, concurrency_key) "
+                       "select 'k', 't' || g, now() - interval '1 second', 'key' || g "
+                       "from generate_series(1, 60000) g")
+    async with pool.acquire() as conn, conn.transaction():
+        claimed = await conn.fetchval("select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')")
+        # index entries read in this transaction, all of the table's indexes
+        read = await conn.fetchval("select sum(pg_stat_get_xact_tuples_returned(i.indexrelid)) from pg_index i "
+                                   "where i.indrelid = 'jobfeed.jobs'::regclass")
+    assert claimed == 10
+    assert read < 1000, f"the claim read {read} index entries for 10 jobs"

@@ -44,6 +44,19 @@ async def test_only_finished_jobs_past_retention_are_deleted(queue, pool, demo_k
     assert await sweeper.sweep_once() == {"expired": 0, "left": 0, "deleted": 0}
 
 
+async def test_a_sweep_reads_a_young_tables_expired_jobs_in_order_and_stops(pool, demo_kind):
+    """Before any analyze every estimate is a row or two, and a plan could read
+    all the expired jobs and sort them to delete the oldest batch, at every
+    batch. The delete reads jobs_finished_at in order and stops at its limit."""
+    await plant(pool, 60000, "completed", "8 days")
+    async with pool.acquire() as conn, conn.transaction():
+        deleted = await conn.fetchval("select jobfeed.delete_finished('7 days', 100)")
+        read = await conn.fetchval("select sum(pg_stat_get_xact_tuples_returned(i.indexrelid)) from pg_index i "
+                                   "where i.indrelid = 'jobfeed.jobs'::regclass")
+    assert deleted == 100
+    assert read < 1000, f"deleting 100 jobs read {read} index entries"
+
+
 async def test_sweeper_fails_expired_leases_with_no_attempts_left(queue, pool, demo_kind):
     job_id = (await queue.submit("demo", "x")).id
     await pool.execute("update jobfeed.jobs set state = 'running', attempts = max_attempts, generation = 5, "

@@ -9,9 +9,14 @@
 -- change (what the worker's timings and spans read, without a second look).
 -- One kind per statement, in a sub-select with LIMIT and SKIP LOCKED, so no
 -- more rows are locked than are claimed and concurrent claimers never wait.
--- Without sequential scans: PL/pgSQL keeps the plans of a worker's first
--- claims, and on a young table (not yet analyzed) those read every row to find
--- the picked ids, a cost growing with each job until autovacuum analyzes.
+-- Without sequential scans or sorts: PL/pgSQL keeps the plans of a worker's
+-- first claims, and on a young table (not yet analyzed, every estimate a row or
+-- two) those read every row to find the picked ids, or every queued row of the
+-- kind through jobs_queued_due and sort them all to keep the first p_limit
+-- (LockRows sits between the Limit and the Sort, so the sort is not bounded):
+-- a cost growing with the backlog until autovacuum analyzes. jobs_queued_priority
+-- has the claim's order; claim_limited_v2, called from here, runs under the same
+-- settings, and its sorts of a few candidates remain (nothing else gives their order).
 -- (claim_kind, unreleased, answered without the last three columns.)
 drop function if exists jobfeed.claim_kind(text, int, text, interval, timestamptz, boolean);
 create or replace function jobfeed.claim_kind_v2(
@@ -19,7 +24,7 @@ create or replace function jobfeed.claim_kind_v2(
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
                generation int, lease_until timestamptz, checkpoint jsonb, lease interval,
                run_after timestamptz, created_at timestamptz, traceparent text)
-language plpgsql set enable_seqscan = off as $$
+language plpgsql set enable_seqscan = off set enable_sort = off as $$
 #variable_conflict use_column
 declare
     v_lease interval;

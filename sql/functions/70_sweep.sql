@@ -35,10 +35,13 @@ $$;
 -- names in its `after` or its ctx.wait_for (job_deps), nor children of an
 -- unfinished parent, nor a parent of an unfinished child (a fire-and-forget
 -- child's parent_id keeps naming a job; a probe of jobs_parent, empty for
--- jobs that have no children).
+-- jobs that have no children). Without sorts: on a table not yet analyzed, a
+-- plan could read every expired job and sort them all to keep the oldest
+-- p_limit (FOR UPDATE between the LIMIT and the sort leaves it unbounded), at
+-- every call; jobs_finished_at has them in order.
 create or replace function jobfeed.delete_finished(
     p_retention interval, p_limit int default 1000, p_now timestamptz default null)
-returns int language sql security definer set search_path = jobfeed, pg_temp as $$
+returns int language sql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$
     with doomed as (
         select j.id from jobfeed.jobs j
          where j.state in ('completed', 'failed', 'canceled')
