@@ -155,3 +155,23 @@ async def test_a_claim_reads_a_young_tables_backlog_in_order_and_stops(pool, lim
                                    "where i.indrelid = 'jobfeed.jobs'::regclass")
     assert claimed == 10
     assert read < 1000, f"the claim read {read} index entries for 10 jobs"
+
+
+async def test_a_workers_kept_claim_plan_probes_dependencies_by_key_as_they_grow(pool):
+    """The worker's claim keeps one generic plan per session, made at its first
+    claim. Made while job_deps was empty, its look for claimed jobs that wait
+    on others could read the whole table at every claim once workflows had
+    filled it; it probes by key instead."""
+    await register(pool, "k")
+    await _backlog(pool, "k", 100, run_after=None)
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')") == 10
+        await conn.execute("insert into jobfeed.jobs (kind, target, state) "
+                           "select 'w', 'p' || g, 'waiting' from generate_series(1, 2000) g")
+        await conn.execute("insert into jobfeed.job_deps (job_id, dep_id, wait_pos) select j.id, gen_random_uuid(), 1 "
+                           "from jobfeed.jobs j, generate_series(1, 10) where j.kind = 'w'")
+        async with conn.transaction():
+            before = await conn.fetchval("select pg_stat_get_xact_tuples_returned('jobfeed.job_deps'::regclass)")
+            assert await conn.fetchval("select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')") == 10
+            read = await conn.fetchval("select pg_stat_get_xact_tuples_returned('jobfeed.job_deps'::regclass)")
+    assert read - before < 100, f"the claim read {read - before} rows of job_deps"

@@ -177,7 +177,10 @@ end $$;
 -- its kind's own). Each function layer costs more than the claim of a job
 -- itself when every claim is a transaction of its own: so one statement with
 -- a kept generic plan, and signals_of and children_of called only when a
--- claimed job has any.
+-- claimed job has any. Without sequential scans: that kept plan is made at a
+-- session's first claim, and one made while job_deps or job_signals was small
+-- would read the whole table at every claim once workflows have filled it
+-- (until an analyze replans it); their primary keys start with job_id.
 -- Its transaction commits without waiting for the WAL flush (a local
 -- synchronous_commit = off; a caller's own transaction around it commits so
 -- too): a claim is a lease, which a database crash right after it may lose;
@@ -190,7 +193,7 @@ returns table (id uuid, kind text, target text, payload jsonb, attempts int, max
                generation int, lease_until timestamptz, checkpoint jsonb, lease interval,
                signals jsonb, children jsonb, wait double precision, age double precision, traceparent text)
 language plpgsql security definer set search_path = jobfeed, pg_temp
-set plan_cache_mode = force_generic_plan as $$
+set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$
 #variable_conflict use_column
 begin
     return query
