@@ -173,6 +173,49 @@ async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cac
         await conn.close()
 
 
+async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans(pool, dsn):
+    # As above, for the other calls a long-lived session makes by job id: a
+    # retry's attempt log (every failure, release and cancel writes it so), the
+    # feed's re-read of views, the sweeper's look for overdue signals, the hold
+    # a submit with dependencies takes on them. Planned
+    # on a tiny table, each read the whole table at every call as it grew.
+    await register(pool, "k")
+    conn = await db.connect(dsn)
+    job: dict = {}
+    seen: list = []
+    calls = {"claim": (query("claim"), lambda: (["k"], 1, "w1", None)),
+             "fail_transient": (query("fail_transient"), lambda: (job["id"], job["generation"], "flaky", "", None)),
+             # the feed re-reads its watched jobs in batches
+             "get_jobs": (query("get_jobs"), lambda: (seen,)),
+             "sweep_expired": (query("sweep_expired"), lambda: ()),
+             # what a submit with after= (and a retry) holds its dependencies with
+             "hold_dependencies": ("select jobfeed.hold_dependencies($1)", lambda: ([job["id"]],))}
+
+    async def cycle(target: str, plans_of: bool) -> None:
+        await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", target)
+        for name, (sql, args) in calls.items():
+            if plans_of:
+                rows, plans = await explained(conn, sql, *args(), analyze=True)
+                assert _most_rows_one_node_read(plans) <= 100, (name, _heavy_lines(plans))
+            else:
+                rows = await conn.fetch(sql, *args())
+            if name == "claim":
+                assert len(rows) == 1
+                job.update(id=rows[0]["id"], generation=rows[0]["generation"])
+                seen.append(job["id"])
+
+    try:
+        for i in range(10):
+            await cycle(f"early{i}", plans_of=False)
+        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
+        await cycle("late", plans_of=True)
+        assert await pool.fetchval("select count(*) from jobfeed.attempts a join jobfeed.jobs j on j.id = a.job_id "
+                                   "where j.target = 'late' and a.outcome = 'transient'") == 1
+    finally:
+        await conn.close()
+
+
 async def test_admin_list_pages_by_filter_newest_first(queue, pool):
     await register(pool, "a")
     await register(pool, "b")

@@ -174,9 +174,12 @@ $$;
 -- hold the attempt's number, worker and claim time. p_generations null: the
 -- jobs' current ones. (complete_many logs only a rerun's completion, from its
 -- UPDATE; a completed job's row is its last attempt's record: ended_attempts.)
+-- The jobs by key (a nested loop on jobs_pkey): its plan is kept for the
+-- session (every retry, failure, release and cancel calls it), and one made on a
+-- tiny table hash-joined a scan of the whole table, kept as it grew.
 create or replace function jobfeed.finish_attempts(
     p_ids uuid[], p_generations int[], p_outcome text, p_code text, p_message text, p_now timestamptz)
-returns void language sql as $$
+returns void language sql set enable_seqscan = off set enable_hashjoin = off set enable_mergejoin = off as $$
     insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at, finished_at,
                                   outcome, error_code, error_message)
     select j.id, j.generation, j.attempts, j.worker_id, j.claimed_at, p_now, p_outcome, p_code, p_message

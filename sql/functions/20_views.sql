@@ -117,9 +117,11 @@ returns jsonb language sql stable security definer set search_path = jobfeed, pg
 $$;
 
 -- Public views of many jobs at once (the feed re-reads after a notification),
--- with their positions (one pass for the lot).
+-- with their positions (one pass for the lot). The rows by key, whatever the
+-- kept plan was made on (a tiny table: a scan of all of it, at every re-read).
 create or replace function jobfeed.get_jobs(p_ids uuid[])
-returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp
+set enable_seqscan = off as $$
     -- each row read once; positions asked only for the queued ones (none, in
     -- the common re-read of running jobs' progress)
     with rows as materialized (

@@ -80,9 +80,9 @@ end $$;
 -- marked has_dependents the UPDATE that marks it (the trigger on job_deps
 -- would mark it too, but there upgrading two submitters' share locks on the
 -- same job would deadlock). One row at a time, in id order, as every writer
--- locks jobs.
+-- locks jobs. By key, whatever the kept plan was made on.
 create or replace function jobfeed.hold_dependencies(p_ids uuid[])
-returns uuid[] language plpgsql as $$
+returns uuid[] language plpgsql set enable_seqscan = off as $$
 declare
     v_job record;
     v_held uuid[] := '{}';
@@ -232,9 +232,10 @@ begin
 end $$;
 
 -- Fail waiting jobs whose signals did not all arrive by their deadline
--- (signal_timeout). Called by the sweeper (sweep_expired).
+-- (signal_timeout). Called by the sweeper (sweep_expired), whose session keeps
+-- the plan: the overdue signals' jobs by key, not a scan of every job.
 create or replace function jobfeed.fail_signal_timeouts(p_now timestamptz)
-returns int language plpgsql as $$
+returns int language plpgsql set enable_seqscan = off as $$
 declare
     v_ids uuid[];
     v_vers bigint[];
