@@ -129,6 +129,13 @@ async def pages_of(conn, sql: str, *args) -> int:
     return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
 
 
+async def jobs_index_entries_read(conn) -> int:
+    """Index entries of jobfeed.jobs this connection has read and not yet
+    reported (pending statistics: this transaction's, at least)."""
+    return await conn.fetchval("select sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint from pg_index i "
+                               "where i.indrelid = 'jobfeed.jobs'::regclass")
+
+
 async def explained(conn, sql: str, *args, analyze: bool = False, buffers: bool = False):
     """The call's rows, and the plans of every statement it runs, nested ones
     included (with the rows each node read, when `analyze`; the pages, when

@@ -123,6 +123,18 @@ async def test_a_batch_completion_reads_each_job_once_whatever_plan_was_cached(p
         await conn.close()
 
 
+async def _call_each(conn, calls: dict, plans_of: bool, took) -> None:
+    """Run each named call in order, handing its rows to took(name, rows);
+    with plans_of, no node of any statement it ran may read more than 100 rows."""
+    for name, (sql, args) in calls.items():
+        if plans_of:
+            rows, plans = await explained(conn, sql, *args(), analyze=True)
+            assert _most_rows_one_node_read(plans) <= 100, (name, _heavy_lines(plans))
+        else:
+            rows = await conn.fetch(sql, *args())
+        took(name, rows)
+
+
 async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans(pool, dsn):
     # A worker starts on a nearly empty table and PL/pgSQL keeps the plans its
     # first claims made; before autovacuum next analyzes the table, thousands
@@ -143,17 +155,13 @@ async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cac
              "job_timings": ("select * from jobfeed.job_timings($1)", lambda: (ids,)),
              "complete_many again": (query("complete_many"), lambda: (ids, [1], [None]))}
 
+    def took(name: str, rows) -> None:
+        if name.startswith("claim"):
+            ids[:] = [r["id"] for r in rows]
+            assert len(ids) == 1
+
     async def cycle(plans_of: bool) -> None:
-        nonlocal ids
-        for name, (sql, args) in calls.items():
-            if plans_of:
-                rows, plans = await explained(conn, sql, *args(), analyze=True)
-                assert _most_rows_one_node_read(plans) <= 100, (name, _heavy_lines(plans))
-            else:
-                rows = await conn.fetch(sql, *args())
-            if name.startswith("claim"):
-                ids = [r["id"] for r in rows]
-                assert len(ids) == 1
+        await _call_each(conn, calls, plans_of, took)
 
     async def two_jobs_later(first: str) -> None:
         for target in (first, first + "-too"):
@@ -191,18 +199,15 @@ async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_un
              # what a submit with after= (and a retry) holds its dependencies with
              "hold_dependencies": ("select jobfeed.hold_dependencies($1)", lambda: ([job["id"]],))}
 
+    def took(name: str, rows) -> None:
+        if name == "claim":
+            assert len(rows) == 1
+            job.update(id=rows[0]["id"], generation=rows[0]["generation"])
+            seen.append(job["id"])
+
     async def cycle(target: str, plans_of: bool) -> None:
         await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", target)
-        for name, (sql, args) in calls.items():
-            if plans_of:
-                rows, plans = await explained(conn, sql, *args(), analyze=True)
-                assert _most_rows_one_node_read(plans) <= 100, (name, _heavy_lines(plans))
-            else:
-                rows = await conn.fetch(sql, *args())
-            if name == "claim":
-                assert len(rows) == 1
-                job.update(id=rows[0]["id"], generation=rows[0]["generation"])
-                seen.append(job["id"])
+        await _call_each(conn, calls, plans_of, took)
 
     try:
         for i in range(10):
