@@ -131,7 +131,8 @@ async def pages_of(conn, sql: str, *args) -> int:
 
 async def jobs_index_entries_read(conn) -> int:
     """Index entries of jobfeed.jobs this connection has read and not yet
-    reported (pending statistics: this transaction's, at least)."""
+    reported (pending statistics, which may hold earlier transactions' too:
+    take the difference around the call measured)."""
     return await conn.fetchval("select sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint from pg_index i "
                                "where i.indrelid = 'jobfeed.jobs'::regclass")
 

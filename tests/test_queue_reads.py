@@ -185,8 +185,8 @@ async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_un
     # As above, for the other calls a long-lived session makes by job id: a
     # retry's attempt log (every failure, release and cancel writes it so), the
     # feed's re-read of views, the sweeper's look for overdue signals, the hold
-    # a submit with dependencies takes on them. Planned
-    # on a tiny table, each read the whole table at every call as it grew.
+    # a submit with dependencies takes on them. Planned on a tiny table, each
+    # read the whole table at every call as it grew.
     await register(pool, "k")
     conn = await db.connect(dsn)
     job: dict = {}
