@@ -10,6 +10,9 @@ from mutation_edit import (
     WAITS, WEBHOOKS,
 )
 
+# the calls a long-lived session makes by job id, under plans kept from a tiny table
+KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans"
+
 SERVICE_EDITS: list[Edit] = [
     # ------------------------------------------------------------ feed and streams
     Edit("feed-admin-no-resync", "api/feed.py",
@@ -270,19 +273,19 @@ SERVICE_EDITS: list[Edit] = [
     Edit("attempt-log-scans-kept-plan", "sql/functions/10_helpers.sql",
          "returns void language sql set enable_seqscan = off set enable_hashjoin = off set enable_mergejoin = off as $$",
          "returns void language sql as $$",
-         (READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans",), "a retry's attempt log finds the job by key, whatever plan the session kept"),
+         (KEPT_PLANS,), "a retry's attempt log finds the job by key, whatever plan the session kept"),
     Edit("views-reread-scans-kept-plan", "sql/functions/20_views.sql",
          "returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp\nset enable_seqscan = off as $$",
          "returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$",
-         (READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans",), "the feed's re-read finds the views by key, whatever plan the session kept"),
+         (KEPT_PLANS,), "the feed's re-read finds the views by key, whatever plan the session kept"),
     Edit("signal-sweep-scans-kept-plan", "sql/functions/45_workflows.sql",
          "returns int language plpgsql set enable_seqscan = off as $$\ndeclare\n    v_ids uuid[];\n    v_vers bigint[];",
          "returns int language plpgsql as $$\ndeclare\n    v_ids uuid[];\n    v_vers bigint[];",
-         (READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans",), "the sweeper finds overdue signals' jobs by key, whatever plan it kept"),
+         (KEPT_PLANS,), "the sweeper finds overdue signals' jobs by key, whatever plan it kept"),
     Edit("dependency-hold-scans-kept-plan", "sql/functions/45_workflows.sql",
          "returns uuid[] language plpgsql set enable_seqscan = off as $$",
          "returns uuid[] language plpgsql as $$",
-         (READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans",), "a submit's hold on its dependencies finds them by key, whatever plan the session kept"),
+         (KEPT_PLANS,), "a submit's hold on its dependencies finds them by key, whatever plan the session kept"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
          NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),

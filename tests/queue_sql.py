@@ -129,12 +129,16 @@ async def pages_of(conn, sql: str, *args) -> int:
     return top["Shared Hit Blocks"] + top["Shared Read Blocks"]
 
 
-async def jobs_index_entries_read(conn) -> int:
-    """Index entries of jobfeed.jobs this connection has read and not yet
-    reported (pending statistics, which may hold earlier transactions' too:
-    take the difference around the call measured)."""
-    return await conn.fetchval("select sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint from pg_index i "
-                               "where i.indrelid = 'jobfeed.jobs'::regclass")
+async def value_and_index_entries_read(pool, sql: str):
+    """sql's value (fetchval), and the index entries of jobfeed.jobs it read:
+    the difference of its connection's pending statistics around it (they may
+    hold what earlier transactions on that connection read)."""
+    pending = ("select sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint from pg_index i "
+               "where i.indrelid = 'jobfeed.jobs'::regclass")
+    async with pool.acquire() as conn, conn.transaction():
+        before = await conn.fetchval(pending)
+        value = await conn.fetchval(sql)
+        return value, await conn.fetchval(pending) - before
 
 
 async def explained(conn, sql: str, *args, analyze: bool = False, buffers: bool = False):

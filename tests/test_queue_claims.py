@@ -9,7 +9,7 @@ import datetime as dt
 
 import pytest
 
-from queue_sql import T0, jobs_index_entries_read, register
+from queue_sql import T0, register, value_and_index_entries_read
 
 
 async def _backlog(pool, kind: str, n: int, run_after: dt.datetime | None = T0) -> None:
@@ -148,10 +148,8 @@ async def test_a_claim_reads_a_young_tables_backlog_in_order_and_stops(pool, lim
     await pool.execute("insert into jobfeed.jobs (kind, target, run_after, concurrency_key) "
                        "select 'k', 't' || g, now() - interval '1 second', 'key' || g "
                        "from generate_series(1, 60000) g")
-    async with pool.acquire() as conn, conn.transaction():
-        before = await jobs_index_entries_read(conn)
-        claimed = await conn.fetchval("select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')")
-        read = await jobs_index_entries_read(conn) - before
+    claimed, read = await value_and_index_entries_read(
+        pool, "select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')")
     assert claimed == 10
     assert read < 1000, f"the claim read {read} index entries for 10 jobs"
 

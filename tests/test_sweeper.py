@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from conftest import JOBFEED, worker_env
-from queue_sql import jobs_index_entries_read
+from queue_sql import value_and_index_entries_read
 from jobfeed.worker import metrics
 from jobfeed.worker.sweeper import Sweeper
 from waiting import eventually
@@ -50,10 +50,7 @@ async def test_a_sweep_reads_a_young_tables_expired_jobs_in_order_and_stops(pool
     all the expired jobs and sort them to delete the oldest batch, at every
     batch. The delete reads jobs_finished_at in order and stops at its limit."""
     await plant(pool, 60000, "completed", "8 days")
-    async with pool.acquire() as conn, conn.transaction():
-        before = await jobs_index_entries_read(conn)
-        deleted = await conn.fetchval("select jobfeed.delete_finished('7 days', 100)")
-        read = await jobs_index_entries_read(conn) - before
+    deleted, read = await value_and_index_entries_read(pool, "select jobfeed.delete_finished('7 days', 100)")
     assert deleted == 100
     assert read < 1000, f"deleting 100 jobs read {read} index entries"
 
