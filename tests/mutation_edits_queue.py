@@ -233,8 +233,8 @@ QUEUE_EDITS: list[Edit] = [
          "and j.generation = t.generation\n           and exists",
          (Q_FENCE, RUNNER), "a canceled job's lease is lost at the next heartbeat"),
     Edit("transient-unfenced", "sql/functions/50_outcomes.sql",
-         "     where j.id = p_id and j.generation = p_generation and j.state = 'running'\n       for update of j;",
-         "     where j.id = p_id and j.state = 'running'\n       for update of j;",
+         "     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'\n       for update of j;",
+         "     where j.id = p_id and j.state::text = 'running'\n       for update of j;",
          (Q_FENCE, Q_OUT), "fail_transient is fenced by generation"),
     Edit("transient-never-fails", "sql/functions/50_outcomes.sql",
          "    if v_attempts >= v_max then", "    if v_attempts > v_max then",
@@ -249,18 +249,18 @@ QUEUE_EDITS: list[Edit] = [
          (Q_PUBLIC, Q_OUT, SSE), "errors of attempts that will be retried are never public"),
     Edit("permanent-unfenced", "sql/functions/50_outcomes.sql",
          "           last_error_code = p_code, last_error_message = p_message, version = j.version + 1\n"
-         "     where j.id = p_id and j.generation = p_generation and j.state = 'running'\n"
+         "     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'\n"
          "    returning j.version, j.kind into v_ver, v_kind;",
          "           last_error_code = p_code, last_error_message = p_message, version = j.version + 1\n"
-         "     where j.id = p_id and j.state = 'running'\n"
+         "     where j.id = p_id and j.state::text = 'running'\n"
          "    returning j.version, j.kind into v_ver, v_kind;",
          (Q_FENCE, Q_OUT), "fail_permanent is fenced by generation"),
     Edit("release-counts-attempt", "sql/functions/50_outcomes.sql",
          "attempts = greatest(j.attempts - 1, 0)", "attempts = j.attempts",
          (Q_OUT, PROCESS), "a release does not count the attempt"),
     Edit("release-unfenced", "sql/functions/50_outcomes.sql",
-         "    perform from jobfeed.jobs j\n     where j.id = p_id and j.generation = p_generation and j.state = 'running'",
-         "    perform from jobfeed.jobs j\n     where j.id = p_id and j.state = 'running'",
+         "    perform from jobfeed.jobs j\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
+         "    perform from jobfeed.jobs j\n     where j.id = p_id and j.state::text = 'running'",
          (Q_FENCE, Q_OUT), "release is fenced by generation"),
     Edit("progress-goes-backwards", "sql/functions/50_outcomes.sql",
          "or jobfeed.progress_behind(v_new, v_old) then",

@@ -13,6 +13,17 @@ from mutation_edit import (
 # the calls a long-lived session makes by job id, under plans kept from a tiny table
 KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans"
 
+# what a worker writes about a job it holds, under plans kept while few jobs ran
+HELD_BY_KEY = READS + "::test_a_workers_writes_find_their_job_by_key_with_thousands_running_under_kept_plans"
+
+
+def _running_plainly(name: str, file: str, look: str, what: str) -> Edit:
+    """look, a fenced look at one job by id, testing its state plainly: the
+    plan a session keeps may read every running job's index entry."""
+    return Edit(name, file, look, look.replace("j.state::text = 'running'", "j.state = 'running'"), (HELD_BY_KEY,),
+                f"{what} finds its job by key, whatever plan the session kept")
+
+
 SERVICE_EDITS: list[Edit] = [
     # ------------------------------------------------------------ feed and streams
     Edit("feed-admin-no-resync", "api/feed.py",
@@ -247,8 +258,8 @@ SERVICE_EDITS: list[Edit] = [
          (UPLOADS + "::test_a_duplicate_upload_joins_the_job_and_stores_none_of_its_files",),
          "a duplicate submission joins the job and stores none of its files"),
     Edit("output-not-fenced", "sql/functions/47_files.sql",
-         "    perform from jobfeed.jobs j\n     where j.id = p_job and j.generation = p_generation and j.state = 'running'",
-         "    perform from jobfeed.jobs j\n     where j.id = p_job and j.state = 'running'",
+         "    perform from jobfeed.jobs j\n     where j.id = p_job and j.generation = p_generation and j.state::text = 'running'",
+         "    perform from jobfeed.jobs j\n     where j.id = p_job and j.state::text = 'running'",
          (OUTPUTS + "::test_outputs_are_fenced_by_generation_and_replaced_by_a_later_attempt",),
          "an attempt that lost the job must not publish outputs"),
     Edit("output-not-replaced", "sql/functions/47_files.sql",
@@ -286,6 +297,36 @@ SERVICE_EDITS: list[Edit] = [
          "returns uuid[] language plpgsql set enable_seqscan = off as $$",
          "returns uuid[] language plpgsql as $$",
          (KEPT_PLANS,), "a submit's hold on its dependencies finds them by key, whatever plan the session kept"),
+    _running_plainly("progress-reads-running", "sql/functions/50_outcomes.sql",
+                     "    select j.progress into v_old from jobfeed.jobs j\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
+                     "a progress report"),
+    _running_plainly("checkpoint-reads-running", "sql/functions/50_outcomes.sql",
+                     "        update jobfeed.jobs j set checkpoint = p_state\n         where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
+                     "a checkpoint"),
+    _running_plainly("retry-look-reads-running", "sql/functions/50_outcomes.sql",
+                     "      from jobfeed.jobs j left join jobfeed.kinds k on k.kind = j.kind\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
+                     "a transient failure"),
+    _running_plainly("failure-reads-running", "sql/functions/50_outcomes.sql",
+                     "version = j.version + 1\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
+                     "a permanent failure"),
+    _running_plainly("release-reads-running", "sql/functions/50_outcomes.sql",
+                     "    perform from jobfeed.jobs j\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
+                     "a release"),
+    _running_plainly("rerun-look-reads-running", "sql/functions/35_requests.sql",
+                     "     where j.id = p_id and j.generation = p_generation and j.state::text = 'running' and j.rerun_payload is not null",
+                     "a failure's look for a pending rerun"),
+    _running_plainly("child-seed-reads-running", "sql/functions/46_children.sql",
+                     "and j.state::text = 'running' and j.child_seed is null",
+                     "a first child"),
+    _running_plainly("child-seed-again-reads-running", "sql/functions/46_children.sql",
+                     "and j.state::text = 'running';",
+                     "a further child"),
+    _running_plainly("output-begin-reads-running", "sql/functions/47_files.sql",
+                     "and j.state::text = 'running') then",
+                     "an output begun"),
+    _running_plainly("output-finish-reads-running", "sql/functions/47_files.sql",
+                     "    perform from jobfeed.jobs j\n     where j.id = p_job and j.generation = p_generation and j.state::text = 'running'",
+                     "an output published"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
          NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),

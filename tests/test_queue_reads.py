@@ -221,6 +221,56 @@ async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_un
         await conn.close()
 
 
+async def test_a_workers_writes_find_their_job_by_key_with_thousands_running_under_kept_plans(pool, dsn):
+    # As above, for what a worker writes about one job it holds (its progress,
+    # a checkpoint, children, an output, a failure, a release). Planned on a
+    # young table with a job or two running, each read every running job's
+    # entry in the partial index of running jobs once thousands ran.
+    await register(pool, "k")
+    conn = await db.connect(dsn)
+    held: list = []  # (id, generation) of each job the cycle's claim took
+    file: list = []  # the output begun
+    later = dt.timedelta(hours=1)  # released jobs stay out of the next cycle's claim
+    calls = {"claim": (query("claim"), lambda: (["k"], 7, "w1", None)),
+             "progress": (query("progress"), lambda: (*held[0], 1.0, 2.0, None)),
+             "checkpoint": (query("checkpoint"), lambda: (*held[1], '{"step": 1}')),
+             "child_id": (query("child_id"), lambda: (*held[2], "k", "child", "{}", 65536)),
+             "child_id again": (query("child_id"), lambda: (*held[2], "k", "child-too", "{}", 65536)),
+             "output_begin": (query("output_begin"), lambda: (*held[3], "out.txt", "text/plain", 1024)),
+             "output_finish": (query("output_finish"), lambda: (*held[3], file[0], 0)),
+             "fail_transient": (query("fail_transient"), lambda: (*held[4], "flaky", "", None)),
+             "fail_permanent": (query("fail_permanent"), lambda: (*held[5], "bad", "")),
+             "release": (query("release"), lambda: (*held[6], "stop", later, ""))}
+
+    def took(name: str, rows) -> None:
+        if name == "claim":
+            held[:] = [(r["id"], r["generation"]) for r in rows]
+            assert len(held) == 7
+            return
+        value = rows[0][0]
+        assert value is not None and value is not False, name  # each found its job
+        if name == "output_begin":
+            file[:] = [value]
+
+    async def cycle(tag: str, plans_of: bool) -> None:
+        await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', $1 || g from generate_series(1, 7) g",
+                           tag)
+        await _call_each(conn, calls, plans_of, took)
+
+    try:
+        for i in range(10):
+            await cycle(f"early{i}-", plans_of=False)
+        await pool.execute("insert into jobfeed.jobs (kind, target, state, generation, attempts, worker_id, "
+                           "claimed_at, lease_until) select 'k', 'run' || g, 'running', 1, 1, 'w2', now(), "
+                           "now() + interval '5 minutes' from generate_series(1, 5000) g")
+        await cycle("late-", plans_of=True)
+        states = await pool.fetch("select state::text, count(*) from jobfeed.jobs where target like 'late-%' "
+                                  "group by 1 order by 1")
+        assert [tuple(r) for r in states] == [("failed", 1), ("queued", 2), ("running", 4)]
+    finally:
+        await conn.close()
+
+
 async def test_admin_list_pages_by_filter_newest_first(queue, pool):
     await register(pool, "a")
     await register(pool, "b")

@@ -164,7 +164,7 @@ declare
     v_kind text;
 begin
     select j.kind into v_kind from jobfeed.jobs j
-     where j.id = p_id and j.generation = p_generation and j.state = 'running' and j.rerun_payload is not null
+     where j.id = p_id and j.generation = p_generation and j.state::text = 'running' and j.rerun_payload is not null
        for update;
     if not found then
         return false;

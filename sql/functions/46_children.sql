@@ -27,11 +27,11 @@ begin
     end if;
     -- the seed is drawn once: a concurrent first draw waits, then finds it set
     update jobfeed.jobs j set child_seed = jobfeed.uuid_v7()
-     where j.id = p_parent and j.generation = p_generation and j.state = 'running' and j.child_seed is null
+     where j.id = p_parent and j.generation = p_generation and j.state::text = 'running' and j.child_seed is null
     returning j.child_seed into v_seed;
     if v_seed is null then
         select j.child_seed into v_seed from jobfeed.jobs j
-         where j.id = p_parent and j.generation = p_generation and j.state = 'running';
+         where j.id = p_parent and j.generation = p_generation and j.state::text = 'running';
         if v_seed is null then
             return null;
         end if;

@@ -49,7 +49,7 @@ declare
     v_id bigint;
 begin
     if not exists (select from jobfeed.jobs j
-                    where j.id = p_job and j.generation = p_generation and j.state = 'running') then
+                    where j.id = p_job and j.generation = p_generation and j.state::text = 'running') then
         return null;
     end if;
     delete from jobfeed.job_files f
@@ -78,7 +78,7 @@ declare
     v_ver bigint;
 begin
     perform from jobfeed.jobs j
-     where j.id = p_job and j.generation = p_generation and j.state = 'running'
+     where j.id = p_job and j.generation = p_generation and j.state::text = 'running'
        for update;
     if not found then
         delete from jobfeed.job_files f where f.id = p_file and f.size is null;

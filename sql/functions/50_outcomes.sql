@@ -4,10 +4,12 @@
 -- reclaimed by another worker, canceled, or failed for an expired lease. The
 -- worker must stop and drop its outcome.
 --
--- Batch functions test `j.state::text = 'running'`: written plainly, the planner
--- may pick the partial index of running jobs (estimated tiny after an ANALYZE
--- taken while nothing ran) and filter it once per batch row; this way each row
--- is found by primary key.
+-- Every look at a job by id here (and in start_rerun, child_id, output_begin,
+-- output_finish) tests `j.state::text = 'running'`: written plainly, the
+-- planner may pick the partial index of running jobs (estimated tiny after an
+-- ANALYZE taken while nothing ran, or on a young table not yet analyzed, whose
+-- plan a session then keeps) and read every running job's entry, once per
+-- batch row; this way each row is found by primary key.
 --
 -- Every batch write locks its rows in id order: the heartbeat (extend_many)
 -- and the completion batch (complete_many) run on two connections over
@@ -90,7 +92,7 @@ begin
     end if;
     v_new := jsonb_build_object('done', p_done, 'total', p_total, 'message', p_message);
     select j.progress into v_old from jobfeed.jobs j
-     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'
        for update;
     if not found then
         return false;
@@ -110,7 +112,7 @@ create or replace function jobfeed.checkpoint(p_id uuid, p_generation int, p_sta
 returns boolean language sql security definer set search_path = jobfeed, pg_temp as $$
     with upd as (
         update jobfeed.jobs j set checkpoint = p_state
-         where j.id = p_id and j.generation = p_generation and j.state = 'running'
+         where j.id = p_id and j.generation = p_generation and j.state::text = 'running'
         returning 1
     )
     select exists (select from upd)
@@ -212,7 +214,7 @@ begin
     select j.attempts, j.max_attempts, j.kind, k.backoff, k.jitter
       into v_attempts, v_max, v_kind, v_backoff, v_jitter
       from jobfeed.jobs j left join jobfeed.kinds k on k.kind = j.kind
-     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'
        for update of j;
     if not found then
         return false;
@@ -258,7 +260,7 @@ begin
     update jobfeed.jobs j
        set state = 'failed', lease_until = null, finished_at = v_now, updated_at = v_now,
            last_error_code = p_code, last_error_message = p_message, version = j.version + 1
-     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'
     returning j.version, j.kind into v_ver, v_kind;
     if not found then
         return false;
@@ -281,7 +283,7 @@ declare
     v_kind text;
 begin
     perform from jobfeed.jobs j
-     where j.id = p_id and j.generation = p_generation and j.state = 'running'
+     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'
        for update;
     if not found then
         return false;
