@@ -13,8 +13,8 @@ from mutation_edit import (
 # the calls a long-lived session makes by job id, under plans kept from a tiny table
 KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans"
 
-# what a worker writes about a job it holds, under plans kept while few jobs ran
-HELD_BY_KEY = READS + "::test_a_workers_writes_find_their_job_by_key_with_thousands_running_under_kept_plans"
+# what a worker writes about a job it holds, and an admin's retry, under plans kept while few jobs ran
+HELD_BY_KEY = READS + "::test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans"
 
 
 def _running_plainly(name: str, file: str, look: str, what: str) -> Edit:
@@ -327,6 +327,10 @@ SERVICE_EDITS: list[Edit] = [
     _running_plainly("output-finish-reads-running", "sql/functions/47_files.sql",
                      "    perform from jobfeed.jobs j\n     where j.id = p_job and j.generation = p_generation and j.state::text = 'running'",
                      "an output published"),
+    Edit("retry-due-look-scans-kept-plan", "sql/functions/60_admin.sql",
+         "language plpgsql set enable_seqscan = off as $$\ndeclare\n    v_waited boolean;",
+         "language plpgsql as $$\ndeclare\n    v_waited boolean;",
+         (HELD_BY_KEY,), "an admin's retry looks at the job's dependencies by key, whatever plan the session kept"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
          NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),

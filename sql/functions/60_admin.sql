@@ -40,10 +40,12 @@ end $$;
 -- that wait is what failed it (dependency_failed, signal_timeout): the retry
 -- then runs it without. Its requests ended when it was final: one leaving
 -- later must not count against those who request the retried run. Raises
--- unique_violation when an unfinished job holds its target again.
+-- unique_violation when an unfinished job holds its target again. Without
+-- sequential scans: a plan an admin session kept from a young table read every
+-- job to learn whether this one's dependencies are finished.
 create or replace function jobfeed.requeue(p_id uuid, p_now timestamptz,
                                            out o_version bigint, out o_kind text, out o_due boolean)
-language plpgsql as $$
+language plpgsql set enable_seqscan = off as $$
 declare
     v_waited boolean;
 begin
