@@ -13,6 +13,8 @@ from mutation_edit import (
 # the calls a long-lived session makes by job id, under plans kept from a tiny table
 KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans"
 
+# an admin session's bulk batches, under plans kept from a young table
+BULK_BY_KEY = READS + "::test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans"
 # what a worker writes about a job it holds, and an admin's retry, under plans kept while few jobs ran
 HELD_BY_KEY = READS + "::test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans"
 
@@ -331,6 +333,16 @@ SERVICE_EDITS: list[Edit] = [
          "language plpgsql set enable_seqscan = off as $$\ndeclare\n    v_waited boolean;",
          "language plpgsql as $$\ndeclare\n    v_waited boolean;",
          (HELD_BY_KEY,), "an admin's retry looks at the job's dependencies by key, whatever plan the session kept"),
+    Edit("bulk-retry-pick-kept-plan", "sql/functions/60_admin.sql",
+         ("    execute $pick$\n        select array(\n", "    $pick$ into v_ids using p_state, p_kind, p_error_code, p_ids, p_after, p_limit;\n"),
+         ("    v_ids := (\n        select array(\n", "    );\n"),
+         (BULK_BY_KEY,), "a bulk retry's batch is picked by the filter given, whatever plan the session kept"),
+    Edit("bulk-cancel-scans-kept-plan", "sql/functions/60_admin.sql",
+         "pg_temp set enable_seqscan = off as $$\n#variable_conflict use_column\ndeclare\n    v_now timestamptz := "
+         "jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
+         "pg_temp as $$\n#variable_conflict use_column\ndeclare\n    v_now timestamptz := "
+         "jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
+         (BULK_BY_KEY,), "a bulk cancel updates its batch by key, whatever plan the session kept"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
          NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),

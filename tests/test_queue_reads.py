@@ -273,6 +273,35 @@ async def test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kep
         await conn.close()
 
 
+async def test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans(pool, dsn):
+    # An admin session's bulk cancels and retries, planned on a young table:
+    # the kept plan of a pick written for every filter read every finished
+    # job at each batch once the history grew, whatever the filter named.
+    await register(pool, "k")
+    conn = await db.connect(dsn)
+    job: list = []
+    calls = {"bulk_cancel": (query("bulk_cancel"), lambda: (None, None, None, job, None, 500)),
+             "bulk_retry": (query("bulk_retry"), lambda: (None, None, None, job, None, 500))}
+
+    def took(name: str, rows) -> None:
+        assert (rows[0]["changed"], rows[0]["picked"]) == (1, 1), name
+
+    async def cycle(target: str, plans_of: bool) -> None:
+        job[:] = [await pool.fetchval("insert into jobfeed.jobs (kind, target) values ('k', $1) returning id", target)]
+        await _call_each(conn, calls, plans_of, took)
+
+    try:
+        for i in range(10):
+            await cycle(f"early{i}", plans_of=False)
+        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
+        await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 'q' || g from generate_series(1, 5000) g")
+        await cycle("late", plans_of=True)
+        assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "queued"
+    finally:
+        await conn.close()
+
+
 async def test_admin_list_pages_by_filter_newest_first(queue, pool):
     await register(pool, "a")
     await register(pool, "b")

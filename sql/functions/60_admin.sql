@@ -124,6 +124,12 @@ end $$;
 -- short (picked < p_limit): each batch is its own short transaction, and a
 -- repeated call finds nothing more to do. `changed` counts the jobs this batch
 -- changed; a job that cannot change (its target is held again) is skipped.
+-- A retry batch's pick is dynamic SQL, so it is planned for the filter given:
+-- the plan a session keeps for every filter cannot bound its scan by a filter
+-- that may be null, and one kept from a young table read every finished job at
+-- each batch. The rest of the batch keeps its kept plans (custom plans for it
+-- all, by the function's settings, cost more than twice the time per job). The
+-- cancel's UPDATE of its batch, without sequential scans, finds it by key.
 create or replace function jobfeed.bulk_problem(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[])
 returns void language plpgsql immutable as $$
@@ -150,16 +156,18 @@ declare
     v_kinds text[] := '{}';
 begin
     perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
-    v_ids := array(
-        select j.id from jobfeed.jobs j
-         where j.state in ('failed', 'canceled')
-           and (p_state is null or j.state = p_state)
-           and (p_kind is null or j.kind = p_kind)
-           and (p_error_code is null or j.last_error_code = p_error_code)
-           and (p_ids is null or j.id = any (p_ids))
-           and (p_after is null or j.id > p_after)
-         order by j.id
-         limit greatest(p_limit, 1));
+    execute $pick$
+        select array(
+            select j.id from jobfeed.jobs j
+             where j.state in ('failed', 'canceled')
+               and ($1 is null or j.state = $1)
+               and ($2 is null or j.kind = $2)
+               and ($3 is null or j.last_error_code = $3)
+               and ($4 is null or j.id = any ($4))
+               and ($5 is null or j.id > $5)
+             order by j.id
+             limit greatest($6, 1))
+    $pick$ into v_ids using p_state, p_kind, p_error_code, p_ids, p_after, p_limit;
     foreach v_id in array v_ids loop
         -- as retry(): its dependencies, then the job, still failed or canceled
         perform jobfeed.hold_dependencies(array(select d.dep_id from jobfeed.job_deps d where d.job_id = v_id));
@@ -187,7 +195,7 @@ create or replace function jobfeed.bulk_cancel(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
     p_after uuid default null, p_limit int default 500, p_now timestamptz default null)
 returns table (changed int, picked int, last_id uuid)
-language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
