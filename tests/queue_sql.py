@@ -130,12 +130,19 @@ async def pages_of(conn, sql: str, *args) -> int:
 
 
 async def value_and_index_entries_read(pool, sql: str):
-    """sql's value (fetchval), and the index entries of jobfeed.jobs it read:
-    the difference of its connection's pending statistics around it (they may
-    hold what earlier transactions on that connection read)."""
+    """sql's value (fetchval), and the index entries of jobfeed.jobs it read,
+    on a connection of the pool."""
+    async with pool.acquire() as conn:
+        return await value_and_index_entries_read_on(conn, sql)
+
+
+async def value_and_index_entries_read_on(conn, sql: str):
+    """As value_and_index_entries_read, on this connection (under the plans it
+    kept): the difference of its pending statistics around the call (they may
+    hold what earlier transactions on it read)."""
     pending = ("select sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint from pg_index i "
                "where i.indrelid = 'jobfeed.jobs'::regclass")
-    async with pool.acquire() as conn, conn.transaction():
+    async with conn.transaction():
         before = await conn.fetchval(pending)
         value = await conn.fetchval(sql)
         return value, await conn.fetchval(pending) - before

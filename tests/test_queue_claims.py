@@ -9,7 +9,7 @@ import datetime as dt
 
 import pytest
 
-from queue_sql import T0, register, value_and_index_entries_read
+from queue_sql import T0, register, value_and_index_entries_read, value_and_index_entries_read_on
 
 
 async def _backlog(pool, kind: str, n: int, run_after: dt.datetime | None = T0) -> None:
@@ -152,6 +152,23 @@ async def test_a_claim_reads_a_young_tables_backlog_in_order_and_stops(pool, lim
         pool, "select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')")
     assert claimed == 10
     assert read < 1000, f"the claim read {read} index entries for 10 jobs"
+
+
+async def test_a_claim_planned_on_an_empty_table_looks_for_expired_leases_by_index(pool):
+    """The worker's claim keeps one generic plan per session, made at its
+    first claim: usually as the worker starts, with no job of its kind yet.
+    That plan's look for expired leases went through the index of unfinished
+    jobs by kind and read every queued and running job of the kind at each
+    claim, a cost that grew with the backlog; it reads expired leases only."""
+    await register(pool, "k")
+    claim = "select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')"
+    async with pool.acquire() as conn:
+        assert await conn.fetchval(claim) == 0
+        await _backlog(pool, "k", 5000, run_after=None)
+        for running in (0, 10):  # the second with the first's jobs running
+            claimed, read = await value_and_index_entries_read_on(conn, claim)
+            assert claimed == 10
+            assert read < 100, f"a claim of 10 with {running} running read {read} index entries"
 
 
 async def test_a_workers_kept_claim_plan_probes_dependencies_by_key_as_they_grow(pool):

@@ -200,8 +200,13 @@ begin
     with one as materialized (
         select p_kinds[1] as kind
          where cardinality(p_kinds) = 1 and p_kinds[1] is not null and p_limit > 0
-           and not exists (select from jobfeed.jobs e
-                            where e.kind = p_kinds[1] and e.state = 'running' and e.lease_until < now())
+           -- the earliest expired lease, in jobs_running_lease's order: as an
+           -- EXISTS, the plan kept from a worker's first claim on an empty
+           -- table took the index of unfinished jobs by kind and read every
+           -- queued and running job of the kind at each claim
+           and (select e.lease_until from jobfeed.jobs e
+                 where e.kind = p_kinds[1] and e.state = 'running' and e.lease_until < now()
+                 order by e.lease_until limit 1) is null
     ), c as materialized (
         select v.*, 0::bigint as n
           from jobfeed.claim_kind_v2(p_kinds[1], p_limit, p_worker, p_lease, now(), false) v
