@@ -351,6 +351,12 @@ SERVICE_EDITS: list[Edit] = [
          "                            where e.kind = p_kinds[1] and e.state = 'running' and e.lease_until < now())\n",
          ("tests/test_queue_claims.py::test_a_claim_planned_on_an_empty_table_looks_for_expired_leases_by_index",),
          "a claim's look for expired leases reads them only, whatever plan its first claim left"),
+    Edit("children-hash-kept-plan", "sql/functions/46_children.sql",
+         "set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_hashjoin = off\n"
+         "set enable_mergejoin = off as $$",
+         "set plan_cache_mode = force_generic_plan as $$",
+         ("tests/test_queue_claims.py::test_a_workers_kept_claim_plan_reads_a_claimed_jobs_children_by_key",),
+         "a claimed job's children are read by key, whatever plan the worker's first such claim left"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
          NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),

@@ -171,6 +171,33 @@ async def test_a_claim_planned_on_an_empty_table_looks_for_expired_leases_by_ind
             assert read < 100, f"a claim of 10 with {running} running read {read} index entries"
 
 
+async def test_a_workers_kept_claim_plan_reads_a_claimed_jobs_children_by_key(pool):
+    """A claimed job whose wait_for waited gets its children's views
+    (children_of), under a plan kept from the worker's first such claim. Made
+    on a small table, it hashed every job to find the children at each claim
+    once the history grew; it probes each child by key."""
+    await register(pool, "k")
+    claim = "select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')"
+
+    async def parent(target: str) -> None:
+        """A queued job whose wait_for waited for one child, completed."""
+        job = await pool.fetchval("insert into jobfeed.jobs (kind, target) values ('k', $1) returning id", target)
+        child = await pool.fetchval("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                                    "values ('k', $1, 'completed', now()) returning id", target + "-child")
+        await pool.execute("insert into jobfeed.job_deps (job_id, dep_id, wait_pos) values ($1, $2, 1)", job, child)
+
+    async with pool.acquire() as conn:
+        for i in range(3):
+            await parent(f"early{i}")
+            assert await conn.fetchval(claim) == 1
+        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
+        await parent("late")
+        claimed, read = await value_and_index_entries_read_on(conn, claim)
+    assert claimed == 1
+    assert read < 100, f"a claim of a job with one child read {read} index entries"
+
+
 async def test_a_workers_kept_claim_plan_probes_dependencies_by_key_as_they_grow(pool):
     """The worker's claim keeps one generic plan per session, made at its first
     claim. Made while job_deps was empty, its look for claimed jobs that wait

@@ -182,11 +182,15 @@ end $$;
 -- (status null: the job is gone). Every claim calls it. PL/pgSQL with one
 -- generic plan: as a SQL function, or with a custom plan per call, the query
 -- (public_view expanded over the jobs row) was planned again on every claim,
--- which cost more than the claim itself even with nothing to find.
+-- which cost more than the claim itself even with nothing to find. That plan
+-- is made at a worker's first claim of a job with children, maybe on a small
+-- table: without hash and merge joins (or scans) it probes each child by key,
+-- where a hash join read every job at each such claim.
 create or replace function jobfeed.children_of(p_ids uuid[])
 returns table (job_id uuid, children jsonb)
 language plpgsql stable security definer set search_path = jobfeed, pg_temp
-set plan_cache_mode = force_generic_plan as $$
+set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_hashjoin = off
+set enable_mergejoin = off as $$
 begin
     return query
     select d.job_id, jsonb_agg(jsonb_build_object(
