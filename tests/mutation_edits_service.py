@@ -357,6 +357,14 @@ SERVICE_EDITS: list[Edit] = [
          "set plan_cache_mode = force_generic_plan as $$",
          ("tests/test_queue_claims.py::test_a_workers_kept_claim_plan_reads_a_claimed_jobs_children_by_key",),
          "a claimed job's children are read by key, whatever plan the worker's first such claim left"),
+    Edit("children-announced-read-back", "sql/functions/46_children.sql",
+         "        perform jobfeed.notify_due(d.k, d.n)\n"
+         "           from (select k, count(*)::int as n from unnest(v_kinds) k group by k order by k) d;\n",
+         "        perform jobfeed.notify_due(d.k, d.n)\n"
+         "           from (select j.kind as k, count(*)::int as n from jobfeed.jobs j where j.id = any (v_ids)\n"
+         "                  group by j.kind order by j.kind) d;\n",
+         (READS + "::test_spawned_children_are_announced_as_written_under_kept_plans",),
+         "spawned children are announced as written, whatever plan the session kept"),
     Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
          NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import uuid
 
 from queue_sql import T0, explained, register
 from jobfeed.worker import db
@@ -298,6 +299,41 @@ async def test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept
         await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 'q' || g from generate_series(1, 5000) g")
         await cycle("late", plans_of=True)
         assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "queued"
+    finally:
+        await conn.close()
+
+
+async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, dsn):
+    # A completion that writes children (complete_spawning; wait_for the same)
+    # announced their kinds by reading the new jobs back by id: under a plan
+    # kept from a small table, a scan of every job at each such completion.
+    await register(pool, "k")
+    conn = await db.connect(dsn)
+    held: list = []  # the running parent's id and its child, planned
+
+    def children() -> str:
+        return json.dumps([{"id": str(held[1]), "kind": "k", "target": f"child-of-{held[0]}", "payload": {},
+                            "priority": None, "concurrency_key": None}])
+
+    calls = {"complete_spawning": (query("complete_spawning"), lambda: (held[0], 1, "{}", children()))}
+
+    def took(name: str, rows) -> None:
+        assert rows[0][0] is True, name
+
+    async def cycle(target: str, plans_of: bool) -> None:
+        held[:] = [await pool.fetchval(
+            "insert into jobfeed.jobs (kind, target, state, generation, attempts, worker_id, claimed_at, lease_until) "
+            "values ('k', $1, 'running', 1, 1, 'w', now(), now() + interval '5 minutes') returning id", target),
+            uuid.uuid4()]
+        await _call_each(conn, calls, plans_of, took)
+
+    try:
+        for i in range(10):
+            await cycle(f"early{i}", plans_of=False)
+        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
+        await cycle("late", plans_of=True)
+        assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", held[1]) == "queued"
     finally:
         await conn.close()
 

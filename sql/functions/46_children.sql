@@ -61,7 +61,7 @@ declare
     v_alias jsonb := '{}';
     v_ids uuid[] := '{}';
     v_vers bigint[] := '{}';
-    v_kind text;
+    v_kinds text[] := '{}';
     v_problem text[];
 begin
     for v_c in select * from jsonb_to_recordset(coalesce(p_children, '[]'))
@@ -86,6 +86,7 @@ begin
         if v_job.id is not null then
             v_ids := v_ids || v_job.id;
             v_vers := v_vers || v_job.version;
+            v_kinds := v_kinds || v_job.kind;
         else
             v_alias := v_alias || jsonb_build_object(v_c.id::text, (
                 select j.id from jobfeed.jobs j
@@ -95,10 +96,10 @@ begin
     end loop;
     if cardinality(v_ids) > 0 then
         perform jobfeed.notify_changed(v_ids, v_vers);
-        for v_kind in select j.kind from jobfeed.jobs j where j.id = any (v_ids) group by j.kind order by j.kind loop
-            perform jobfeed.notify_due(v_kind, (select count(*)::int from jobfeed.jobs j
-                                                 where j.id = any (v_ids) and j.kind = v_kind));
-        end loop;
+        -- the kinds as written, not read back: a plan kept from a small table
+        -- read every job to find the new ones again
+        perform jobfeed.notify_due(d.k, d.n)
+           from (select k, count(*)::int as n from unnest(v_kinds) k group by k order by k) d;
     end if;
     return v_alias;
 end $$;
