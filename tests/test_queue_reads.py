@@ -215,6 +215,8 @@ async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_un
             await cycle(f"early{i}", plans_of=False)
         await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
                            "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
+        await pool.execute("insert into jobfeed.jobs (kind, target, state) "
+                           "select 'k', 'waits' || g, 'waiting' from generate_series(1, 2000) g")
         await cycle("late", plans_of=True)
         assert await pool.fetchval("select count(*) from jobfeed.attempts a join jobfeed.jobs j on j.id = a.job_id "
                                    "where j.target = 'late' and a.outcome = 'transient'") == 1

@@ -233,7 +233,8 @@ end $$;
 
 -- Fail waiting jobs whose signals did not all arrive by their deadline
 -- (signal_timeout). Called by the sweeper (sweep_expired), whose session keeps
--- the plan: the overdue signals' jobs by key, not a scan of every job.
+-- the plan: the overdue signals' jobs by key, not a scan of every job, nor of
+-- every waiting one (the state as text: see 50_outcomes.sql's header).
 create or replace function jobfeed.fail_signal_timeouts(p_now timestamptz)
 returns int language plpgsql set enable_seqscan = off as $$
 declare
@@ -244,7 +245,7 @@ begin
         select j.id from jobfeed.jobs j
          where j.id in (select s.job_id from jobfeed.job_signals s
                          where s.arrived_at is null and s.deadline <= p_now)
-           and j.state = 'waiting'
+           and j.state::text = 'waiting'
          for update skip locked
     ), upd as (
         update jobfeed.jobs j
