@@ -340,6 +340,43 @@ async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, 
         await conn.close()
 
 
+async def test_a_signal_looks_at_its_jobs_missing_signals_by_key_under_kept_plans(pool, dsn):
+    # A signal that arrives settles its job, which looks for the job's other
+    # missing signals (so do a dependency settling and a retry). Under a plan
+    # kept from a small table that look took the index of overdue signals and
+    # read every job's missing signals.
+    await register(pool, "k")
+    conn = await db.connect(dsn)
+    job: list = []
+    calls = {"signal": (query("signal"), lambda: (job[0], "a", "{}"))}
+
+    def took(name: str, rows) -> None:
+        assert rows[0]["first"] is True, name
+
+    async def waiting(target: str) -> None:
+        """A job waiting for signals a and b, each with a deadline."""
+        job[:] = [await pool.fetchval("insert into jobfeed.jobs (kind, target, state) values ('k', $1, 'waiting') "
+                                      "returning id", target)]
+        await pool.execute("insert into jobfeed.job_signals (job_id, name, deadline) "
+                           "select $1, n, now() + interval '1 hour' from unnest(array['a', 'b']) n", job[0])
+
+    async def cycle(target: str, plans_of: bool) -> None:
+        await waiting(target)
+        await _call_each(conn, calls, plans_of, took)
+
+    try:
+        for i in range(10):
+            await cycle(f"early{i}", plans_of=False)
+        await pool.execute("insert into jobfeed.jobs (kind, target, state) "
+                           "select 'k', 'waits' || g, 'waiting' from generate_series(1, 2000) g")
+        await pool.execute("insert into jobfeed.job_signals (job_id, name, deadline) "
+                           "select j.id, 'a', now() + interval '1 hour' from jobfeed.jobs j where j.target like 'waits%'")
+        await cycle("late", plans_of=True)
+        assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "waiting"
+    finally:
+        await conn.close()
+
+
 async def test_admin_list_pages_by_filter_newest_first(queue, pool):
     await register(pool, "a")
     await register(pool, "b")
