@@ -9,6 +9,8 @@ import json
 import re
 import uuid
 
+import pytest
+
 from queue_sql import T0, explained, register
 from jobfeed.worker import db
 from jobfeed.worker.sql import query
@@ -136,50 +138,59 @@ async def _call_each(conn, calls: dict, plans_of: bool, took) -> None:
         took(name, rows)
 
 
-async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans(pool, dsn):
+async def _planned_small_then_grown(dsn, calls: dict, took, before_each, grow) -> None:
+    """The calls, in order, on one connection, each round after
+    before_each(tag): ten rounds on small tables, whose plans the session
+    keeps; then grow(); then a last round (tag "late") in which no plan node
+    of any call may read more than 100 rows."""
+    conn = await db.connect(dsn)
+    try:
+        for i in range(10):
+            await before_each(f"early{i}")
+            await _call_each(conn, calls, False, took)
+        await grow()
+        await before_each("late")
+        await _call_each(conn, calls, True, took)
+    finally:
+        await conn.close()
+
+
+async def _finished(pool, n: int = 5000) -> None:
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
+                       "select 'k', 'done' || g, 'completed', now() from generate_series(1, $1::int) g", n)
+
+
+@pytest.mark.parametrize("release", ["this", "before"])
+async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans(pool, dsn, release):
     # A worker starts on a nearly empty table and PL/pgSQL keeps the plans its
     # first claims made; before autovacuum next analyzes the table, thousands
     # of jobs arrive and finish. Each claim, timing read, heartbeat and
     # completion of one job must still find the job by its key, not read the
     # whole table (which made every claim cost more than the one before): the
     # worker's calls, and those of the release before's workers during a
-    # rolling deploy.
+    # rolling deploy, each in a session of its own (a plan one call kept is
+    # shared by every caller in its session).
     await register(pool, "k")
-    conn = await db.connect(dsn)
     ids: list = []
-    # the worker's claim, and the release before's (claim_v2, then job_timings)
-    release_before = "select * from jobfeed.claim_v2($1, $2, $3, $4)"
-    calls = {"claim": (query("claim"), lambda: (["k"], 1, "w1", None)),
+    claim = ((query("claim"), lambda: (["k"], 1, "w1", None)) if release == "this" else
+             # the release before's claim, then its read of the jobs' timings
+             ("select * from jobfeed.claim_v2($1, $2, $3, $4)", lambda: (["k"], 1, "w1", None)))
+    calls = {"claim": claim,
              "extend_many": (query("extend_many"), lambda: (ids, [1], None)),
-             "complete_many": (query("complete_many"), lambda: (ids, [1], [None])),
-             "claim_v2": (release_before, lambda: (["k"], 1, "w1", None)),
-             "job_timings": ("select * from jobfeed.job_timings($1)", lambda: (ids,)),
-             "complete_many again": (query("complete_many"), lambda: (ids, [1], [None]))}
+             "complete_many": (query("complete_many"), lambda: (ids, [1], [None]))}
+    if release == "before":
+        calls["job_timings"] = ("select * from jobfeed.job_timings($1)", lambda: (ids,))
 
     def took(name: str, rows) -> None:
-        if name.startswith("claim"):
+        if name == "claim":
             ids[:] = [r["id"] for r in rows]
             assert len(ids) == 1
 
-    async def cycle(plans_of: bool) -> None:
-        await _call_each(conn, calls, plans_of, took)
+    async def one_job(target: str) -> None:
+        await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", target)
 
-    async def two_jobs_later(first: str) -> None:
-        for target in (first, first + "-too"):
-            await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", target)
-
-    try:
-        for i in range(10):
-            await two_jobs_later(f"early{i}")
-            await cycle(plans_of=False)
-        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
-                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
-        await two_jobs_later("late")
-        await cycle(plans_of=True)
-        states = await pool.fetch("select state::text from jobfeed.jobs where target like 'late%'")
-        assert [r[0] for r in states] == ["completed", "completed"]
-    finally:
-        await conn.close()
+    await _planned_small_then_grown(dsn, calls, took, one_job, lambda: _finished(pool))
+    assert await pool.fetchval("select state::text from jobfeed.jobs where target = 'late'") == "completed"
 
 
 async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans(pool, dsn):
@@ -187,9 +198,8 @@ async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_un
     # retry's attempt log (every failure, release and cancel writes it so), the
     # feed's re-read of views, the sweeper's look for overdue signals, the hold
     # a submit with dependencies takes on them. Planned on a tiny table, each
-    # read the whole table at every call as it grew.
+    # read the whole table (or every waiting job) at every call as it grew.
     await register(pool, "k")
-    conn = await db.connect(dsn)
     job: dict = {}
     seen: list = []
     calls = {"claim": (query("claim"), lambda: (["k"], 1, "w1", None)),
@@ -206,22 +216,17 @@ async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_un
             job.update(id=rows[0]["id"], generation=rows[0]["generation"])
             seen.append(job["id"])
 
-    async def cycle(target: str, plans_of: bool) -> None:
+    async def one_job(target: str) -> None:
         await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", target)
-        await _call_each(conn, calls, plans_of, took)
 
-    try:
-        for i in range(10):
-            await cycle(f"early{i}", plans_of=False)
-        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
-                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
+    async def grow() -> None:
+        await _finished(pool)
         await pool.execute("insert into jobfeed.jobs (kind, target, state) "
                            "select 'k', 'waits' || g, 'waiting' from generate_series(1, 2000) g")
-        await cycle("late", plans_of=True)
-        assert await pool.fetchval("select count(*) from jobfeed.attempts a join jobfeed.jobs j on j.id = a.job_id "
-                                   "where j.target = 'late' and a.outcome = 'transient'") == 1
-    finally:
-        await conn.close()
+
+    await _planned_small_then_grown(dsn, calls, took, one_job, grow)
+    assert await pool.fetchval("select count(*) from jobfeed.attempts a join jobfeed.jobs j on j.id = a.job_id "
+                               "where j.target = 'late' and a.outcome = 'transient'") == 1
 
 
 async def test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans(pool, dsn):
@@ -231,10 +236,9 @@ async def test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kep
     # running, each read every running job's entry in the partial index of
     # running jobs once thousands ran (the retry: every job).
     await register(pool, "k")
-    conn = await db.connect(dsn)
-    held: list = []  # (id, generation) of each job the cycle's claim took
+    held: list = []  # (id, generation) of each job the round's claim took
     file: list = []  # the output begun
-    later = dt.timedelta(hours=1)  # released jobs stay out of the next cycle's claim
+    later = dt.timedelta(hours=1)  # released jobs stay out of the next round's claim
     calls = {"claim": (query("claim"), lambda: (["k"], 7, "w1", None)),
              "progress": (query("progress"), lambda: (*held[0], 1.0, 2.0, None)),
              "checkpoint": (query("checkpoint"), lambda: (*held[1], '{"step": 1}')),
@@ -257,23 +261,19 @@ async def test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kep
         if name == "output_begin":
             file[:] = [value]
 
-    async def cycle(tag: str, plans_of: bool) -> None:
-        await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', $1 || g from generate_series(1, 7) g",
-                           tag)
-        await _call_each(conn, calls, plans_of, took)
+    async def seven_jobs(tag: str) -> None:
+        await pool.execute("insert into jobfeed.jobs (kind, target) "
+                           "select 'k', $1 || '-' || g from generate_series(1, 7) g", tag)
 
-    try:
-        for i in range(10):
-            await cycle(f"early{i}-", plans_of=False)
+    async def thousands_running() -> None:
         await pool.execute("insert into jobfeed.jobs (kind, target, state, generation, attempts, worker_id, "
                            "claimed_at, lease_until) select 'k', 'run' || g, 'running', 1, 1, 'w2', now(), "
                            "now() + interval '5 minutes' from generate_series(1, 5000) g")
-        await cycle("late-", plans_of=True)
-        states = await pool.fetch("select state::text, count(*) from jobfeed.jobs where id = any ($1::uuid[]) "
-                                  "group by 1 order by 1", [i for i, _ in held])
-        assert [tuple(r) for r in states] == [("queued", 3), ("running", 4)]  # failed, then retried
-    finally:
-        await conn.close()
+
+    await _planned_small_then_grown(dsn, calls, took, seven_jobs, thousands_running)
+    states = await pool.fetch("select state::text, count(*) from jobfeed.jobs where id = any ($1::uuid[]) "
+                              "group by 1 order by 1", [i for i, _ in held])
+    assert [tuple(r) for r in states] == [("queued", 3), ("running", 4)]  # failed, then retried
 
 
 async def test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans(pool, dsn):
@@ -281,7 +281,6 @@ async def test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept
     # the kept plan of a pick written for every filter read every finished
     # job at each batch once the history grew, whatever the filter named.
     await register(pool, "k")
-    conn = await db.connect(dsn)
     job: list = []
     calls = {"bulk_cancel": (query("bulk_cancel"), lambda: (None, None, None, job, None, 500)),
              "bulk_retry": (query("bulk_retry"), lambda: (None, None, None, job, None, 500))}
@@ -289,20 +288,15 @@ async def test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept
     def took(name: str, rows) -> None:
         assert (rows[0]["changed"], rows[0]["picked"]) == (1, 1), name
 
-    async def cycle(target: str, plans_of: bool) -> None:
+    async def one_job(target: str) -> None:
         job[:] = [await pool.fetchval("insert into jobfeed.jobs (kind, target) values ('k', $1) returning id", target)]
-        await _call_each(conn, calls, plans_of, took)
 
-    try:
-        for i in range(10):
-            await cycle(f"early{i}", plans_of=False)
-        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
-                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
+    async def grow() -> None:
+        await _finished(pool)
         await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 'q' || g from generate_series(1, 5000) g")
-        await cycle("late", plans_of=True)
-        assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "queued"
-    finally:
-        await conn.close()
+
+    await _planned_small_then_grown(dsn, calls, took, one_job, grow)
+    assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "queued"
 
 
 async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, dsn):
@@ -310,8 +304,7 @@ async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, 
     # announced their kinds by reading the new jobs back by id: under a plan
     # kept from a small table, a scan of every job at each such completion.
     await register(pool, "k")
-    conn = await db.connect(dsn)
-    held: list = []  # the running parent's id and its child, planned
+    held: list = []  # the running parent's id and its child's, planned
 
     def children() -> str:
         return json.dumps([{"id": str(held[1]), "kind": "k", "target": f"child-of-{held[0]}", "payload": {},
@@ -322,22 +315,14 @@ async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, 
     def took(name: str, rows) -> None:
         assert rows[0][0] is True, name
 
-    async def cycle(target: str, plans_of: bool) -> None:
+    async def running_parent(target: str) -> None:
         held[:] = [await pool.fetchval(
             "insert into jobfeed.jobs (kind, target, state, generation, attempts, worker_id, claimed_at, lease_until) "
             "values ('k', $1, 'running', 1, 1, 'w', now(), now() + interval '5 minutes') returning id", target),
             uuid.uuid4()]
-        await _call_each(conn, calls, plans_of, took)
 
-    try:
-        for i in range(10):
-            await cycle(f"early{i}", plans_of=False)
-        await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
-                           "select 'k', 'done' || g, 'completed', now() from generate_series(1, 5000) g")
-        await cycle("late", plans_of=True)
-        assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", held[1]) == "queued"
-    finally:
-        await conn.close()
+    await _planned_small_then_grown(dsn, calls, took, running_parent, lambda: _finished(pool))
+    assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", held[1]) == "queued"
 
 
 async def test_a_signal_looks_at_its_jobs_missing_signals_by_key_under_kept_plans(pool, dsn):
@@ -346,7 +331,6 @@ async def test_a_signal_looks_at_its_jobs_missing_signals_by_key_under_kept_plan
     # kept from a small table that look took the index of overdue signals and
     # read every job's missing signals.
     await register(pool, "k")
-    conn = await db.connect(dsn)
     job: list = []
     calls = {"signal": (query("signal"), lambda: (job[0], "a", "{}"))}
 
@@ -360,21 +344,14 @@ async def test_a_signal_looks_at_its_jobs_missing_signals_by_key_under_kept_plan
         await pool.execute("insert into jobfeed.job_signals (job_id, name, deadline) "
                            "select $1, n, now() + interval '1 hour' from unnest(array['a', 'b']) n", job[0])
 
-    async def cycle(target: str, plans_of: bool) -> None:
-        await waiting(target)
-        await _call_each(conn, calls, plans_of, took)
-
-    try:
-        for i in range(10):
-            await cycle(f"early{i}", plans_of=False)
+    async def thousands_waiting() -> None:
         await pool.execute("insert into jobfeed.jobs (kind, target, state) "
                            "select 'k', 'waits' || g, 'waiting' from generate_series(1, 2000) g")
         await pool.execute("insert into jobfeed.job_signals (job_id, name, deadline) "
                            "select j.id, 'a', now() + interval '1 hour' from jobfeed.jobs j where j.target like 'waits%'")
-        await cycle("late", plans_of=True)
-        assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "waiting"
-    finally:
-        await conn.close()
+
+    await _planned_small_then_grown(dsn, calls, took, waiting, thousands_waiting)
+    assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "waiting"
 
 
 async def test_admin_list_pages_by_filter_newest_first(queue, pool):
