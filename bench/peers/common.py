@@ -33,6 +33,14 @@ except ImportError:
 LOOP = "uvloop" if uvloop is not None else "asyncio"  # what run() runs on, for the settings a driver reports
 
 
+# The load's commit time on the server's clock for `load`: read as the last
+# statement of the loading transaction, so that no worker can have seen a job
+# before it (read after the commit, a drain of a few hundred jobs could end
+# first and be timed below zero). A driver whose library commits on a
+# connection of its own reads it just after.
+COMMIT_STAMP = "select extract(epoch from clock_timestamp())::float8"
+
+
 def run(coro) -> None:
     """A driver's event loop: uvloop where its Python has it (pgqueuer's CLI runs
     on it, so do jobfeed's processes, and uvicorn picks it for a web app that

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from common import LOOP, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop  # noqa: E402
+from common import COMMIT_STAMP, LOOP, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop  # noqa: E402
 
 from jobfeed.worker import db, migrate  # noqa: E402
 from jobfeed.worker.queue import Queue  # noqa: E402
@@ -106,7 +106,8 @@ async def main(argv: list[str]) -> None:
         async with conn.transaction():
             await conn.execute(LOAD, KIND, args.n)
             await conn.execute("select pg_notify('jobfeed_due', $1)", KIND)
-        emit({"n": args.n, "committed_at": await conn.fetchval("select extract(epoch from clock_timestamp())::float8")})
+            committed_at = await conn.fetchval(COMMIT_STAMP)
+        emit({"n": args.n, "committed_at": committed_at})
         await conn.close()
     else:
         # One connection, held, as the raw driver holds its own (a Queue takes a pool

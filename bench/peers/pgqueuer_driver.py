@@ -18,7 +18,7 @@ import asyncpg
 from pgqueuer import AsyncpgDriver, Queries, QueueManager
 from pgqueuer.models import Job
 
-from common import LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
+from common import COMMIT_STAMP, LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
 from record import from_env
 
 ENTRYPOINT = "noop"
@@ -70,8 +70,10 @@ async def main(argv: list[str]) -> None:
         await queries.optimize_autovacuum()
         emit({"ok": True})
     elif args.command == "load":
-        await queries.enqueue([ENTRYPOINT] * args.n, [payload(i) for i in range(1, args.n + 1)], [0] * args.n)
-        emit({"n": args.n, "committed_at": await conn.fetchval("select extract(epoch from clock_timestamp())::float8")})
+        async with conn.transaction():
+            await queries.enqueue([ENTRYPOINT] * args.n, [payload(i) for i in range(1, args.n + 1)], [0] * args.n)
+            committed_at = await conn.fetchval(COMMIT_STAMP)
+        emit({"n": args.n, "committed_at": committed_at})
     else:
         async def single(i: int) -> None:
             await queries.enqueue(ENTRYPOINT, payload(i), 0)

@@ -14,7 +14,7 @@ import sys
 
 from procrastinate import App, PsycopgConnector
 
-from common import LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
+from common import COMMIT_STAMP, LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
 from record import from_env
 
 WORKER_DEFAULTS = {"concurrency": "30", "fetch_job_polling_interval": "5"}
@@ -91,8 +91,7 @@ async def main(argv: list[str]) -> None:
             emit(await worker(app, settings))
         elif args.command == "load":
             await noop.batch_defer_async(*[{"i": i} for i in range(1, args.n + 1)])
-            rows = await app.connector.execute_query_one_async(
-                "select extract(epoch from clock_timestamp())::float8 as t")
+            rows = await app.connector.execute_query_one_async(COMMIT_STAMP + " as t")
             emit({"n": args.n, "committed_at": rows["t"]})
         else:
             async def single(i: int) -> None:

@@ -14,7 +14,7 @@ import sys
 
 import asyncpg
 
-from common import LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
+from common import COMMIT_STAMP, LOOP, Starts, emit, enqueue_or_produce, parse_settings, parser, run, wait_for_stop
 
 SCHEMA = """
 create table if not exists raw_jobs (
@@ -122,8 +122,10 @@ async def main(argv: list[str]) -> None:
         await conn.close()
     elif args.command == "load":
         conn = await asyncpg.connect(args.dsn)
-        await conn.execute(INSERT_MANY, [payload(i) for i in range(1, args.n + 1)])
-        emit({"n": args.n, "committed_at": await conn.fetchval("select extract(epoch from clock_timestamp())::float8")})
+        async with conn.transaction():
+            await conn.execute(INSERT_MANY, [payload(i) for i in range(1, args.n + 1)])
+            committed_at = await conn.fetchval(COMMIT_STAMP)
+        emit({"n": args.n, "committed_at": committed_at})
         await conn.close()
     elif args.command == "worker":
         emit(await worker(args.dsn, Starts(args.starts), parse_settings(args.set)))
