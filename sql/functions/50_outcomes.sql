@@ -8,8 +8,8 @@
 -- output_finish) tests `j.state::text = 'running'`: written plainly, the
 -- planner may pick the partial index of running jobs (estimated tiny after an
 -- ANALYZE taken while nothing ran, or on a young table not yet analyzed, whose
--- plan a session then keeps) and read every running job's entry, once per
--- batch row; this way each row is found by primary key.
+-- plan a session then keeps) and read every running job's entry at each call
+-- (a batch: for each of its rows); this way each row is found by primary key.
 --
 -- Every batch write locks its rows in id order: the heartbeat (extend_many)
 -- and the completion batch (complete_many) run on two connections over
