@@ -138,14 +138,19 @@ async def value_and_index_entries_read(pool, sql: str):
 
 async def value_and_index_entries_read_on(conn, sql: str):
     """As value_and_index_entries_read, on this connection (under the plans it
-    kept): the difference of its pending statistics around the call (they may
-    hold what earlier transactions on it read)."""
-    pending = ("select sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint from pg_index i "
-               "where i.indrelid = 'jobfeed.jobs'::regclass")
+    kept)."""
+    return await value_and_count_around(conn, sql, "select sum(pg_stat_get_xact_tuples_returned(i.indexrelid))::bigint "
+                                                   "from pg_index i where i.indrelid = 'jobfeed.jobs'::regclass")
+
+
+async def value_and_count_around(conn, sql: str, counter: str):
+    """sql's value (fetchval), and how far `counter`, a query of the
+    connection's pending statistics, moved around it in one transaction (they
+    may hold what earlier transactions on the connection read)."""
     async with conn.transaction():
-        before = await conn.fetchval(pending)
+        before = await conn.fetchval(counter)
         value = await conn.fetchval(sql)
-        return value, await conn.fetchval(pending) - before
+        return value, await conn.fetchval(counter) - before
 
 
 async def explained(conn, sql: str, *args, analyze: bool = False, buffers: bool = False):

@@ -4,8 +4,8 @@
 -- reclaimed by another worker, canceled, or failed for an expired lease. The
 -- worker must stop and drop its outcome.
 --
--- Every look at a job by id here (and in start_rerun, child_id, output_begin,
--- output_finish) tests `j.state::text = 'running'`: written plainly, the
+-- Every look at a job by id and state, here and in the other files, tests the
+-- state as text (`j.state::text = 'running'`): written plainly, the
 -- planner may pick the partial index of running jobs (estimated tiny after an
 -- ANALYZE taken while nothing ran, or on a young table not yet analyzed, whose
 -- plan a session then keeps) and read every running job's entry at each call
