@@ -14,7 +14,7 @@ import pytest
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
-from queue_sql import jobs_pages, pages_of, register, session_waits
+from queue_sql import Listen, jobs_pages, pages_of, register, session_waits
 
 ROUNDS = 5
 
@@ -48,6 +48,49 @@ async def test_a_batch_answers_each_item_its_job_with_the_requests_counted(pool,
         assert await live_requests(pool, job_id) == count
         assert await pool.fetchval("select requesters from jobfeed.jobs where id = $1", job_id) == count
     assert len({a[3] for a in answers}) == 4  # a request of its own each
+
+
+async def test_a_batch_of_new_targets_writes_what_any_batch_writes(pool, dsn, k):
+    """New work, the common batch, goes in one statement: each job with its
+    request counted (the hook's flag set where a notify_url came) and its
+    request beside it, announced as changed at version 1 and due."""
+    listen = await Listen.open(dsn)
+    try:
+        answers = await Queue(pool).submit_many_requests_json(
+            "k", [("b", {"n": 1}), ("a", None)], requesters=["r1", None],
+            notify_urls=[None, "https://hooks.example/done"])
+        got = await listen.take()
+    finally:
+        await listen.conn.close()
+    assert [(a[1], a[4]) for a in answers] == [(True, False), (True, False)]
+    views = [json.loads(a[2]) for a in answers]
+    assert [(v["target"], v["requesters"], v["status"]) for v in views] == [("b", 1, "queued"), ("a", 1, "queued")]
+    jobs = {r["id"]: r for r in await pool.fetch("select id, target, payload::text, requesters, notify, version "
+                                                   "from jobfeed.jobs")}
+    assert [(jobs[a[0]]["target"], json.loads(jobs[a[0]]["payload"]), jobs[a[0]]["requesters"],
+             jobs[a[0]]["notify"], jobs[a[0]]["version"]) for a in answers] == [
+        ("b", {"n": 1}, 1, False, 1), ("a", {}, 1, True, 1)]
+    requests = [dict(await pool.fetchrow("select job_id, requester, notify_url from jobfeed.requests where id = $1",
+                                         a[3])) for a in answers]
+    assert requests == [{"job_id": answers[0][0], "requester": "r1", "notify_url": None},
+                        {"job_id": answers[1][0], "requester": None, "notify_url": "https://hooks.example/done"}]
+    changed = {p for c, payload in got if c == "jobfeed_changed" for p in payload.split(",")}
+    assert changed == {f"{a[0]}:1" for a in answers}
+    due = [payload.split(":") for c, payload in got if c == "jobfeed_due"]
+    assert [(d[0], d[2]) for d in due] == [("2", "k")]  # count:offset:kind
+
+
+async def test_a_batch_whose_later_target_is_held_answers_as_ever(pool, k):
+    """Distinct targets, the first free, one after it held: the one-statement
+    write trips the unique index and leaves nothing; the batch is answered
+    the general way (made, joined, made), one job per target."""
+    [(held, *_)] = await requests_of(pool, ["m"])
+    answers = await requests_of(pool, ["a", "m", "z"])
+    assert [a[1] for a in answers] == [True, False, True] and answers[1][0] == held
+    assert [json.loads(a[2])["requesters"] for a in answers] == [1, 2, 1]
+    rows = await pool.fetch("select target, count(*) as n, sum(requesters) as r from jobfeed.jobs group by target")
+    assert {r["target"]: (r["n"], r["r"]) for r in rows} == {"a": (1, 1), "m": (1, 2), "z": (1, 1)}
+    assert await pool.fetchval("select count(*) from jobfeed.requests") == 4
 
 
 async def test_batches_joining_the_same_jobs_in_opposite_orders_never_deadlock(pool, dsn, k):

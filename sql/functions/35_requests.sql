@@ -280,6 +280,9 @@ declare
     v_requests uuid[];
     v_views jsonb[];
     v_by_requester boolean := exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.dedupe = 'requester');
+    v_new record;  -- the kind's settings, when every item may be new work
+    v_made uuid[];
+    v_made_views jsonb[];
 begin
     if p_targets is null then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
@@ -320,6 +323,53 @@ begin
         return query select k::int, v_ids[k], v_created[k], v_views[k], v_requests[k], v_reused[k]
                        from generate_series(1, v_count) k order by k;
         return;
+    end if;
+    -- New work, the common batch (distinct targets nobody holds, nothing to
+    -- reuse, every item fit): each job written with its request counted and
+    -- its request beside it, in one statement, instead of a job written, then
+    -- counted, then read for its view. The first target in insert order is
+    -- probed first, so a batch of duplicates goes straight the general way; a
+    -- target held after all (or taken meanwhile) trips the unique index, and
+    -- the general way below answers or refuses each item as it always did.
+    select k.max_attempts, coalesce(p_priority, k.priority) as priority into v_new
+      from jobfeed.kinds k where k.kind = p_kind and k.reuse_for is null;
+    if found and v_count > 0
+       and not exists (select from jobfeed.jobs j
+                        where j.kind = p_kind and j.target = (select min(t) from unnest(p_targets) t)
+                          and j.dedupe_scope = '' and j.state not in ('completed', 'failed', 'canceled'))
+       and (select count(distinct t) from unnest(p_targets) t) = v_count
+       and (p_payloads is null or cardinality(p_payloads) = v_count)
+       and jobfeed.key_problem(p_concurrency_key) is null
+       and not exists (select from unnest(p_targets, p_payloads) t(target, payload)
+                        where jobfeed.submission_problem(t.target, t.payload, p_max_payload) is not null) then
+        v_made := jobfeed.uuid_v7_batch(2 * v_count);  -- the jobs' ids, then the requests'
+        begin
+            with ins as (
+                insert into jobfeed.jobs as j (id, kind, target, payload, max_attempts, run_after, created_at,
+                                               updated_at, priority, concurrency_key, requesters, notify)
+                select v_made[t.n], p_kind, t.target, coalesce(t.payload, '{}'), v_new.max_attempts,
+                       coalesce(p_run_after, v_now), v_now, v_now, v_new.priority, p_concurrency_key,
+                       1, p_notify_urls[t.n] is not null
+                  from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
+                 order by t.target, t.n  -- as submit_many_v2: racing batches wait in one order
+                returning j.id, jobfeed.public_view(j) as view
+            ), req as (
+                insert into jobfeed.requests (id, job_id, requester, notify_url, created_at)
+                select v_made[v_count + k], v_made[k], p_requesters[k], p_notify_urls[k], v_now
+                  from generate_series(1, v_count) k order by k
+            )
+            select array_agg(i.view order by x.k) into v_made_views
+              from ins i join unnest(v_made[1:v_count]) with ordinality x(id, k) on x.id = i.id;
+        exception when unique_violation then
+            v_made_views := null;
+        end;
+        if v_made_views is not null then
+            perform jobfeed.notify_changed(v_made[1:v_count], array_fill(1::bigint, array[v_count]));
+            perform jobfeed.notify_due(p_kind, v_count);
+            return query select k::int, v_made[k], true, v_made_views[k], v_made[v_count + k], false
+                           from generate_series(1, v_count) k order by k;
+            return;
+        end if;
     end if;
     -- reuse_for: items not forced whose target completed recently get that job
     if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.reuse_for is not null) then
