@@ -411,6 +411,12 @@ QUEUE_EDITS: list[Edit] = [
     Edit("timeout-not-transient", "worker/run_context.py",
          'return Transient("timeout", ', 'return Permanent("timeout", ',
          (CHILDREN,), "a run past its timeout is a transient failure (code timeout), retried"),
+    Edit("resent-batch-tries-an-insert", "sql/functions/30_submit.sql",
+         "    if (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets)\n"
+         "       and not jobfeed.batch_first_target_held(p_kind, p_targets) then",
+         "    if (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then",
+         (Q_BATCH + "::test_a_resent_batch_tries_no_insert",),
+         "a batch whose first target is held tries no plain insert that would trip the dedupe index"),
     # The claim's timings (wait, age, traceparent) on each of its paths.
     Edit("claim-timings-lost", "sql/functions/40_claim.sql",
          "v_lease, u.run_after, u.created_at, u.traceparent", "v_lease, null::timestamptz, null::timestamptz, null::text",

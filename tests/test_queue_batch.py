@@ -10,6 +10,8 @@ import pytest
 
 from jobfeed.worker.queue import QueueError
 
+from queue_sql import value_and_count_around
+
 
 async def test_submit_many_creates_in_order_and_dedupes(queue, pool, demo_kind):
     existing = (await queue.submit("demo", "old")).id
@@ -113,6 +115,23 @@ async def test_a_resent_batch_shares_every_job_and_notifies_nothing(queue, pool,
     assert [i for i, _ in again] == [i for i, _ in first] and not any(c for _, c in again)
     assert first[-1] == (first[7][0], False)  # the repeat within the first batch shared too
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 50 and got == []
+
+
+async def test_a_resent_batch_tries_no_insert(queue, dsn, demo_kind):
+    """A batch whose first target is held goes straight to finding its
+    holders: no plain insert tried and rolled back (counted by the
+    statistics of the caller's transaction, aborted attempts included)."""
+    from jobfeed.worker import db
+    items = [(f"s{i}", {"i": i}) for i in range(20)]
+    await queue.submit_many("demo", items)
+    conn = await db.connect(dsn)
+    try:
+        shared, tried = await value_and_count_around(
+            conn, "select count(*) from jobfeed.submit_many_v2('demo', array(select 's' || g from generate_series(0, 19) g))"
+            " where not created", "select pg_stat_get_xact_tuples_inserted('jobfeed.jobs'::regclass)")
+    finally:
+        await conn.close()
+    assert (shared, tried) == (20, 0)
 
 
 async def test_null_or_empty_batches(pool, demo_kind):

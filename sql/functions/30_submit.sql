@@ -129,6 +129,17 @@ language sql security definer set search_path = jobfeed, pg_temp as $$
                                                           p_now, p_priority, p_concurrency_key) s
 $$;
 
+-- Whether the first target a batch would insert (the least) is held by an
+-- unfinished job of the kind, under the global dedupe: one probe of the dedupe
+-- index, so that a batch re-sent or made of duplicates skips trying a plain
+-- insert that would trip the index (a subtransaction begun and rolled back).
+create or replace function jobfeed.batch_first_target_held(p_kind text, p_targets text[])
+returns boolean language sql stable as $$
+    select exists (select from jobfeed.jobs j
+                    where j.kind = p_kind and j.target = (select min(t) from unnest(p_targets) t)
+                      and j.dedupe_scope = '' and j.state not in ('completed', 'failed', 'canceled'))
+$$;
+
 -- Submit many jobs of one kind in one statement (an outbox flush, a bulk import).
 -- Rows go in in target order: two batches racing over the same targets wait on
 -- the dedupe index in one global order, never in a cycle.
@@ -204,12 +215,13 @@ begin
     -- Item n's job, if it is new, gets id v_made[n].
     v_made := jobfeed.uuid_v7_batch(cardinality(p_targets));
 
-    if (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets) then
-        -- No target repeated: try new work first, a plain INSERT, sparing ON
-        -- CONFLICT's speculative insertion (a quarter of the insert's cost) and
-        -- a look per item beforehand. Any target held, or taken meanwhile by
-        -- a concurrent submitter, trips the unique index; the paths below
-        -- then take over.
+    if (select count(distinct t) from unnest(p_targets) t) = cardinality(p_targets)
+       and not jobfeed.batch_first_target_held(p_kind, p_targets) then
+        -- No target repeated, the first not held: try new work first, a plain
+        -- INSERT, sparing ON CONFLICT's speculative insertion (a quarter of the
+        -- insert's cost) and a look per item beforehand. Any target held, or
+        -- taken meanwhile by a concurrent submitter, trips the unique index;
+        -- the paths below then take over.
         begin
             insert into jobfeed.jobs (id, kind, target, payload, max_attempts, run_after, created_at, updated_at,
                                       priority, concurrency_key)

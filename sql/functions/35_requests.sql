@@ -328,15 +328,13 @@ begin
     -- reuse, every item fit): each job written with its request counted and
     -- its request beside it, in one statement, instead of a job written, then
     -- counted, then read for its view. The first target in insert order is
-    -- probed first, so a batch of duplicates goes straight the general way; a
-    -- target held after all (or taken meanwhile) trips the unique index, and
-    -- the general way below answers or refuses each item as it always did.
+    -- probed first (batch_first_target_held), so a batch of duplicates goes
+    -- straight the general way; a target held after all (or taken meanwhile)
+    -- trips the unique index, and the general way below answers or refuses
+    -- each item as it always did.
     select k.max_attempts, coalesce(p_priority, k.priority) as priority into v_new
       from jobfeed.kinds k where k.kind = p_kind and k.reuse_for is null;
-    if found and v_count > 0
-       and not exists (select from jobfeed.jobs j
-                        where j.kind = p_kind and j.target = (select min(t) from unnest(p_targets) t)
-                          and j.dedupe_scope = '' and j.state not in ('completed', 'failed', 'canceled'))
+    if found and v_count > 0 and not jobfeed.batch_first_target_held(p_kind, p_targets)
        and (select count(distinct t) from unnest(p_targets) t) = v_count
        and (p_payloads is null or cardinality(p_payloads) = v_count)
        and jobfeed.key_problem(p_concurrency_key) is null
