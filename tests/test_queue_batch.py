@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from jobfeed.worker import db
 from jobfeed.worker.queue import QueueError
 
 from queue_sql import value_and_count_around
@@ -61,7 +62,6 @@ async def test_concurrent_batches_over_the_same_targets_share_jobs(queue, pool, 
 
 
 async def test_one_notification_per_chunk_not_per_job(queue, dsn, demo_kind):
-    from jobfeed.worker import db
     got: list[str] = []
     conn = await db.connect(dsn)
     await conn.add_listener("jobfeed_changed", lambda *a: got.append(a[3]))
@@ -75,7 +75,6 @@ async def test_one_notification_per_chunk_not_per_job(queue, dsn, demo_kind):
 async def test_a_target_taken_while_the_batch_inserts_is_shared(queue, pool, dsn, demo_kind):
     # The fast path's plain INSERT waits on the uncommitted holder of "b", then
     # trips the unique index when it commits: the batch falls back and shares.
-    from jobfeed.worker import db
     other = await db.connect(dsn)
     tx = other.transaction()
     await tx.start()
@@ -103,7 +102,6 @@ async def test_batch_ids_are_version_7_time_ordered_and_distinct(queue, demo_kin
 
 
 async def test_a_resent_batch_shares_every_job_and_notifies_nothing(queue, pool, dsn, demo_kind):
-    from jobfeed.worker import db
     items = [(f"r{i}", {"i": i}) for i in range(50)] + [("r7", None)]
     first = await queue.submit_many("demo", items)
     got: list[str] = []
@@ -121,7 +119,6 @@ async def test_a_resent_batch_tries_no_insert(queue, dsn, demo_kind):
     """A batch whose first target is held goes straight to finding its
     holders: no plain insert tried and rolled back (counted by the
     statistics of the caller's transaction, aborted attempts included)."""
-    from jobfeed.worker import db
     items = [(f"s{i}", {"i": i}) for i in range(20)]
     await queue.submit_many("demo", items)
     conn = await db.connect(dsn)
@@ -148,7 +145,6 @@ async def test_submitting_on_a_connection_joins_its_transaction(dsn, pool, demo_
     """The outbox pattern: jobs submitted in the caller's transaction exist, and
     wake workers, only when it commits."""
     from queue_sql import Listen
-    from jobfeed.worker import db
     from jobfeed.worker.queue import Queue
     listen = await Listen.open(dsn)
     conn = await db.connect(dsn)

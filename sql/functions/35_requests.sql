@@ -279,14 +279,19 @@ declare
     v_joined_versions bigint[] := '{}';
     v_requests uuid[];
     v_views jsonb[];
-    v_by_requester boolean := exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.dedupe = 'requester');
-    v_new record;  -- the kind's settings, when every item may be new work
+    v_kind record;  -- the kind's row, read once
+    v_known boolean;
+    v_by_requester boolean;
     v_made uuid[];
     v_made_views jsonb[];
 begin
     if p_targets is null then
         perform jobfeed.raise_error('JF422', 'invalid_batch', 'targets are required');
     end if;
+    select k.dedupe, k.reuse_for, k.max_attempts, coalesce(p_priority, k.priority) as priority
+      into v_kind from jobfeed.kinds k where k.kind = p_kind;
+    v_known := found;
+    v_by_requester := coalesce(v_kind.dedupe = 'requester', false);
     if p_max_active is not null then  -- each requester's lock in name order: no circular waits
         -- an item that will reuse a recent result adds no active request; with
         -- dedupe="requester" items go one by one, and a forced item of the same
@@ -332,9 +337,8 @@ begin
     -- straight the general way; a target held after all (or taken meanwhile)
     -- trips the unique index, and the general way below answers or refuses
     -- each item as it always did.
-    select k.max_attempts, coalesce(p_priority, k.priority) as priority into v_new
-      from jobfeed.kinds k where k.kind = p_kind and k.reuse_for is null;
-    if found and v_count > 0 and not jobfeed.batch_first_target_held(p_kind, p_targets)
+    if v_known and v_kind.reuse_for is null and v_count > 0
+       and not jobfeed.batch_first_target_held(p_kind, p_targets)
        and (select count(distinct t) from unnest(p_targets) t) = v_count
        and (p_payloads is null or cardinality(p_payloads) = v_count)
        and jobfeed.key_problem(p_concurrency_key) is null
@@ -345,8 +349,8 @@ begin
             with ins as (
                 insert into jobfeed.jobs as j (id, kind, target, payload, max_attempts, run_after, created_at,
                                                updated_at, priority, concurrency_key, requesters, notify)
-                select v_made[t.n], p_kind, t.target, coalesce(t.payload, '{}'), v_new.max_attempts,
-                       coalesce(p_run_after, v_now), v_now, v_now, v_new.priority, p_concurrency_key,
+                select v_made[t.n], p_kind, t.target, coalesce(t.payload, '{}'), v_kind.max_attempts,
+                       coalesce(p_run_after, v_now), v_now, v_now, v_kind.priority, p_concurrency_key,
                        1, p_notify_urls[t.n] is not null
                   from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)
                  order by t.target, t.n  -- as submit_many_v2: racing batches wait in one order
@@ -370,7 +374,7 @@ begin
         end if;
     end if;
     -- reuse_for: items not forced whose target completed recently get that job
-    if exists (select from jobfeed.kinds kk where kk.kind = p_kind and kk.reuse_for is not null) then
+    if v_kind.reuse_for is not null then
         for v_round in
             select k, jobfeed.reusable(p_kind, p_targets[k], p_requesters[k], v_now) as id
               from generate_series(1, v_count) k where not coalesce(p_forces[k], false)
