@@ -61,8 +61,10 @@ def pg_admin_url() -> str:
 async def _tune(url: str) -> None:
     conn = await asyncpg.connect(url)
     try:
+        # pg_stat_statements: test_plans counts how often statements are planned
         for setting, value in (("max_connections", "400"), ("fsync", "off"),
-                               ("synchronous_commit", "off"), ("full_page_writes", "off")):
+                               ("synchronous_commit", "off"), ("full_page_writes", "off"),
+                               ("shared_preload_libraries", "pg_stat_statements")):
             await conn.execute(f"alter system set {setting} = '{value}'")
     finally:
         await conn.close()

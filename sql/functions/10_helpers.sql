@@ -83,9 +83,12 @@ returns uuid language sql immutable parallel safe as $$
 $$;
 
 -- p_n ids for one batch, in that layout: one uuid_v7() prefix and one strong
--- seed for the lot.
+-- seed for the lot. One generic plan: under the default plan cache mode a
+-- small batch's call planned the statement anew every time (the generic
+-- plan's row estimate for generate_series(1, p_n) looks dearer than a custom
+-- plan for a few rows), which cost more than making the ids (tests/test_plans.py).
 create or replace function jobfeed.uuid_v7_batch(p_n int)
-returns uuid[] language plpgsql volatile as $$
+returns uuid[] language plpgsql volatile set plan_cache_mode = force_generic_plan as $$
 declare
     v_prefix text := left(replace(jobfeed.uuid_v7()::text, '-', ''), 16) || '8';
     v_seed text := gen_random_uuid()::text;
@@ -176,10 +179,13 @@ $$;
 -- UPDATE; a completed job's row is its last attempt's record: ended_attempts.)
 -- The jobs by key (a nested loop on jobs_pkey): its plan is kept for the
 -- session (every retry, failure, release and cancel calls it), and one made on a
--- tiny table hash-joined a scan of the whole table, kept as it grew.
+-- tiny table hash-joined a scan of the whole table, kept as it grew. One
+-- generic plan: the default plan cache mode planned every call anew (a custom
+-- plan for a short p_ids looks cheaper than the generic one; tests/test_plans.py).
 create or replace function jobfeed.finish_attempts(
     p_ids uuid[], p_generations int[], p_outcome text, p_code text, p_message text, p_now timestamptz)
-returns void language sql set enable_seqscan = off set enable_hashjoin = off set enable_mergejoin = off as $$
+returns void language sql set enable_seqscan = off set enable_hashjoin = off set enable_mergejoin = off
+set plan_cache_mode = force_generic_plan as $$
     insert into jobfeed.attempts (job_id, generation, attempt, worker_id, started_at, finished_at,
                                   outcome, error_code, error_message)
     select j.id, j.generation, j.attempts, j.worker_id, j.claimed_at, p_now, p_outcome, p_code, p_message

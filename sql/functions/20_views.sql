@@ -176,11 +176,14 @@ $$;
 -- it for every registered kind), so a filter matching few of many jobs never
 -- walks the whole table. That index leaves running jobs out (0016): those of
 -- a kind are read whole through jobs_running_lease and sorted. The bound on
--- id is never null, so it stays an index condition under a generic plan.
+-- id is never null, so it stays an index condition under the generic plan,
+-- which is the one used: the default plan cache mode planned the filtered
+-- query anew at every call (tests/test_plans.py).
 create or replace function jobfeed.admin_list_jobs(
     p_state jobfeed.job_state default null, p_kind text default null, p_limit int default 50,
     p_before_id uuid default null)
-returns setof jsonb language plpgsql stable security definer set search_path = jobfeed, pg_temp as $$
+returns setof jsonb language plpgsql stable security definer set search_path = jobfeed, pg_temp
+set plan_cache_mode = force_generic_plan as $$
 declare
     v_limit int := least(greatest(coalesce(p_limit, 50), 1), 500);
     v_before uuid := coalesce(p_before_id, 'ffffffff-ffff-ffff-ffff-ffffffffffff');

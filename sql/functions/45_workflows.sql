@@ -80,9 +80,10 @@ end $$;
 -- marked has_dependents the UPDATE that marks it (the trigger on job_deps
 -- would mark it too, but there upgrading two submitters' share locks on the
 -- same job would deadlock). One row at a time, in id order, as every writer
--- locks jobs. By key, whatever the kept plan was made on.
+-- locks jobs. By key, whatever the kept plan was made on; one generic plan
+-- (the default plan cache mode planned every call anew: tests/test_plans.py).
 create or replace function jobfeed.hold_dependencies(p_ids uuid[])
-returns uuid[] language plpgsql set enable_seqscan = off as $$
+returns uuid[] language plpgsql set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$
 declare
     v_job record;
     v_held uuid[] := '{}';

@@ -1,0 +1,88 @@
+"""The queue's per-job statements are planned once per connection, not at every call.
+
+PostgreSQL plans a prepared statement (and each statement of a function) for
+its parameters' values five times, then weighs one generic plan against those;
+where the generic plan's estimate is the dearer (an array or a row count it
+cannot see), it plans every later call anew, which costs more than running the
+statement. pg_stat_statements (the test server preloads it) counts both, the
+functions' nested statements included."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import AsyncIterator
+
+from jobfeed.worker import db
+from jobfeed.worker.queue import Queue
+
+CALLS = 30
+MAX_PLANS = 6  # five custom plans, then the generic one
+THIS_DATABASE = "dbid = (select oid from pg_database where datname = current_database())"
+
+
+@contextlib.asynccontextmanager
+async def counted(dsn: str) -> AsyncIterator[Queue]:
+    """A queue on one connection whose statements' plans are counted; on exit,
+    none of those run CALLS times or more was planned more than MAX_PLANS."""
+    conn = await db.connect(dsn)
+    try:
+        await conn.execute("create extension if not exists pg_stat_statements")
+        await conn.execute("set pg_stat_statements.track = 'all'")
+        await conn.execute("set pg_stat_statements.track_planning = on")
+        await conn.execute("select pg_stat_statements_reset(0, (select oid from pg_database"
+                           " where datname = current_database()), 0)")
+        yield Queue(conn)
+        replanned = await conn.fetch(f"select calls, plans, query from pg_stat_statements where {THIS_DATABASE}"
+                                     f" and calls >= $1 and plans > $2 order by plans desc", CALLS, MAX_PLANS)
+        assert not replanned, "\n".join(f"{r['plans']} plans in {r['calls']} calls: {r['query']}" for r in replanned)
+        # it counted: the statements ran, and were planned
+        planned = await conn.fetchval(f"select count(*) from pg_stat_statements where {THIS_DATABASE}"
+                                      f" and calls >= $1 and plans >= 1", CALLS)
+        assert planned >= 10
+    finally:
+        await conn.close()
+
+
+async def test_submits_claims_and_outcomes_plan_each_statement_at_most_six_times(dsn):
+    async with counted(dsn) as queue:
+        await queue.register_kind("hot", max_attempts=5, lease=60.0, backoff=(1.0,))
+        for i in range(CALLS):
+            await queue.submit("hot", f"one-{i}", {"i": i})
+            await queue.submit_many("hot", [(f"few-{i}-{k}", {"k": k}) for k in range(3)])
+            # the API's group commit: new targets, then the same ones again
+            items = [(f"api-{i}-{k}", {"k": k}) for k in range(4)]
+            for _ in range(2):
+                answers = await queue.submit_many_requests_json("hot", items, requesters=[None] * 4,
+                                                                notify_urls=[None] * 4, max_payload=65536)
+            await queue.submit_request_json("hot", f"lone-{i}", {"i": i})  # a flush of one
+            await queue.positions([answers[0][0]])
+            jobs, _ = await queue.claim_timed(["hot"], 6, "w")
+            await queue.extend_many([(j.id, j.generation) for j in jobs])
+            await queue.progress(jobs[0].id, jobs[0].generation, 1, 2, "half")
+            await queue.fail_transient(jobs[0].id, jobs[0].generation, "flaky", "try again", 0)
+            await queue.complete_many_json([(j.id, j.generation, json.dumps(None)) for j in jobs[1:]])
+            await queue.next_due_after_claim(["hot"], None)
+            await queue.get_jobs_json([j.id for j in jobs])
+            await queue.delete_finished(0, 2)
+
+
+async def test_flow_control_and_admin_paths_plan_each_statement_at_most_six_times(dsn):
+    async with counted(dsn) as queue:
+        await queue.register_kind("capped", max_attempts=1, lease=60.0, backoff=(1.0,), max_running=3,
+                                  max_running_per_key=1)
+        await queue.register_kind("plain", max_attempts=1, lease=60.0, backoff=(1.0,))
+        for i in range(CALLS):
+            await queue.submit("capped", f"c-{i}", {}, concurrency_key=f"key-{i % 2}")
+            kept = await queue.submit_request_json("plain", f"p-{i}", {})
+            gone = await queue.submit_request_json("plain", f"q-{i}", {})
+            jobs, _ = await queue.claim_timed(["capped", "plain"], 4, "w")
+            for job in jobs:
+                if job.kind == "capped":
+                    await queue.release(job.id, job.generation, "busy")
+                elif job.id == kept[0]:
+                    await queue.fail_permanent(job.id, job.generation, "broken", "no")
+            await queue.leave(gone[3])
+            await queue.retry(kept[0])
+            await queue.cancel(kept[0])
+            await queue.admin_list_jobs(kind="plain", limit=5)
