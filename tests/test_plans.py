@@ -5,11 +5,13 @@ its parameters' values five times, then weighs one generic plan against those;
 where the generic plan's estimate is the dearer (an array or a row count it
 cannot see), it plans every later call anew, which costs more than running the
 statement. pg_stat_statements (the test server preloads it) counts both, the
-functions' nested statements included."""
+functions' nested statements included. (The admin's bulk actions are left out:
+each batch's pick is planned for its filter on purpose, see 60_admin.sql.)"""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 from typing import AsyncIterator
 
@@ -17,14 +19,15 @@ from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
 CALLS = 30
-MAX_PLANS = 6  # five custom plans, then the generic one
 THIS_DATABASE = "dbid = (select oid from pg_database where datname = current_database())"
 
 
 @contextlib.asynccontextmanager
 async def counted(dsn: str) -> AsyncIterator[Queue]:
     """A queue on one connection whose statements' plans are counted; on exit,
-    none of those run CALLS times or more was planned more than MAX_PLANS."""
+    none of those run CALLS times or more was planned at more than half of its
+    calls (a kept plan: at most six, five custom and the generic one, per
+    connection and prepared statement)."""
     conn = await db.connect(dsn)
     try:
         await conn.execute("create extension if not exists pg_stat_statements")
@@ -34,7 +37,7 @@ async def counted(dsn: str) -> AsyncIterator[Queue]:
                            " where datname = current_database()), 0)")
         yield Queue(conn)
         replanned = await conn.fetch(f"select calls, plans, query from pg_stat_statements where {THIS_DATABASE}"
-                                     f" and calls >= $1 and plans > $2 order by plans desc", CALLS, MAX_PLANS)
+                                     f" and calls >= $1 and plans * 2 > calls order by plans desc", CALLS)
         assert not replanned, "\n".join(f"{r['plans']} plans in {r['calls']} calls: {r['query']}" for r in replanned)
         # it counted: the statements ran, and were planned
         planned = await conn.fetchval(f"select count(*) from pg_stat_statements where {THIS_DATABASE}"
@@ -44,12 +47,16 @@ async def counted(dsn: str) -> AsyncIterator[Queue]:
         await conn.close()
 
 
-async def test_submits_claims_and_outcomes_plan_each_statement_at_most_six_times(dsn):
+async def test_submits_claims_and_outcomes_keep_their_plans(dsn):
+    # a caller's own submits, counted apart from the API's flushes below (which call the
+    # same helpers, under their own generic plan)
     async with counted(dsn) as queue:
         await queue.register_kind("hot", max_attempts=5, lease=60.0, backoff=(1.0,))
         for i in range(CALLS):
             await queue.submit("hot", f"one-{i}", {"i": i})
             await queue.submit_many("hot", [(f"few-{i}-{k}", {"k": k}) for k in range(3)])
+    async with counted(dsn) as queue:
+        for i in range(CALLS):
             # the API's group commit: new targets, then the same ones again
             items = [(f"api-{i}-{k}", {"k": k}) for k in range(4)]
             for _ in range(2):
@@ -67,7 +74,7 @@ async def test_submits_claims_and_outcomes_plan_each_statement_at_most_six_times
             await queue.delete_finished(0, 2)
 
 
-async def test_flow_control_and_admin_paths_plan_each_statement_at_most_six_times(dsn):
+async def test_flow_control_and_admin_paths_keep_their_plans(dsn):
     async with counted(dsn) as queue:
         await queue.register_kind("capped", max_attempts=1, lease=60.0, backoff=(1.0,), max_running=3,
                                   max_running_per_key=1)
@@ -86,3 +93,35 @@ async def test_flow_control_and_admin_paths_plan_each_statement_at_most_six_time
             await queue.retry(kept[0])
             await queue.cancel(kept[0])
             await queue.admin_list_jobs(kind="plain", limit=5)
+
+
+async def test_workflows_schedules_sweeps_and_dashboard_reads_keep_their_plans(dsn):
+    async with counted(dsn) as queue:
+        await queue.register_kind("flow", max_attempts=3, lease=60.0, backoff=(1.0,))
+        await queue.register_schedule("flow", None, "UTC", 60.0)
+        slot = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+        for i in range(CALLS):
+            parent = (await queue.submit("flow", f"parent-{i}", {})).id
+            waiting, *_ = await queue.submit_waiting_json("flow", f"after-{i}", {}, after=[parent])
+            signalled, *_ = await queue.submit_waiting_json("flow", f"signal-{i}", {}, await_signals=["go"])
+            await queue.signal(signalled, "go", {"i": i})
+            jobs, _ = await queue.claim_timed(["flow"], 10, "w")
+            for job in jobs:
+                if job.id == parent:
+                    kid = await queue.child_id(parent, job.generation, "flow", f"kid-{i}", {})
+                    await queue.complete_spawning(parent, job.generation, None,
+                                                  [{"id": str(kid), "kind": "flow", "target": f"kid-{i}",
+                                                    "payload": {}}])
+                else:
+                    await queue.complete_many_json([(job.id, job.generation, json.dumps(i))])
+            page = await queue.submit_request_json("flow", f"page-{i}", {})  # a page closed, then reloaded
+            await queue.leave_later_json(page[3], 30)
+            await queue.stay_json(page[3])
+            await queue.enqueue_slot("flow", slot + dt.timedelta(minutes=i))
+            await queue.sweep_expired()
+            await queue.leave_due(10)
+            await queue.stats(max_age=0)
+            await queue.sample_depth()
+            await queue.charts()
+            await queue.list_workers()
+            await queue.admin_get_jobs_json([waiting, signalled])

@@ -164,8 +164,11 @@ returns jsonb language sql stable security definer set search_path = jobfeed, pg
       from jobfeed.jobs j where j.id = p_id
 $$;
 
+-- The admin feed's re-read of changed jobs: one generic plan, by key, as
+-- get_jobs (tests/test_plans.py).
 create or replace function jobfeed.admin_get_jobs(p_ids uuid[])
-returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp
+set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$
     select jobfeed.admin_view(j) from jobfeed.jobs j where j.id = any (p_ids)
 $$;
 

@@ -13,9 +13,11 @@
 -- or canceled dependency), queued and due (all completed, every awaited signal
 -- arrived, every job of its ctx.wait_for final), or still waiting. A job
 -- waiting for jobs (wait_pos rows, see 46_children.sql) shows the share of
--- them that is final as its progress, never going backwards.
+-- them that is final as its progress, never going backwards. One generic
+-- plan, by key (the default plan cache mode planned its look-ups anew at
+-- every call, a custom plan for one id looking cheaper: tests/test_plans.py).
 create or replace function jobfeed.settle_waiting(p_id uuid, p_now timestamptz)
-returns void language plpgsql as $$
+returns void language plpgsql set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$
 declare
     v_job jobfeed.jobs;
     v_bad record;
@@ -205,10 +207,12 @@ $$;
 
 -- Deliver signal p_name to job p_id. The first delivery wins; a repeat changes
 -- nothing (first = false). 404 not_found; 409 not_awaited for a name the job
--- does not await. Returns the job's public view.
+-- does not await. Returns the job's public view. One generic plan, by key (as
+-- settle_waiting).
 create or replace function jobfeed.signal(p_id uuid, p_name text, p_data jsonb, p_now timestamptz default null)
 returns table (first boolean, view jsonb)
-language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+language plpgsql security definer set search_path = jobfeed, pg_temp
+set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);

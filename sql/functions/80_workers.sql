@@ -29,9 +29,11 @@ returns void language sql security definer set search_path = jobfeed, pg_temp as
 $$;
 
 -- Workers seen in the last hour, newest first; `lost` once a worker has been
--- silent for two of its leases (it beats every third of one).
+-- silent for two of its leases (it beats every third of one). One generic plan:
+-- the dashboard asks every few seconds (tests/test_plans.py).
 create or replace function jobfeed.list_workers(p_now timestamptz default null)
-returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$
+returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp
+set plan_cache_mode = force_generic_plan as $$
     select coalesce(jsonb_agg(jsonb_build_object(
                'id', w.id, 'host', w.host, 'kinds', to_jsonb(w.kinds), 'concurrency', w.concurrency,
                'running', w.running, 'started_at', w.started_at, 'last_seen', w.last_seen,
