@@ -452,6 +452,13 @@ QUEUE_EDITS: list[Edit] = [
          "language plpgsql security definer set search_path = jobfeed, pg_temp as $$\n#variable_conflict use_column\n"
          "declare\n    v_now timestamptz := jobfeed.clock(p_now);\n    v_first boolean;",
          (FLOW_PLANS,), "a signal's delivery keeps one generic plan"),
+    Edit("wait-for-replanned", "sql/functions/46_children.sql",
+         "returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp\n"
+         "set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$\ndeclare\n"
+         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_alias jsonb;",
+         "returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$\ndeclare\n"
+         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_alias jsonb;",
+         (FLOW_PLANS,), "a wait_for outcome keeps one generic plan"),
     Edit("workers-list-replanned", "sql/functions/80_workers.sql",
          "returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp\n"
          "set plan_cache_mode = force_generic_plan as $$",

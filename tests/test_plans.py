@@ -102,16 +102,19 @@ async def test_workflows_schedules_sweeps_and_dashboard_reads_keep_their_plans(d
         slot = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
         for i in range(CALLS):
             parent = (await queue.submit("flow", f"parent-{i}", {})).id
+            fan_in = (await queue.submit("flow", f"fan-in-{i}", {})).id
             waiting, *_ = await queue.submit_waiting_json("flow", f"after-{i}", {}, after=[parent])
             signalled, *_ = await queue.submit_waiting_json("flow", f"signal-{i}", {}, await_signals=["go"])
             await queue.signal(signalled, "go", {"i": i})
             jobs, _ = await queue.claim_timed(["flow"], 10, "w")
             for job in jobs:
-                if job.id == parent:
-                    kid = await queue.child_id(parent, job.generation, "flow", f"kid-{i}", {})
-                    await queue.complete_spawning(parent, job.generation, None,
-                                                  [{"id": str(kid), "kind": "flow", "target": f"kid-{i}",
-                                                    "payload": {}}])
+                if job.id in (parent, fan_in):
+                    kid = await queue.child_id(job.id, job.generation, "flow", f"kid-{job.id}", {})
+                    children = [{"id": str(kid), "kind": "flow", "target": f"kid-{job.id}", "payload": {}}]
+                    if job.id == parent:
+                        await queue.complete_spawning(parent, job.generation, None, children)
+                    else:  # waits for its child and for the parent
+                        await queue.wait_for(fan_in, job.generation, children, [kid, parent])
                 else:
                     await queue.complete_many_json([(job.id, job.generation, json.dumps(i))])
             page = await queue.submit_request_json("flow", f"page-{i}", {})  # a page closed, then reloaded

@@ -130,9 +130,12 @@ end $$;
 -- Races: as submit_waiting, it holds the jobs it waits for (hold_dependencies)
 -- before settling, so one finishing now either is seen final here or
 -- finds the job_deps rows once we commit and settles the job itself.
+-- One generic plan, by key (the default plan cache mode planned its look for
+-- unknown ids anew at every call: tests/test_plans.py).
 create or replace function jobfeed.wait_for(
     p_id uuid, p_generation int, p_children jsonb, p_wait uuid[], p_now timestamptz default null)
-returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp
+set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$
 declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_alias jsonb;
