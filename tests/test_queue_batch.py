@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import asyncpg
 import pytest
 
 from jobfeed.worker import db
@@ -44,6 +45,27 @@ async def test_one_bad_item_refuses_the_whole_batch(queue, pool, demo_kind, item
         await queue.submit_many("demo", items)
     assert caught.value.code == code
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+
+
+async def test_a_batch_with_several_bad_items_is_refused_naming_the_first(pool, demo_kind):
+    # in SQL: the Python producer checks its items before sending them
+    with pytest.raises(asyncpg.PostgresError) as caught:
+        await pool.fetch("select * from jobfeed.submit_many_v2('demo', array['ok', '', 'p'],"
+                         " array['{}', '{}', '[1]']::jsonb[])")
+    assert (caught.value.hint, caught.value.message[:8]) == ("invalid_target", "item 2: "), caught.value
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+
+
+async def test_a_bad_concurrency_key_refuses_a_batch_and_a_request_batch(queue, pool, demo_kind):
+    with pytest.raises(QueueError) as caught:
+        await queue.submit_many("demo", [("a", None), ("b", None)], concurrency_key="")
+    assert caught.value.code == "invalid_concurrency_key"
+    with pytest.raises(QueueError) as caught:  # new targets: the API's one-statement path would take them
+        await queue.submit_many_requests_json("demo", [("a", {}), ("b", {})], requesters=[None, None],
+                                              notify_urls=[None, None], concurrency_key="x" * 513)
+    assert caught.value.code == "invalid_concurrency_key"
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+    assert await pool.fetchval("select count(*) from jobfeed.requests") == 0
 
 
 async def test_unknown_kind(queue, pool):

@@ -150,6 +150,7 @@ CALLS = {
     "reusable": "select jobfeed.reusable('k', 't', null, now())",
     "dedupe_scope": "select jobfeed.dedupe_scope('global', null)",
     "batch_first_target_held": "select jobfeed.batch_first_target_held('k', array['t'])",
+    "batch_problem": "select jobfeed.batch_problem(array['t'], null, 100, null)",
     "queue_positions": "select * from jobfeed.queue_positions(array[gen_random_uuid()], now())",
     "with_position": "select jobfeed.with_position('{}', gen_random_uuid())",
     "take_duplicate": "select jobfeed.take_duplicate(gen_random_uuid(), 'rerun', '{}', now())",

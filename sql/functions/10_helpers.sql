@@ -71,6 +71,24 @@ returns text[] language sql immutable parallel safe as $$
                 then array['JF422', 'invalid_concurrency_key', 'concurrency_key must be 1 to 512 bytes'] end
 $$;
 
+-- What is wrong with a batch of one kind, in submission_problem's form: its
+-- first item with a problem (the message naming the item), else its
+-- concurrency key's; null when nothing is. submit_many_v2 raises it; the
+-- request batch's one-statement path (submit_many_requests) is taken only
+-- when it is null.
+create or replace function jobfeed.batch_problem(p_targets text[], p_payloads jsonb[], p_max_payload int,
+                                                 p_concurrency_key text)
+returns text[] language sql stable parallel safe as $$
+    select coalesce(
+        (select array[c.problem[1], c.problem[2], format('item %s: %s', c.n, c.problem[3])]
+           from (select t.n, jobfeed.submission_problem(t.target, t.payload, p_max_payload) as problem
+                   from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)) c
+          where c.problem is not null
+          order by c.n
+          limit 1),
+        jobfeed.key_problem(p_concurrency_key))
+$$;
+
 -- Ids for a batch of new jobs, cheaper than uuid_v7() per row (which draws from
 -- the OS each time: this PostgreSQL is built without OpenSSL, ~4 us a draw).
 -- p_prefix is the first 17 hex digits of one uuid_v7() taken for the whole

@@ -157,7 +157,6 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_max int;
     v_priority int;
-    v_bad int;
     v_problem text[];
     v_new_ids uuid[];
     v_new_targets text[];
@@ -196,16 +195,7 @@ begin
         return;
     end if;
     -- the first item with a problem refuses the whole batch
-    select c.n, c.problem into v_bad, v_problem
-      from (select t.n, jobfeed.submission_problem(t.target, t.payload, p_max_payload) as problem
-              from unnest(p_targets, p_payloads) with ordinality t(target, payload, n)) c
-     where c.problem is not null
-     order by c.n
-     limit 1;
-    if v_bad is not null then
-        perform jobfeed.raise_error(v_problem[1], v_problem[2], format('item %s: %s', v_bad, v_problem[3]));
-    end if;
-    v_problem := jobfeed.key_problem(p_concurrency_key);
+    v_problem := jobfeed.batch_problem(p_targets, p_payloads, p_max_payload, p_concurrency_key);
     if v_problem is not null then
         perform jobfeed.raise_error(v_problem[1], v_problem[2], v_problem[3]);
     end if;

@@ -341,9 +341,7 @@ begin
        and not jobfeed.batch_first_target_held(p_kind, p_targets)
        and (select count(distinct t) from unnest(p_targets) t) = v_count
        and (p_payloads is null or cardinality(p_payloads) = v_count)
-       and jobfeed.key_problem(p_concurrency_key) is null
-       and not exists (select from unnest(p_targets, p_payloads) t(target, payload)
-                        where jobfeed.submission_problem(t.target, t.payload, p_max_payload) is not null) then
+       and jobfeed.batch_problem(p_targets, p_payloads, p_max_payload, p_concurrency_key) is null then
         v_made := jobfeed.uuid_v7_batch(2 * v_count);  -- the jobs' ids, then the requests'
         begin
             with ins as (
