@@ -3,7 +3,9 @@ line of --line due jobs of one kind, --watched of them watched (spread over
 the line, as open job pages would be), and the one refresh query the API runs
 every 2 s for all of them (Queue.positions, in chunks of the feed's
 REREAD_CHUNK). Prints the median and worst wall time of --rounds rounds, the
-database backend's CPU per round, and whether every position came out exact.
+database backend's CPU per round, the median time of one job's read (its
+position counted on its own) at the line's front, middle and back, and whether
+every position came out exact.
 
 python -m bench.positions [--line 20000] [--watched 10000] [--rounds 10]"""
 
@@ -49,13 +51,22 @@ async def measure(line: int, watched: int, rounds: int) -> dict:
             walls.append(time.perf_counter() - t0)
             cpus.append(sum(backend.cpu_times()[:2]) - cpu0)
             exact = exact and got == {c: n * step for n, c in enumerate(chosen)}
+        single = {}  # one job's answer (GET /api/jobs/{id}) counts its own position
+        for where, n in (("front", 0), ("middle", line // 2), ("back", line - 1)):
+            times = []
+            for _ in range(rounds * 3):
+                t0 = time.perf_counter()
+                view = await queue.get_job(ids[n])
+                times.append(time.perf_counter() - t0)
+                exact = exact and view is not None and view["position"] == n
+            single[f"get_job_{where}_ms"] = statistics.median(times) * 1000
         plan = await conn.fetchval("explain (format json) select * from jobfeed.queue_positions($1::uuid[], now())",
                                    chosen[:REREAD_CHUNK])
         await conn.close()
         return {"line": line, "watched": len(chosen), "rounds": rounds, "queries_per_round": -(-len(chosen) // REREAD_CHUNK),
                 "median_ms": statistics.median(walls) * 1000, "worst_ms": max(walls) * 1000,
                 "db_cpu_ms_per_round": statistics.median(cpus) * 1000, "exact": exact,
-                "uses_claim_index": "jobs_queued_priority" in plan}
+                "uses_claim_index": "jobs_queued_priority" in plan, **single}
 
 
 def main() -> None:

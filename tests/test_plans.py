@@ -64,6 +64,7 @@ async def test_submits_claims_and_outcomes_keep_their_plans(dsn):
                                                                 notify_urls=[None] * 4, max_payload=65536)
             await queue.submit_request_json("hot", f"lone-{i}", {"i": i})  # a flush of one
             await queue.positions([answers[0][0]])
+            await queue.get_job_json(answers[0][0])  # a queued job's read counts its own position
             jobs, _ = await queue.claim_timed(["hot"], 6, "w")
             await queue.extend_many([(j.id, j.generation) for j in jobs])
             await queue.progress(jobs[0].id, jobs[0].generation, 1, 2, "half")

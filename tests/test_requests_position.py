@@ -97,6 +97,33 @@ async def test_positions_of_many_watched_jobs_in_one_query(pool, queue, line):
         assert claimed == {i for i, p in everything.items() if start < p <= start + 100}
 
 
+async def test_one_jobs_position_agrees_with_the_batch_count_and_the_claim(pool, queue, line):
+    """A single job's answer counts its position on its own (queue_position);
+    on a line of priorities, one run_after shared by a batch (the id decides),
+    a retry back in line and a job not yet due, it agrees with the feed's
+    batched count and with the order the claim takes the jobs in."""
+    (retried,) = await queue.submit_many("line", [("retried", None)], priority=0)
+    (job,) = await queue.claim(["line"], 1, "w")
+    await queue.fail_transient(job.id, job.generation, "flaky", None, retry_after=0)
+    await pool.execute("update jobfeed.jobs set run_after = now() - interval '1 minute' where id = $1", retried[0])
+    ids = [job_id for job_id, _ in await queue.submit_many("line", [(f"b{n}", None) for n in range(40)])]
+    ids += [job_id for job_id, _ in await queue.submit_many("line", [(f"h{n}", None) for n in range(5)], priority=2)]
+    for n in range(3):
+        ids.append((await queue.submit("line", f"low{n}", priority=-1)).id)
+    later = (await queue.submit("line", "later", priority=3,
+                                run_after=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))).id
+    await queue.submit("other", "x")
+    single = {str(job_id): await position(queue, job_id) for job_id in ids}
+    assert single == await queue.positions(ids + [retried[0], later])  # neither of these two is in line
+    assert await position(queue, later) is None and await position(queue, retried[0]) is None
+    order = []
+    while claimed := await queue.claim(["line"], 1, "w"):
+        order.append(str(claimed[0].id))
+    order.remove(str(retried[0]))  # claimed before all but the higher priorities, counted by them
+    assert sorted(single, key=single.__getitem__) == order
+    assert sorted(single.values()) == [n for n in range(len(ids) + 1) if n != 5]
+
+
 async def test_sse_sends_position_updates_under_the_same_id(dsn, queue):
     import httpx
     from servers import Watcher, serve

@@ -102,13 +102,28 @@ language sql stable security definer set search_path = jobfeed, pg_temp as $$
     select p.id, p."position" from jobfeed.queue_positions(p_ids, now()) p
 $$;
 
--- A view of one job with its queue position added (null unless due and never
--- started): the answers about one job (its read, the admin's, a request
--- leaving, a signal) carry it; the feed's re-reads get theirs in one pass.
+-- One job's queue position, as queue_positions counts it (null unless due and
+-- never started), for the answers about one job: two counts of the claim
+-- index's entries, the higher priorities' and those before it in its own
+-- priority, each a range of the index that ends where the count does (the
+-- jobs behind it are not read).
+create or replace function jobfeed.queue_position(p_id uuid, p_now timestamptz)
+returns int language sql stable as $$
+    select (select count(*)::int from jobfeed.jobs q
+             where q.kind = m.kind and q.state = 'queued' and q.priority > m.priority and q.run_after <= p_now)
+         + (select count(*)::int from jobfeed.jobs q
+             where q.kind = m.kind and q.state = 'queued' and q.priority = m.priority
+               and (q.run_after, q.id) < (m.run_after, m.id))
+      from jobfeed.jobs m
+     where m.id = p_id and m.state = 'queued' and m.generation = 0 and m.run_after <= p_now
+$$;
+
+-- A view of one job with its queue position added: the answers about one job
+-- (its read, the admin's, a request leaving, a signal) carry it; the feed's
+-- re-reads get theirs in one pass.
 create or replace function jobfeed.with_position(p_view jsonb, p_id uuid)
 returns jsonb language sql stable as $$
-    select p_view || jsonb_build_object(
-        'position', (select p."position" from jobfeed.queue_positions(array[p_id], now()) p))
+    select p_view || jsonb_build_object('position', jobfeed.queue_position(p_id, now()))
 $$;
 
 create or replace function jobfeed.get_job(p_id uuid)
