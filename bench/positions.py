@@ -4,8 +4,9 @@ the line, as open job pages would be), and the one refresh query the API runs
 every 2 s for all of them (Queue.positions, in chunks of the feed's
 REREAD_CHUNK). Prints the median and worst wall time of --rounds rounds, the
 database backend's CPU per round, the median time of one job's read (its
-position counted on its own) at the line's front, middle and back, and whether
-every position came out exact.
+position counted on its own) at the line's front, middle and back, the
+median refresh of three watched jobs there, and whether every position came
+out exact.
 
 python -m bench.positions [--line 20000] [--watched 10000] [--rounds 10]"""
 
@@ -60,6 +61,14 @@ async def measure(line: int, watched: int, rounds: int) -> dict:
                 times.append(time.perf_counter() - t0)
                 exact = exact and view is not None and view["position"] == n
             single[f"get_job_{where}_ms"] = statistics.median(times) * 1000
+        few = [ids[0], ids[line // 2], ids[line - 1]]  # three pages open: the refresh counts each on its own
+        times = []
+        for _ in range(rounds * 3):
+            t0 = time.perf_counter()
+            got = await queue.positions(few)
+            times.append(time.perf_counter() - t0)
+            exact = exact and got == {str(ids[n]): n for n in (0, line // 2, line - 1)}
+        single["refresh_of_3_ms"] = statistics.median(times) * 1000
         plan = await conn.fetchval("explain (format json) select * from jobfeed.queue_positions($1::uuid[], now())",
                                    chosen[:REREAD_CHUNK])
         await conn.close()

@@ -115,6 +115,11 @@ async def test_one_jobs_position_agrees_with_the_batch_count_and_the_claim(pool,
     await queue.submit("other", "x")
     single = {str(job_id): await position(queue, job_id) for job_id in ids}
     assert single == await queue.positions(ids + [retried[0], later])  # neither of these two is in line
+    # a few asked at once are counted each on its own, more in one numbered pass
+    for few in ([ids[0], ids[0]], [ids[7], retried[0], ids[44], later], ids[3::10], ids[-5:]):
+        assert await queue.positions(few) == {str(i): single[str(i)] for i in few if str(i) in single}
+    for asked in ([ids[0]] * 2, [ids[0]] * 5):  # a job asked about twice has one row, either way
+        assert len(await pool.fetch("select * from jobfeed.positions($1)", asked)) == 1
     assert await position(queue, later) is None and await position(queue, retried[0]) is None
     order = []
     while claimed := await queue.claim(["line"], 1, "w"):

@@ -68,16 +68,41 @@ returns jsonb language sql stable as $$
         'payload', j.payload)
 $$;
 
+-- One job's queue position (see queue_positions; null unless due and never
+-- started), for the answers about one job and a few watched ones: two counts
+-- of the claim index's entries, the higher priorities' and those before it in
+-- its own priority, each a range of the index that ends where the count does
+-- (the jobs behind it are not read).
+create or replace function jobfeed.queue_position(p_id uuid, p_now timestamptz)
+returns int language sql stable as $$
+    select (select count(*)::int from jobfeed.jobs q
+             where q.kind = m.kind and q.state = 'queued' and q.priority > m.priority and q.run_after <= p_now)
+         + (select count(*)::int from jobfeed.jobs q
+             where q.kind = m.kind and q.state = 'queued' and q.priority = m.priority
+               and (q.run_after, q.id) < (m.run_after, m.id))
+      from jobfeed.jobs m
+     where m.id = p_id and m.state = 'queued' and m.generation = 0 and m.run_after <= p_now
+$$;
+
 -- Queue positions: for each of these jobs that is due and never started, how
 -- many jobs of its kind the claim takes before it (priority desc, then
--- run_after, then id, as claim_kind_v2 orders them); others have no row. One
--- pass over each kind's due queued jobs (jobs_queued_priority), stopping at
--- the watched job that comes last, whatever the number of jobs asked about.
+-- run_after, then id, as claim_kind_v2 orders them); others have no row.
+-- A few jobs (a page or two open, one job re-read) are each counted on their
+-- own (queue_position), reading only the entries ahead of each. More take one
+-- pass over each kind's due queued jobs (jobs_queued_priority), numbering
+-- them up to the watched job that comes last (the rest of its priority is read,
+-- not numbered), whatever the number asked about.
 create or replace function jobfeed.queue_positions(p_ids uuid[], p_now timestamptz)
 returns table (id uuid, "position" int) language sql stable as $$
-    with mine as (
+    select i.id, f."position"
+      from (select distinct i.id from unnest(p_ids) i(id) where cardinality(p_ids) <= 4) i
+     cross join lateral (select jobfeed.queue_position(i.id, p_now) as "position" offset 0) f  -- once per job
+     where f."position" is not null
+    union all
+    (with mine as (
         select j.id, j.kind, j.priority, j.run_after from jobfeed.jobs j
-         where j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
+         where cardinality(p_ids) > 4
+           and j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
     ), last_one as (
         select distinct on (m.kind) m.kind, m.priority, m.run_after
           from mine m order by m.kind, m.priority, m.run_after desc
@@ -91,7 +116,7 @@ returns table (id uuid, "position" int) language sql stable as $$
          where q.kind = b.kind and q.state = 'queued' and q.run_after <= p_now and q.priority >= b.priority
            and (q.priority > b.priority or q.run_after <= b.run_after)
          order by q.priority desc, q.run_after, q.id) l
-      join mine m on m.id = l.id
+      join mine m on m.id = l.id)
 $$;
 
 -- The positions of these jobs (the feed refreshes its watched queued jobs'
@@ -100,22 +125,6 @@ create or replace function jobfeed.positions(p_ids uuid[])
 returns table (id uuid, "position" int)
 language sql stable security definer set search_path = jobfeed, pg_temp as $$
     select p.id, p."position" from jobfeed.queue_positions(p_ids, now()) p
-$$;
-
--- One job's queue position, as queue_positions counts it (null unless due and
--- never started), for the answers about one job: two counts of the claim
--- index's entries, the higher priorities' and those before it in its own
--- priority, each a range of the index that ends where the count does (the
--- jobs behind it are not read).
-create or replace function jobfeed.queue_position(p_id uuid, p_now timestamptz)
-returns int language sql stable as $$
-    select (select count(*)::int from jobfeed.jobs q
-             where q.kind = m.kind and q.state = 'queued' and q.priority > m.priority and q.run_after <= p_now)
-         + (select count(*)::int from jobfeed.jobs q
-             where q.kind = m.kind and q.state = 'queued' and q.priority = m.priority
-               and (q.run_after, q.id) < (m.run_after, m.id))
-      from jobfeed.jobs m
-     where m.id = p_id and m.state = 'queued' and m.generation = 0 and m.run_after <= p_now
 $$;
 
 -- A view of one job with its queue position added: the answers about one job
