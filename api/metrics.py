@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import os
 import time
 from typing import Iterator
@@ -77,6 +78,23 @@ class _Live(Collector):
                 value=batcher.batches)
             yield CounterMetricFamily("jobfeed_submit_items", "Submissions written by those statements.",
                                       value=batcher.items)
+
+
+class _WrittenFiles(MultiProcessCollector):
+    """Every process's files but empty ones. prometheus-client creates a
+    process's file empty and sizes it a moment later (client_python#1199): a
+    scrape in between, or any scrape after a process was killed in between,
+    would fail on it whole. An empty file holds nothing yet."""
+
+    def collect(self):
+        return self.merge([f for f in glob.glob(os.path.join(self._path, "*.db")) if _written(f)], accumulate=True)
+
+
+def _written(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except FileNotFoundError:  # a live gauge's file, its process marked dead meanwhile
+        return False
 
 
 class Metrics:
@@ -178,7 +196,7 @@ class Metrics:
         self._live.stats, self._live.kinds, self._live.feed, self._live.batcher = stats, kinds, feed, batcher
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             merged = CollectorRegistry()
-            MultiProcessCollector(merged)  # every process's files, this one's included
+            _WrittenFiles(merged)  # every process's files, this one's included
             return process_metrics.render(merged, self._live_registry)
         return process_metrics.render(self.registry, self._live_registry, process_metrics.PROCESS)
 

@@ -137,6 +137,25 @@ async def test_up_serves_every_part_and_the_histograms_move(dsn):
         assert await proc.stop(timeout=15) == 0, proc.log
 
 
+def test_a_scrape_skips_a_metrics_file_not_yet_written(tmp_path, monkeypatch):
+    """In multiprocess mode prometheus-client creates a process's file empty
+    and sizes it a moment later: a scrape in between (a process starting), or
+    after a process was killed in between, still answers with every other
+    process's figures."""
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+    from jobfeed.api.metrics import Metrics
+    other = MmapedDict(str(tmp_path / "counter_4242.db"))  # another process's counter
+    other.write_value(mmap_key("jobfeed_http_requests", "jobfeed_http_requests_total",
+                               ["method", "route", "status"], ["GET", "/api/kinds", "200"], "HTTP requests."), 7.0, 0.0)
+    other.close()
+    (tmp_path / "counter_4343.db").write_bytes(b"")  # created, not yet sized
+    (tmp_path / "gauge_livesum_4343.db").write_bytes(b"")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    found = samples(Metrics().render({}, [], None, None).decode())
+    assert value(found, "jobfeed_http_requests_total", method="GET", route="/api/kinds", status="200") == 7
+
+
 @pytest.mark.full
 async def test_api_processes_answer_metrics_for_all_of_them(dsn):
     """`jobfeed api --workers 2`: whichever process a scrape reaches, it shows
