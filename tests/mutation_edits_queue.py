@@ -490,4 +490,13 @@ QUEUE_EDITS: list[Edit] = [
          "v.lease, t.due, t.created_at, t.traceparent, v.ordinality",
          "v.lease, null::timestamptz, null::timestamptz, null::text, v.ordinality",
          (TIMINGS,), "a claim of several kinds answers them too"),
+    Edit("bulk-retry-pick-sorts", "sql/functions/60_admin.sql",
+         "language plpgsql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$",
+         "language plpgsql security definer set search_path = jobfeed, pg_temp as $$",
+         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
+         "a bulk retry's batches walk the jobs in id order once, not all of them sorted at every batch"),
+    Edit("bulk-cancel-pick-sorts", "sql/functions/60_admin.sql",
+         "pg_temp set enable_seqscan = off\nset enable_sort = off as $$", "pg_temp set enable_seqscan = off as $$",
+         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
+         "a bulk cancel's batches walk the jobs in id order once, not all of them sorted at every batch"),
 ]

@@ -373,10 +373,10 @@ SERVICE_EDITS: list[Edit] = [
          ("    v_ids := (\n        select array(\n", "    );\n"),
          (BULK_BY_KEY,), "a bulk retry's batch is picked by the filter given, whatever plan the session kept"),
     Edit("bulk-cancel-scans-kept-plan", "sql/functions/60_admin.sql",
-         "pg_temp set enable_seqscan = off as $$\n#variable_conflict use_column\ndeclare\n    v_now timestamptz := "
-         "jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
-         "pg_temp as $$\n#variable_conflict use_column\ndeclare\n    v_now timestamptz := "
-         "jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
+         "pg_temp set enable_seqscan = off\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
+         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
+         "pg_temp\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
+         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
          (BULK_BY_KEY,), "a bulk cancel updates its batch by key, whatever plan the session kept"),
     Edit("claim-lease-probe-reads-unfinished", "sql/functions/40_claim.sql",
          "           and (select e.lease_until from jobfeed.jobs e\n"

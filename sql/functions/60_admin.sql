@@ -130,6 +130,10 @@ end $$;
 -- each batch. The rest of the batch keeps its kept plans (custom plans for it
 -- all, by the function's settings, cost more than twice the time per job). The
 -- cancel's UPDATE of its batch, without sequential scans, finds it by key.
+-- Neither pick may sort: a pick that gathers every matching job and sorts them
+-- reads them all again at each batch (the planner takes it when it thinks the
+-- matches few, as for an error code, which only failed jobs carry); walking
+-- the jobs in id order from p_after, each batch goes on where the last ended.
 create or replace function jobfeed.bulk_problem(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[])
 returns void language plpgsql immutable as $$
@@ -144,7 +148,7 @@ create or replace function jobfeed.bulk_retry(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
     p_after uuid default null, p_limit int default 500, p_now timestamptz default null)
 returns table (changed int, picked int, last_id uuid)
-language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+language plpgsql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
@@ -195,7 +199,8 @@ create or replace function jobfeed.bulk_cancel(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
     p_after uuid default null, p_limit int default 500, p_now timestamptz default null)
 returns table (changed int, picked int, last_id uuid)
-language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
+language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off
+set enable_sort = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
