@@ -499,4 +499,9 @@ QUEUE_EDITS: list[Edit] = [
          "pg_temp set enable_seqscan = off\nset enable_sort = off as $$", "pg_temp set enable_seqscan = off as $$",
          ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
          "a bulk cancel's batches walk the jobs in id order once, not all of them sorted at every batch"),
+    Edit("bulk-retry-kind-walks-every-job", "sql/functions/60_admin.sql",
+         "execute case when p_kind is not null and p_state is null then $pick$",
+         "execute case when false then $pick$",
+         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
+         "a bulk retry of one kind reads that kind's failed and canceled jobs, not every job"),
 ]

@@ -368,10 +368,6 @@ SERVICE_EDITS: list[Edit] = [
          "language plpgsql set enable_seqscan = off as $$\ndeclare\n    v_waited boolean;",
          "language plpgsql as $$\ndeclare\n    v_waited boolean;",
          (HELD_BY_KEY,), "an admin's retry looks at the job's dependencies by key, whatever plan the session kept"),
-    Edit("bulk-retry-pick-kept-plan", "sql/functions/60_admin.sql",
-         ("    execute $pick$\n        select array(\n", "    $pick$ into v_ids using p_state, p_kind, p_error_code, p_ids, p_after, p_limit;\n"),
-         ("    v_ids := (\n        select array(\n", "    );\n"),
-         (BULK_BY_KEY,), "a bulk retry's batch is picked by the filter given, whatever plan the session kept"),
     Edit("bulk-cancel-scans-kept-plan", "sql/functions/60_admin.sql",
          "pg_temp set enable_seqscan = off\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
          "    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",

@@ -299,15 +299,16 @@ async def test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "queued"
 
 
-async def _bulk_rows_read(dsn, action: str, state: str | None, code: str | None) -> tuple[int, int, float]:
+async def _bulk_rows_read(dsn, action: str, state: str | None, code: str | None,
+                          kind: str | None = None) -> tuple[int, int, float]:
     """A bulk action run to its end in batches of 100: (changed, batches, the
     rows its plans' nodes read in all)."""
     conn = await db.connect(dsn)
     try:
         after, batches, changed, read = None, 0, 0, 0.0
         while True:
-            rows, plans = await explained(conn, f"select * from jobfeed.bulk_{action}($1, null, $2, null, $3, 100)",
-                                          state, code, after, analyze=True)
+            rows, plans = await explained(conn, f"select * from jobfeed.bulk_{action}($1, $2, $3, null, $4, 100)",
+                                          state, kind, code, after, analyze=True)
             read += sum(sum(_rows_of(line)) for line in plans.splitlines())
             batches, changed, after = batches + 1, changed + rows[0]["changed"], rows[0]["last_id"]
             if rows[0]["picked"] < 100:
@@ -335,6 +336,14 @@ async def test_bulk_batches_go_on_where_the_last_ended(pool, dsn):
     assert retried[:2] == (600, 7) and canceled[:2] == (4800, 49)
     # rows read in all: ~35,000 and ~65,000 walking; over 150,000 each, sorting at every batch
     assert retried[2] <= 80000 and canceled[2] <= 110000, (retried, canceled)
+    # a kind's few failed and canceled jobs in that history: two ranges of the
+    # kind's index, not a walk through every job
+    await pool.execute("insert into jobfeed.kinds (kind) values ('few')")
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select 'few', 'f' || g, "
+                       "(case when g % 3 = 0 then 'canceled' else 'failed' end)::jobfeed.job_state, now() "
+                       "from generate_series(1, 150) g")
+    few = await _bulk_rows_read(dsn, "retry", None, None, kind="few")
+    assert few[:2] == (150, 2) and few[2] <= 2000, few
 
 
 async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, dsn):

@@ -160,7 +160,30 @@ declare
     v_kinds text[] := '{}';
 begin
     perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
-    execute $pick$
+    -- Given a kind and not a state, the two states are two ranges of
+    -- jobs_kind_state_id (kind, state, id), walked apart and merged; one walk
+    -- for both would go through every job. Otherwise one walk in id order.
+    execute case when p_kind is not null and p_state is null then $pick$
+        select array(
+            select u.id from (
+                (select j.id from jobfeed.jobs j
+                  where j.kind = $2 and j.state = 'failed'
+                    and ($3 is null or j.last_error_code = $3)
+                    and ($4 is null or j.id = any ($4))
+                    and ($5 is null or j.id > $5)
+                  order by j.id
+                  limit greatest($6, 1))
+                union all
+                (select j.id from jobfeed.jobs j
+                  where j.kind = $2 and j.state = 'canceled'
+                    and ($3 is null or j.last_error_code = $3)
+                    and ($4 is null or j.id = any ($4))
+                    and ($5 is null or j.id > $5)
+                  order by j.id
+                  limit greatest($6, 1))) u
+             order by u.id
+             limit greatest($6, 1))
+    $pick$ else $pick$
         select array(
             select j.id from jobfeed.jobs j
              where j.state in ('failed', 'canceled')
@@ -171,7 +194,7 @@ begin
                and ($5 is null or j.id > $5)
              order by j.id
              limit greatest($6, 1))
-    $pick$ into v_ids using p_state, p_kind, p_error_code, p_ids, p_after, p_limit;
+    $pick$ end into v_ids using p_state, p_kind, p_error_code, p_ids, p_after, p_limit;
     foreach v_id in array v_ids loop
         -- as retry(): its dependencies, then the job, still failed or canceled
         perform jobfeed.hold_dependencies(array(select d.dep_id from jobfeed.job_deps d where d.job_id = v_id));
