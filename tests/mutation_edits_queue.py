@@ -504,4 +504,8 @@ QUEUE_EDITS: list[Edit] = [
          "execute case when false then $pick$",
          ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
          "a bulk retry of one kind reads that kind's failed and canceled jobs, not every job"),
+    Edit("bulk-retry-kind-without-index-predicate", "sql/functions/60_admin.sql",
+         "and j.state = s.state and j.state <> 'running'  -- (the index's predicate)", "and j.state = s.state",
+         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
+         "a bulk retry of one kind says what lets jobs_kind_state_id serve its ranges"),
 ]

@@ -161,26 +161,20 @@ declare
 begin
     perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
     -- Given a kind and not a state, the two states are two ranges of
-    -- jobs_kind_state_id (kind, state, id), walked apart and merged; one walk
-    -- for both would go through every job. Otherwise one walk in id order.
+    -- jobs_kind_state_id (kind, state, id), a batch taken from each and the
+    -- two merged; one walk for both would go through every job. Otherwise one
+    -- walk in id order.
     execute case when p_kind is not null and p_state is null then $pick$
         select array(
-            select u.id from (
-                (select j.id from jobfeed.jobs j
-                  where j.kind = $2 and j.state = 'failed'
-                    and ($3 is null or j.last_error_code = $3)
-                    and ($4 is null or j.id = any ($4))
-                    and ($5 is null or j.id > $5)
-                  order by j.id
-                  limit greatest($6, 1))
-                union all
-                (select j.id from jobfeed.jobs j
-                  where j.kind = $2 and j.state = 'canceled'
-                    and ($3 is null or j.last_error_code = $3)
-                    and ($4 is null or j.id = any ($4))
-                    and ($5 is null or j.id > $5)
-                  order by j.id
-                  limit greatest($6, 1))) u
+            select u.id from unnest('{failed,canceled}'::jobfeed.job_state[]) s(state)
+             cross join lateral (
+                select j.id from jobfeed.jobs j
+                 where j.kind = $2 and j.state = s.state and j.state <> 'running'  -- (the index's predicate)
+                   and ($3 is null or j.last_error_code = $3)
+                   and ($4 is null or j.id = any ($4))
+                   and ($5 is null or j.id > $5)
+                 order by j.id
+                 limit greatest($6, 1)) u
              order by u.id
              limit greatest($6, 1))
     $pick$ else $pick$
