@@ -101,6 +101,9 @@ async def test_bulk_retry_by_filter_in_batches_and_safe_to_repeat(client, queue,
 
 
 async def test_bulk_retry_skips_a_target_held_again(queue, pool):
+    # its kind registered here: no app of this test registered it (run after
+    # another file's tests on the same database, none had either)
+    await queue.register_kind("demo", max_attempts=5, lease=300, backoff=(60,))
     (old,) = await plant(pool, 1, "failed", code="x")
     target = await pool.fetchval("select target from jobfeed.jobs where id = $1", old)
     await queue.submit("demo", target)
