@@ -10,8 +10,6 @@ from mutation_edit import (
     Q_PUBLIC, Q_RACE, READS, RUNNER, RUN_AT, SECURITY, SSE, SWEEP, TIMINGS, WAKE,
 )
 
-FLOW_PLANS = "tests/test_plans.py::test_workflows_schedules_sweeps_and_dashboard_reads_keep_their_plans"
-
 QUEUE_EDITS: list[Edit] = [
     # ------------------------------------------------------------ dedupe
     Edit("dedupe-index-not-unique", "sql/migrations/0009_requests2.sql",  # 0009 rebuilt it last (dedupe_scope)
@@ -428,57 +426,6 @@ QUEUE_EDITS: list[Edit] = [
          "          limit 1),\n        jobfeed.key_problem(p_concurrency_key))",
          "          limit 1),\n        null)",
          (Q_BATCH,), "a batch's concurrency key is checked, on both paths"),
-    Edit("small-batch-ids-replanned", "sql/functions/10_helpers.sql",
-         "returns uuid[] language plpgsql volatile set plan_cache_mode = force_generic_plan as $$",
-         "returns uuid[] language plpgsql volatile as $$",
-         ("tests/test_plans.py::test_submits_claims_and_outcomes_keep_their_plans",),
-         "a small batch's ids are made by one generic plan, not planned at every call"),
-    Edit("attempt-log-replanned", "sql/functions/10_helpers.sql",
-         "returns void language sql set enable_seqscan = off set enable_hashjoin = off set enable_mergejoin = off\n"
-         "set plan_cache_mode = force_generic_plan as $$",
-         "returns void language sql set enable_seqscan = off set enable_hashjoin = off set enable_mergejoin = off as $$",
-         ("tests/test_plans.py::test_submits_claims_and_outcomes_keep_their_plans",),
-         "a retry's attempt log is written by one generic plan, not planned at every call"),
-    Edit("admin-list-replanned", "sql/functions/20_views.sql",
-         "returns setof jsonb language plpgsql stable security definer set search_path = jobfeed, pg_temp\n"
-         "set plan_cache_mode = force_generic_plan as $$",
-         "returns setof jsonb language plpgsql stable security definer set search_path = jobfeed, pg_temp as $$",
-         ("tests/test_plans.py::test_flow_control_and_admin_paths_keep_their_plans",),
-         "the admin list's filtered query keeps one generic plan"),
-    Edit("held-dependencies-replanned", "sql/functions/45_workflows.sql",
-         "returns uuid[] language plpgsql set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$",
-         "returns uuid[] language plpgsql set enable_seqscan = off as $$",
-         ("tests/test_plans.py::test_flow_control_and_admin_paths_keep_their_plans",),
-         "a retry's hold on its dependencies keeps one generic plan"),
-    Edit("settle-waiting-replanned", "sql/functions/45_workflows.sql",
-         "returns void language plpgsql set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$",
-         "returns void language plpgsql as $$",
-         (FLOW_PLANS,), "a waiting job's settling keeps one generic plan"),
-    Edit("signal-replanned", "sql/functions/45_workflows.sql",
-         "language plpgsql security definer set search_path = jobfeed, pg_temp\n"
-         "set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$\n#variable_conflict use_column\n"
-         "declare\n    v_now timestamptz := jobfeed.clock(p_now);\n    v_first boolean;",
-         "language plpgsql security definer set search_path = jobfeed, pg_temp as $$\n#variable_conflict use_column\n"
-         "declare\n    v_now timestamptz := jobfeed.clock(p_now);\n    v_first boolean;",
-         (FLOW_PLANS,), "a signal's delivery keeps one generic plan"),
-    Edit("wait-for-replanned", "sql/functions/46_children.sql",
-         "returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp\n"
-         "set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$\ndeclare\n"
-         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_alias jsonb;",
-         "returns boolean language plpgsql security definer set search_path = jobfeed, pg_temp as $$\ndeclare\n"
-         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_alias jsonb;",
-         (FLOW_PLANS,), "a wait_for outcome keeps one generic plan"),
-    Edit("workers-list-replanned", "sql/functions/80_workers.sql",
-         "returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp\n"
-         "set plan_cache_mode = force_generic_plan as $$",
-         "returns jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$",
-         (FLOW_PLANS,), "the dashboard's workers list keeps one generic plan"),
-    Edit("admin-reread-replanned", "sql/functions/20_views.sql",
-         "set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$\n"
-         "    select jobfeed.admin_view(j) from jobfeed.jobs j where j.id = any (p_ids)",
-         "set enable_seqscan = off as $$\n"
-         "    select jobfeed.admin_view(j) from jobfeed.jobs j where j.id = any (p_ids)",
-         (FLOW_PLANS,), "the admin feed's re-read of changed jobs keeps one generic plan"),
     # The claim's timings (wait, age, traceparent) on each of its paths.
     Edit("claim-timings-lost", "sql/functions/40_claim.sql",
          "v_lease, u.run_after, u.created_at, u.traceparent", "v_lease, null::timestamptz, null::timestamptz, null::text",
@@ -490,22 +437,4 @@ QUEUE_EDITS: list[Edit] = [
          "v.lease, t.due, t.created_at, t.traceparent, v.ordinality",
          "v.lease, null::timestamptz, null::timestamptz, null::text, v.ordinality",
          (TIMINGS,), "a claim of several kinds answers them too"),
-    Edit("bulk-retry-pick-sorts", "sql/functions/60_admin.sql",
-         "language plpgsql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$",
-         "language plpgsql security definer set search_path = jobfeed, pg_temp as $$",
-         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
-         "a bulk retry's batches walk the jobs in id order once, not all of them sorted at every batch"),
-    Edit("bulk-cancel-pick-sorts", "sql/functions/60_admin.sql",
-         "pg_temp set enable_seqscan = off\nset enable_sort = off as $$", "pg_temp set enable_seqscan = off as $$",
-         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
-         "a bulk cancel's batches walk the jobs in id order once, not all of them sorted at every batch"),
-    Edit("bulk-retry-kind-walks-every-job", "sql/functions/60_admin.sql",
-         "execute case when p_kind is not null and p_state is null then $pick$",
-         "execute case when false then $pick$",
-         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
-         "a bulk retry of one kind reads that kind's failed and canceled jobs, not every job"),
-    Edit("bulk-retry-kind-without-index-predicate", "sql/functions/60_admin.sql",
-         "and j.state = s.state and j.state <> 'running'  -- (the index's predicate)", "and j.state = s.state",
-         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
-         "a bulk retry of one kind says what lets jobs_kind_state_id serve its ranges"),
 ]

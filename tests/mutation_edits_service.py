@@ -4,27 +4,11 @@ its streams, auth and limits, the worker's runner, requests, files."""
 from __future__ import annotations
 
 from mutation_edit import (
-    Edit, ADMIN, API_JOBS, CHILDREN, CLAIMS, COMPLETE_MANY_HEAD, DEDUPE, EXTEND_MANY_HEAD, FEED, FENCED,
-    HEARTBEAT, LIMITS, NO_SCANS, OUTPUTS, POSITION, PROCESS, Q_FENCE, Q_OUT, READS, RECOVERY,
+    Edit, ADMIN, API_JOBS, CHILDREN, CLAIMS, COMPLETE_MANY_HEAD, DEDUPE, FEED, FENCED,
+    HEARTBEAT, LIMITS, NO_SCANS, OUTPUTS, POSITION, PROCESS, Q_FENCE, Q_OUT, RECOVERY,
     REQUEST_BATCH, RERUN, RUNNER, SECURITY, SSE, SSE_SLOW, UPLOADS, WAITING, WAKE,
     WAITS, WEBHOOKS,
 )
-
-# the calls a long-lived session makes by job id, under plans kept from a tiny table
-KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans"
-
-# an admin session's bulk batches, under plans kept from a young table
-BULK_BY_KEY = READS + "::test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans"
-# what a worker writes about a job it holds, and an admin's retry, under plans kept while few jobs ran
-HELD_BY_KEY = READS + "::test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans"
-
-
-def _running_plainly(name: str, file: str, look: str, what: str) -> Edit:
-    """look, a fenced look at one job by id, testing its state plainly: the
-    plan a session keeps may read every running job's index entry."""
-    return Edit(name, file, look, look.replace("j.state::text = 'running'", "j.state = 'running'"), (HELD_BY_KEY,),
-                f"{what} finds its job by key, whatever plan the session kept")
-
 
 SERVICE_EDITS: list[Edit] = [
     # ------------------------------------------------------------ feed and streams
@@ -308,105 +292,10 @@ SERVICE_EDITS: list[Edit] = [
          "    await access.require_view(svc, request, job_id)\n", "",
          (OUTPUTS + "::test_outputs_follow_the_job_views_access_rules",),
          "outputs have the job view's access rules"),
-    Edit("claim-scans-young-table", "sql/functions/40_claim.sql",
-         "language plpgsql set enable_seqscan = off set enable_sort", "language plpgsql set enable_sort",
-         (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a claim finds the picked jobs by key, whatever plan a young table left"),
-    Edit("attempt-log-scans-kept-plan", "sql/functions/10_helpers.sql",
-         "returns void language sql set enable_seqscan = off set enable_hashjoin = off set enable_mergejoin = off\n",
-         "returns void language sql\n",
-         (KEPT_PLANS,), "a retry's attempt log finds the job by key, whatever plan the session kept"),
-    Edit("views-reread-scans-kept-plan", "sql/functions/20_views.sql",
-         "returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp\nset enable_seqscan = off as $$",
-         "returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp as $$",
-         (KEPT_PLANS,), "the feed's re-read finds the views by key, whatever plan the session kept"),
-    Edit("signal-sweep-scans-kept-plan", "sql/functions/45_workflows.sql",
-         "returns int language plpgsql set enable_seqscan = off as $$\ndeclare\n    v_ids uuid[];\n    v_vers bigint[];",
-         "returns int language plpgsql as $$\ndeclare\n    v_ids uuid[];\n    v_vers bigint[];",
-         (KEPT_PLANS,), "the sweeper finds overdue signals' jobs by key, whatever plan it kept"),
-    Edit("signal-sweep-reads-waiting", "sql/functions/45_workflows.sql",
-         "           and j.state::text = 'waiting'\n", "           and j.state = 'waiting'\n",
-         (KEPT_PLANS,), "the sweeper finds overdue signals' jobs by key, not among every waiting job"),
-    Edit("missing-signals-by-overdue-index", "sql/migrations/0020_signal_deadlines.sql",
-         "where arrived_at is null and deadline is not null;", "where arrived_at is null;",
-         (READS + "::test_a_signal_looks_at_its_jobs_missing_signals_by_key_under_kept_plans",),
-         "a look at one job's missing signals goes by its key, whatever plan the session kept"),
-    Edit("dependency-hold-scans-kept-plan", "sql/functions/45_workflows.sql",
-         "returns uuid[] language plpgsql set enable_seqscan = off set plan_cache_mode",
-         "returns uuid[] language plpgsql set plan_cache_mode",
-         (KEPT_PLANS,), "a submit's hold on its dependencies finds them by key, whatever plan the session kept"),
-    _running_plainly("progress-reads-running", "sql/functions/50_outcomes.sql",
-                     "    select j.progress into v_old from jobfeed.jobs j\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
-                     "a progress report"),
-    _running_plainly("checkpoint-reads-running", "sql/functions/50_outcomes.sql",
-                     "        update jobfeed.jobs j set checkpoint = p_state\n         where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
-                     "a checkpoint"),
-    _running_plainly("retry-look-reads-running", "sql/functions/50_outcomes.sql",
-                     "      from jobfeed.jobs j left join jobfeed.kinds k on k.kind = j.kind\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
-                     "a transient failure"),
-    _running_plainly("failure-reads-running", "sql/functions/50_outcomes.sql",
-                     "version = j.version + 1\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
-                     "a permanent failure"),
-    _running_plainly("release-reads-running", "sql/functions/50_outcomes.sql",
-                     "    perform from jobfeed.jobs j\n     where j.id = p_id and j.generation = p_generation and j.state::text = 'running'",
-                     "a release"),
-    _running_plainly("rerun-look-reads-running", "sql/functions/35_requests.sql",
-                     "     where j.id = p_id and j.generation = p_generation and j.state::text = 'running' and j.rerun_payload is not null",
-                     "a failure's look for a pending rerun"),
-    _running_plainly("child-seed-reads-running", "sql/functions/46_children.sql",
-                     "and j.state::text = 'running' and j.child_seed is null",
-                     "a first child"),
-    _running_plainly("child-seed-again-reads-running", "sql/functions/46_children.sql",
-                     "and j.state::text = 'running';",
-                     "a further child"),
-    _running_plainly("output-begin-reads-running", "sql/functions/47_files.sql",
-                     "and j.state::text = 'running') then",
-                     "an output begun"),
-    _running_plainly("output-finish-reads-running", "sql/functions/47_files.sql",
-                     "    perform from jobfeed.jobs j\n     where j.id = p_job and j.generation = p_generation and j.state::text = 'running'",
-                     "an output published"),
-    Edit("retry-due-look-scans-kept-plan", "sql/functions/60_admin.sql",
-         "language plpgsql set enable_seqscan = off as $$\ndeclare\n    v_waited boolean;",
-         "language plpgsql as $$\ndeclare\n    v_waited boolean;",
-         (HELD_BY_KEY,), "an admin's retry looks at the job's dependencies by key, whatever plan the session kept"),
-    Edit("bulk-cancel-scans-kept-plan", "sql/functions/60_admin.sql",
-         "pg_temp set enable_seqscan = off\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
-         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
-         "pg_temp\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
-         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
-         (BULK_BY_KEY,), "a bulk cancel updates its batch by key, whatever plan the session kept"),
-    Edit("claim-lease-probe-reads-unfinished", "sql/functions/40_claim.sql",
-         "           and (select e.lease_until from jobfeed.jobs e\n"
-         "                 where e.kind = p_kinds[1] and e.state = 'running' and e.lease_until < now()\n"
-         "                 order by e.lease_until limit 1) is null\n",
-         "           and not exists (select from jobfeed.jobs e\n"
-         "                            where e.kind = p_kinds[1] and e.state = 'running' and e.lease_until < now())\n",
-         ("tests/test_queue_claims.py::test_a_claim_planned_on_an_empty_table_looks_for_expired_leases_by_index",),
-         "a claim's look for expired leases reads them only, whatever plan its first claim left"),
-    Edit("children-hash-kept-plan", "sql/functions/46_children.sql",
-         "set plan_cache_mode = force_generic_plan set enable_seqscan = off set enable_hashjoin = off\n"
-         "set enable_mergejoin = off as $$",
-         "set plan_cache_mode = force_generic_plan as $$",
-         ("tests/test_queue_claims.py::test_a_workers_kept_claim_plan_reads_a_claimed_jobs_children_by_key",),
-         "a claimed job's children are read by key, whatever plan the worker's first such claim left"),
-    Edit("children-announced-read-back", "sql/functions/46_children.sql",
-         "        perform jobfeed.notify_due(d.k, d.n)\n"
-         "           from (select k, count(*)::int as n from unnest(v_kinds) k group by k order by k) d;\n",
-         "        perform jobfeed.notify_due(d.k, d.n)\n"
-         "           from (select j.kind as k, count(*)::int as n from jobfeed.jobs j where j.id = any (v_ids)\n"
-         "                  group by j.kind order by j.kind) d;\n",
-         (READS + "::test_spawned_children_are_announced_as_written_under_kept_plans",),
-         "spawned children are announced as written, whatever plan the session kept"),
-    Edit("completion-scans-young-table", "sql/functions/50_outcomes.sql",
-         NO_SCANS + COMPLETE_MANY_HEAD, COMPLETE_MANY_HEAD,
-         (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a completion finds its jobs by key, whatever plan a young table left"),
     Edit("heartbeat-lease-from-nothing", "sql/functions/50_outcomes.sql",
          "           and exists (select from jobfeed.kinds k where k.kind = j.kind)  -- no lease to renew by\n", "",
          (Q_FENCE + "::test_a_heartbeat_with_no_lease_to_renew_by_reports_the_job_lost",),
          "a heartbeat never leaves a running job with no lease (which nothing would reclaim)"),
-    Edit("heartbeat-scans-young-table", "sql/functions/50_outcomes.sql",
-         NO_SCANS + EXTEND_MANY_HEAD, EXTEND_MANY_HEAD,
-         (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",),
-         "a heartbeat finds its jobs by key, whatever plan a young table left"),
     Edit("none-result-not-null", "worker/queue_calls.py",
          'return "null" if value is None else _RESULTS.encode(value)', 'return "{}" if value is None else _RESULTS.encode(value)',
          (RUNNER, Q_OUT), "a handler that returns None completes with a null result"),
