@@ -52,23 +52,16 @@ async def measure(line: int, watched: int, rounds: int) -> dict:
             walls.append(time.perf_counter() - t0)
             cpus.append(sum(backend.cpu_times()[:2]) - cpu0)
             exact = exact and got == {c: n * step for n, c in enumerate(chosen)}
+        places = {"front": 0, "middle": line // 2, "back": line - 1}
         single = {}  # one job's answer (GET /api/jobs/{id}) counts its own position
-        for where, n in (("front", 0), ("middle", line // 2), ("back", line - 1)):
-            times = []
-            for _ in range(rounds * 3):
-                t0 = time.perf_counter()
-                view = await queue.get_job(ids[n])
-                times.append(time.perf_counter() - t0)
-                exact = exact and view is not None and view["position"] == n
-            single[f"get_job_{where}_ms"] = statistics.median(times) * 1000
-        few = [ids[0], ids[line // 2], ids[line - 1]]  # three pages open: the refresh counts each on its own
-        times = []
-        for _ in range(rounds * 3):
-            t0 = time.perf_counter()
-            got = await queue.positions(few)
-            times.append(time.perf_counter() - t0)
-            exact = exact and got == {str(ids[n]): n for n in (0, line // 2, line - 1)}
-        single["refresh_of_3_ms"] = statistics.median(times) * 1000
+        for where, n in places.items():
+            ms, views = await _timed(rounds * 3, lambda n=n: queue.get_job(ids[n]))
+            single[f"get_job_{where}_ms"] = ms
+            exact = exact and all(v is not None and v["position"] == n for v in views)
+        # three pages open: the refresh counts each on its own
+        ms, answers = await _timed(rounds * 3, lambda: queue.positions([ids[n] for n in places.values()]))
+        single["refresh_of_3_ms"] = ms
+        exact = exact and all(a == {str(ids[n]): n for n in places.values()} for a in answers)
         plan = await conn.fetchval("explain (format json) select * from jobfeed.queue_positions($1::uuid[], now())",
                                    chosen[:REREAD_CHUNK])
         await conn.close()
@@ -76,6 +69,16 @@ async def measure(line: int, watched: int, rounds: int) -> dict:
                 "median_ms": statistics.median(walls) * 1000, "worst_ms": max(walls) * 1000,
                 "db_cpu_ms_per_round": statistics.median(cpus) * 1000, "exact": exact,
                 "uses_claim_index": "jobs_queued_priority" in plan, **single}
+
+
+async def _timed(times: int, call) -> tuple[float, list]:
+    """The median wall time of `times` awaited calls, in ms, and their answers."""
+    walls, answers = [], []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        answers.append(await call())
+        walls.append(time.perf_counter() - t0)
+    return statistics.median(walls) * 1000, answers
 
 
 def main() -> None:
