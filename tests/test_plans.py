@@ -19,7 +19,8 @@ from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
 CALLS = 30
-THIS_DATABASE = "dbid = (select oid from pg_database where datname = current_database())"
+DB_OID = "(select oid from pg_database where datname = current_database())"
+THIS_DATABASE = f"dbid = {DB_OID}"
 
 
 @contextlib.asynccontextmanager
@@ -33,8 +34,7 @@ async def counted(dsn: str) -> AsyncIterator[Queue]:
         await conn.execute("create extension if not exists pg_stat_statements")
         await conn.execute("set pg_stat_statements.track = 'all'")
         await conn.execute("set pg_stat_statements.track_planning = on")
-        await conn.execute("select pg_stat_statements_reset(0, (select oid from pg_database"
-                           " where datname = current_database()), 0)")
+        await conn.execute(f"select pg_stat_statements_reset(0, {DB_OID}, 0)")
         yield Queue(conn)
         replanned = await conn.fetch(f"select calls, plans, query from pg_stat_statements where {THIS_DATABASE}"
                                      f" and calls >= $1 and plans * 2 > calls order by plans desc", CALLS)
