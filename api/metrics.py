@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import glob
 import os
+import re
 import time
 from typing import Iterator
 
@@ -81,20 +82,45 @@ class _Live(Collector):
 
 
 class _WrittenFiles(MultiProcessCollector):
-    """Every process's files but empty ones. prometheus-client creates a
-    process's file empty and sizes it a moment later (client_python#1199): a
-    scrape in between, or any scrape after a process was killed in between,
-    would fail on it whole. An empty file holds nothing yet."""
+    """Every process's files but empty ones, and but the live gauges of a
+    process that is gone.
+
+    prometheus-client creates a process's file empty and sizes it a moment
+    later (client_python#1199): a scrape in between, or any scrape after a
+    process was killed in between, would fail on it whole. An empty file holds
+    nothing yet.
+
+    A live gauge (open streams, which processes are up) counts only while its
+    process runs. prometheus-client leaves dropping a dead process's files to
+    the process manager (`mark_process_dead`), which uvicorn's, restarting a
+    killed API process, does not call: its streams would be counted open and
+    its start time shown up until the command stopped."""
 
     def collect(self):
-        return self.merge([f for f in glob.glob(os.path.join(self._path, "*.db")) if _written(f)], accumulate=True)
+        return self.merge([f for f in glob.glob(os.path.join(self._path, "*.db")) if _counted(f)], accumulate=True)
 
 
-def _written(path: str) -> bool:
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]*_(\d+)\.db")
+
+
+def _counted(path: str) -> bool:
     try:
-        return os.path.getsize(path) > 0
-    except FileNotFoundError:  # a live gauge's file, its process marked dead meanwhile
+        if os.path.getsize(path) == 0:
+            return False
+    except FileNotFoundError:  # removed since the glob (a process marked dead by its manager)
         return False
+    live = _LIVE_GAUGE_FILE.fullmatch(os.path.basename(path))
+    return live is None or _running(int(live.group(1)))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: running all the same
+        return True
+    return True
 
 
 class Metrics:

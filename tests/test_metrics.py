@@ -5,9 +5,11 @@ rule (a token when set, else loopback only)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import sys
 
@@ -189,6 +191,68 @@ async def test_api_processes_answer_metrics_for_all_of_them(dsn):
             found = await scrape()
             assert len(pids(found)) == 2
             assert total(found, "jobfeed_http_requests_total", method="GET", route="/api/kinds") == 20
+    finally:
+        assert await proc.stop(timeout=15) == 0, proc.log
+
+
+@pytest.mark.full
+async def test_a_killed_api_process_leaves_no_live_series(dsn):
+    """`jobfeed api --workers 2`, one process killed while it holds open
+    streams: uvicorn starts another, and the scrape shows the two running
+    processes' start times and only their open streams, not the dead one's."""
+    import psutil
+
+    port = free_port()
+    admin = {"Authorization": "Bearer an-admin-token-for-metrics"}
+    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN=admin["Authorization"].split()[1])
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    proc = await Process(JOBFEED + ["api", "--workers", "2"], env).start(ready=r"Uvicorn running", timeout=60)
+    url = f"http://127.0.0.1:{port}"
+
+    async def scrape() -> dict:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            return samples((await client.get("/metrics")).text)
+
+    def pids(found: dict) -> set[int]:
+        return {int(dict(ls)["pid"]) for (n, ls) in found if n == "jobfeed_api_process_start_time_seconds"}
+
+    def streams_held(pid: int) -> int:
+        return sum(1 for c in psutil.Process(pid).net_connections(kind="tcp")
+                   if c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+
+    async def two_up() -> set[int] | None:
+        try:
+            found = pids(await scrape())
+        except httpx.TransportError:  # (a process may still be starting)
+            return None
+        return found if len(found) == 2 else None
+
+    try:
+        first = await eventually(two_up, timeout=30, what="both API processes in one scrape")
+        async with contextlib.AsyncExitStack() as opened:
+            async def open_stream() -> None:
+                client = await opened.enter_async_context(httpx.AsyncClient(base_url=url, timeout=10))
+                response = await opened.enter_async_context(client.stream("GET", "/api/admin/events",
+                                                                          headers=admin))
+                assert response.status_code == 200
+            for _ in range(40):  # a connection of its own each: the kernel spreads them
+                await open_stream()
+                if all(streams_held(pid) for pid in first):
+                    break
+            held = {pid: streams_held(pid) for pid in first}
+            assert all(held.values()), held
+            killed, kept = sorted(first)
+            os.kill(killed, signal.SIGKILL)
+
+            async def replaced() -> dict | None:
+                try:
+                    found = await scrape()
+                except httpx.TransportError:
+                    return None
+                up = pids(found)
+                return found if len(up) == 2 and kept in up and killed not in up else None
+            found = await eventually(replaced, timeout=30, what="the killed process replaced in the scrape")
+            assert value(found, "jobfeed_sse_streams", stream="admin") == held[kept]
     finally:
         assert await proc.stop(timeout=15) == 0, proc.log
 
