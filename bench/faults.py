@@ -51,7 +51,7 @@ from pathlib import Path
 from . import pg
 from .fault_accounting import accounting, first_runs, killed_pids, record_table, recovery
 from .fault_workers import QUICK, FaultServer, Hog, Sizes, Worker, query, scan_logs, terminate_workers
-from .systems import ALL, JOBFEED, System
+from .systems import ALL, JOBFEED, System, installed
 
 log = logging.getLogger("bench")
 SCENARIOS = ("crash", "kills", "restart", "terminate", "exhaust")
@@ -246,13 +246,7 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
     result: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "quick": quick,
                     "sizes": dataclasses.asdict(sizes), "scenarios": {}, "errors": {}}
     pg.raise_open_files()
-    usable = []
-    for s in systems:
-        try:
-            s.ensure()
-            usable.append(s)
-        except Exception as exc:
-            result["errors"][s.name] = f"could not install {' '.join(s.packages)}: {exc}"
+    usable = installed(systems, result["errors"])
     result["versions"] = {s.name: s.version() for s in usable}
     with FaultServer() as server:
         await server.tune(sizes.max_connections)

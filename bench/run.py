@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from . import history, pg, queue_scenarios, report, web_scenarios
-from .systems import ALL, System
+from .systems import ALL, System, installed
 from .trials import median_of
 
 log = logging.getLogger("bench")
@@ -84,14 +84,7 @@ async def run(scenarios: list[str], systems: list[System], sizes: Sizes, *, quic
     result: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "quick": quick,
                     "sizes": dataclasses.asdict(sizes), "scenarios": {}, "errors": {}}
     pg.raise_open_files()
-    usable = []
-    for s in systems:
-        try:
-            s.ensure()
-            usable.append(s)
-        except Exception as exc:  # no network, say: run without that peer, and say so
-            result["errors"][s.name] = f"could not install {' '.join(s.packages)}: {exc}"
-            log.warning("%s: %s", s.name, result["errors"][s.name])
+    usable = installed(systems, result["errors"])
     result["environment"] = environment(usable)
     settings_for = lambda s: jobfeed_settings if s.name == "jobfeed" else None  # noqa: E731
 

@@ -114,6 +114,20 @@ PROCRASTINATE = System(
 ALL = {s.name: s for s in (JOBFEED, PGQUEUER, PROCRASTINATE, RAW)}
 
 
+def installed(systems: list[System], errors: dict[str, str]) -> list[System]:
+    """The systems that install (a peer's venv made on first use); each other's
+    reason goes in errors, and a run goes on without it (no network, say)."""
+    usable = []
+    for s in systems:
+        try:
+            s.ensure()
+            usable.append(s)
+        except Exception as exc:
+            errors[s.name] = f"could not install {' '.join(s.packages)}: {exc}"
+            log.warning("%s: %s", s.name, errors[s.name])
+    return usable
+
+
 # ---------------------------------------------------------------- running drivers
 
 class DriverError(RuntimeError):
