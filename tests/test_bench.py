@@ -189,6 +189,21 @@ def test_the_files_bench_runs(tmp_path):
     assert result["upload_to_copy_ratio"] > 0 and result["download"]["mb_per_s"] > 0
 
 
+def test_the_commit_lock_bench_measures_every_combination(tmp_path):
+    """bench.commit_lock at a tiny size: a rate for each count of connections,
+    with and without a NOTIFY, with and without waiting for the flush, and a
+    row in its table for every commit it made."""
+    out = tmp_path / "commits.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.commit_lock", "--commits", "40", "--connections", "1,4",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-4000:])
+    result = json.loads(out.read_text())
+    assert result["ok"] and result["counted"] == result["commits"] == 8 * 40
+    combos = {(r["connections"], r["notify"], r["synchronous_commit"]) for r in result["rows"]}
+    assert combos == {(c, n, s) for c in (1, 4) for n in (False, True) for s in (False, True)}
+    assert all(r["commits_per_s"] > 0 for r in result["rows"])
+
+
 def test_the_claim_parts_bench_claims_one_job_per_call_in_every_variant():
     """bench.claim_parts at a tiny size: every variant, every round, reported;
     a variant whose call claims other than one job fails the run."""
