@@ -49,7 +49,7 @@ class _ServerCycle:
 async def test_a_request_leaves_nothing_to_the_garbage_collector(app):
     """The app keeps nothing of a request in its scope that refers back to the
     server's objects for it: such a cycle per request left the collector
-    walking the young objects every few thousand requests (bench/README.md,
+    walking the young objects every few thousand requests (bench/rounds.md,
     thirty-fourth round)."""
     async with app.router.lifespan_context(app):
         paths = ("/healthz", f"/api/jobs/{UNKNOWN_JOB_ID}", "/api/kinds") * 10

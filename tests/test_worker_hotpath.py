@@ -112,7 +112,7 @@ async def test_a_finished_run_leaves_nothing_to_the_garbage_collector(queue, poo
     """A run's task, its context and the runner's entry for it are freed by
     their reference counts as the run ends, whatever its outcome: a reference
     cycle among them left a job's worth of objects per job to the collector,
-    which then walked every job in flight, again and again (bench/README.md,
+    which then walked every job in flight, again and again (bench/rounds.md,
     thirty-fourth round)."""
     async def once(job, ctx):
         if job.attempt == 1 and job.target.startswith("retry"):

@@ -19,7 +19,7 @@ class ClaimConnection:
     connection serves it; on it a claim neither waits for the pool, which the
     handlers' progress, checkpoints and outcomes share, nor lands on a pooled
     backend that sat idle while the others served (through the pool, a lone
-    job's claim measured markedly slower: bench/README.md, fifteenth round).
+    job's claim measured markedly slower: bench/rounds.md, fifteenth round).
     It holds no session state. A connection that closed (the server
     restarted, the network broke) is replaced at the next call; until the
     database answers again the call fails, and the claim loop retries it as

@@ -25,7 +25,7 @@ log = logging.getLogger("jobfeed")
 # The youngest generation is collected every GC_YOUNG allocations net of
 # frees (CPython's default is 700). A worker or API process makes and drops a
 # handful of objects per job or request, nearly all freed at once; collecting
-# after every 700 of them took a large share of its CPU (bench/README.md).
+# after every 700 of them took a large share of its CPU (bench/rounds.md, sixth round).
 GC_YOUNG = 50_000
 
 

@@ -22,7 +22,7 @@ class Sweeper:
     # rests REST times as long as the last one took, so deleting takes at most
     # a quarter of one database core from the claims and completions; batches of
     # BATCH keep each burst of deletes (and the commits waiting behind its WAL)
-    # short. bench/README.md has what that costs the drain and latency.
+    # short. bench/rounds.md has what that costs the drain and latency.
     BATCH = 200
     REST = 3.0
     SIGNAL_LOOK = 1.0
