@@ -22,6 +22,8 @@ from jobfeed.worker import metrics
 from servers import ROOT, Process, free_port
 from waiting import eventually
 
+ADMIN_TOKEN = "an-admin-token-for-metrics"
+
 
 def samples(text: str) -> dict[tuple[str, frozenset], float]:
     """{(sample name, labels): value}, parsed by prometheus-client's own parser
@@ -53,7 +55,7 @@ async def finish(client: httpx.AsyncClient, location: str) -> dict:
 @pytest.mark.full
 async def test_up_serves_every_part_and_the_histograms_move(dsn):
     port = free_port()
-    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN="an-admin-token-for-metrics")
+    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN)
     env.pop("JOBFEED_TASKS")  # up brings the demo kind itself
     proc = await Process(JOBFEED + ["up", "--grace", "1s"], env).start(ready=r"jobfeed is up: (http://\S+/)")
     try:
@@ -64,7 +66,7 @@ async def test_up_serves_every_part_and_the_histograms_move(dsn):
             jobs = {"ok": {"steps": 3, "step_ms": 500}, "retried": {"fail": ["transient"], "step_ms": 20},
                     "failed": {"fail": ["permanent"]}}
             locations = {}
-            admin = {"authorization": "Bearer an-admin-token-for-metrics"}
+            admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
             async with client.stream("GET", "/api/admin/events", headers=admin) as dashboard:
                 events = dashboard.aiter_lines()
                 async for line in events:
@@ -158,38 +160,48 @@ def test_a_scrape_skips_a_metrics_file_not_yet_written(tmp_path, monkeypatch):
     assert value(found, "jobfeed_http_requests_total", method="GET", route="/api/kinds", status="200") == 7
 
 
+async def api_processes(dsn: str, port: int) -> Process:
+    """`jobfeed api --workers 2` on port, its metrics in a directory of the command's own."""
+    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    return await Process(JOBFEED + ["api", "--workers", "2"], env).start(ready=r"Uvicorn running", timeout=60)
+
+
+async def scrape(url: str) -> dict:
+    # a connection of its own each time, so scrapes spread over the processes
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        return samples((await client.get("/metrics")).text)
+
+
+def api_pids(found: dict) -> set[int]:
+    return {int(dict(ls)["pid"]) for (n, ls) in found if n == "jobfeed_api_process_start_time_seconds"}
+
+
+async def two_api_pids(url: str) -> set[int] | None:
+    """The two processes' pids once one scrape shows both, else None."""
+    try:
+        found = api_pids(await scrape(url))
+    except httpx.TransportError:  # (a process may still be starting)
+        return None
+    return found if len(found) == 2 else None
+
+
 @pytest.mark.full
 async def test_api_processes_answer_metrics_for_all_of_them(dsn):
     """`jobfeed api --workers 2`: whichever process a scrape reaches, it shows
     both processes (one start-time series per pid) and every request either
     of them counted."""
     port = free_port()
-    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN="an-admin-token-for-metrics")
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    proc = await Process(JOBFEED + ["api", "--workers", "2"], env).start(ready=r"Uvicorn running", timeout=60)
+    proc = await api_processes(dsn, port)
     url = f"http://127.0.0.1:{port}"
-
-    async def scrape() -> dict:
-        # a connection of its own each time, so scrapes spread over the processes
-        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-            return samples((await client.get("/metrics")).text)
-
-    def pids(found: dict) -> set[str]:
-        return {dict(ls).get("pid") for (n, ls) in found if n == "jobfeed_api_process_start_time_seconds"}
-
     try:
-        async def both_up():
-            try:
-                return len(pids(await scrape())) == 2
-            except httpx.TransportError:  # (the processes may still be starting)
-                return False
-        await eventually(both_up, timeout=30, what="both API processes in one scrape")
+        await eventually(lambda: two_api_pids(url), timeout=30, what="both API processes in one scrape")
         for _ in range(20):
             async with httpx.AsyncClient(base_url=url, timeout=10) as client:
                 assert (await client.get("/api/kinds")).status_code == 200
         for _ in range(6):
-            found = await scrape()
-            assert len(pids(found)) == 2
+            found = await scrape(url)
+            assert len(api_pids(found)) == 2
             assert total(found, "jobfeed_http_requests_total", method="GET", route="/api/kinds") == 20
     finally:
         assert await proc.stop(timeout=15) == 0, proc.log
@@ -203,37 +215,20 @@ async def test_a_killed_api_process_leaves_no_live_series(dsn):
     import psutil
 
     port = free_port()
-    admin = {"Authorization": "Bearer an-admin-token-for-metrics"}
-    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN=admin["Authorization"].split()[1])
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    proc = await Process(JOBFEED + ["api", "--workers", "2"], env).start(ready=r"Uvicorn running", timeout=60)
+    proc = await api_processes(dsn, port)
     url = f"http://127.0.0.1:{port}"
-
-    async def scrape() -> dict:
-        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-            return samples((await client.get("/metrics")).text)
-
-    def pids(found: dict) -> set[int]:
-        return {int(dict(ls)["pid"]) for (n, ls) in found if n == "jobfeed_api_process_start_time_seconds"}
 
     def streams_held(pid: int) -> int:
         return sum(1 for c in psutil.Process(pid).net_connections(kind="tcp")
                    if c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED)
 
-    async def two_up() -> set[int] | None:
-        try:
-            found = pids(await scrape())
-        except httpx.TransportError:  # (a process may still be starting)
-            return None
-        return found if len(found) == 2 else None
-
     try:
-        first = await eventually(two_up, timeout=30, what="both API processes in one scrape")
+        first = await eventually(lambda: two_api_pids(url), timeout=30, what="both API processes in one scrape")
         async with contextlib.AsyncExitStack() as opened:
             async def open_stream() -> None:
                 client = await opened.enter_async_context(httpx.AsyncClient(base_url=url, timeout=10))
-                response = await opened.enter_async_context(client.stream("GET", "/api/admin/events",
-                                                                          headers=admin))
+                response = await opened.enter_async_context(client.stream(
+                    "GET", "/api/admin/events", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}))
                 assert response.status_code == 200
             for _ in range(40):  # a connection of its own each: the kernel spreads them
                 await open_stream()
@@ -246,10 +241,10 @@ async def test_a_killed_api_process_leaves_no_live_series(dsn):
 
             async def replaced() -> dict | None:
                 try:
-                    found = await scrape()
+                    found = await scrape(url)
                 except httpx.TransportError:
                     return None
-                up = pids(found)
+                up = api_pids(found)
                 return found if len(up) == 2 and kept in up and killed not in up else None
             found = await eventually(replaced, timeout=30, what="the killed process replaced in the scrape")
             assert value(found, "jobfeed_sse_streams", stream="admin") == held[kept]
