@@ -157,8 +157,8 @@ select jobfeed.next_deadline();
 -- name: leave_due
 select jobfeed.leave_due($1);
 
--- name: delete_finished
-select jobfeed.delete_finished($1, $2);
+-- name: delete_finished_v2
+select deleted, last_finished_at from jobfeed.delete_finished_v2($1, $2, $3);
 
 -- name: delete_old_slots
 select jobfeed.delete_old_slots($1);

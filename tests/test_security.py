@@ -103,6 +103,7 @@ CALLS = {
     "leave_later": "select * from jobfeed.leave_later(gen_random_uuid(), '1 minute')",
     "stay": "select jobfeed.stay(gen_random_uuid())",
     "delete_finished": "select jobfeed.delete_finished('7 days')",
+    "delete_finished_v2": "select * from jobfeed.delete_finished_v2('7 days', 10, now())",
     "delete_old_slots": "select jobfeed.delete_old_slots('7 days')",
     # internal helpers: nobody outside the queue's functions
     "public_status": "select jobfeed.public_status('queued', 0)",
@@ -178,7 +179,7 @@ ALLOWED = {
                        "submit_waiting_v2", "signal", "signals_of", "output_begin", "output_finish", "output_discard", "file_put",
                        "files_of", "file_read", "child_id", "complete_spawning", "wait_for", "children_of"},
     "jobfeed_sweeper": {"sweep_expired", "next_signal_deadline", "next_deadline", "leave_due", "delete_finished",
-                        "delete_old_slots", "sample_depth"},
+                        "delete_finished_v2", "delete_old_slots", "sample_depth"},
 }
 
 TABLES = ("jobs", "kinds", "attempts", "requests", "schema_migrations", "schema_functions", "admin_sessions",

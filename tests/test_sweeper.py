@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from conftest import JOBFEED, worker_env
-from queue_sql import value_and_index_entries_read
+from queue_sql import value_and_count_around, value_and_index_entries_read
 from jobfeed.worker import metrics
 from jobfeed.worker.sweeper import Sweeper
 from waiting import eventually
@@ -53,6 +53,43 @@ async def test_a_sweep_reads_a_young_tables_expired_jobs_in_order_and_stops(pool
     deleted, read = await value_and_index_entries_read(pool, "select jobfeed.delete_finished('7 days', 100)")
     assert deleted == 100
     assert read < 1000, f"deleting 100 jobs read {read} index entries"
+
+
+async def test_a_sweeps_batches_go_on_where_the_last_ended(queue, pool, demo_kind):
+    """The index entries of deleted jobs stay until a vacuum: a batch that
+    started from the oldest expired job again would read past all of them,
+    each batch dearer than the last. Given where the last batch ended, a
+    batch reads a few pages of jobs_finished_at; from the oldest, it reads
+    the deleted jobs' pages too. The sweeper passes it on, batch to batch."""
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, created_at, finished_at) "
+                       "select 'demo', 'h' || g, 'completed', now() - interval '9 days', "
+                       "now() - interval '8 days' + g * interval '1 ms' from generate_series(1, 40000) g")
+    await pool.execute("analyze jobfeed.jobs")
+    after = None
+    for _ in range(30):
+        n, after = await queue.delete_finished_after(7 * 86400, 1000, after)
+        assert n == 1000
+    index_pages = "select pg_stat_get_xact_blocks_fetched('jobfeed.jobs_finished_at'::regclass)"
+    async with pool.acquire() as conn:
+        on = await value_and_count_around(conn, f"select deleted from jobfeed.delete_finished_v2('7 days', 100, "
+                                                f"'{after.isoformat()}')", index_pages)
+        anew = await value_and_count_around(conn, "select deleted from jobfeed.delete_finished_v2('7 days', 100)",
+                                            index_pages)
+    assert on[0] == anew[0] == 100
+    assert on[1] <= 10 < 50 <= anew[1], f"pages read: from where the last ended {on[1]}, from the oldest {anew[1]}"
+    # and the sweeper: the rest (9,800) in batches that each go on from the last
+    calls: list = []
+
+    class Watched(type(queue)):
+        async def delete_finished_after(self, retention, limit=1000, after=None):
+            calls.append(after)
+            return await super().delete_finished_after(retention, limit, after)
+
+    sweeper = Sweeper(Watched(pool), retention=7 * 86400, batch=2000)
+    sweeper.REST = 0.0
+    assert (await sweeper.sweep_once())["deleted"] == 9800
+    assert calls[0] is None and all(a is not None for a in calls[1:]) and len(calls) == 5
+    assert calls == sorted(calls, key=lambda a: (a is not None, a))
 
 
 async def test_sweeper_fails_expired_leases_with_no_attempts_left(queue, pool, demo_kind):

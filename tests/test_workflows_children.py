@@ -263,6 +263,25 @@ async def test_the_sweeper_keeps_children_of_an_unfinished_parent_and_jobs_waite
     assert await queue.delete_finished(7 * 86400) == 2  # the parent and its child
 
 
+async def test_the_sweeper_keeps_a_finished_child_nobody_waits_for_while_its_parent_is_unfinished(queue, pool, k):
+    """A fire-and-forget child still names its parent: finished and past the
+    retention, it stays while the parent is unfinished (the waited-for child
+    stays by its dependency, this one by its parent alone)."""
+    p, _ = await queue.submit("k", "parent")
+    (job,) = await queue.claim(["k"], 1, "w")
+    a = await queue.child_id(p, job.generation, "k", "a", None)
+    fire = await queue.child_id(p, job.generation, "k", "fire-and-forget", None)
+    assert await queue.wait_for(p, job.generation, [child(a, "a"), child(fire, "fire-and-forget")], [a])
+    children = await queue.claim(["k"], 2, "w")
+    assert {c.id for c in children} == {a, fire}
+    for c in children:
+        assert await queue.complete(c.id, c.generation, None)
+    await pool.execute("update jobfeed.jobs set finished_at = now() - interval '30 days' where finished_at is not null")
+    assert await state(pool, p) == "queued"  # due again, a done
+    assert await queue.delete_finished(7 * 86400) == 0
+    assert await state(pool, fire) == "completed"
+
+
 # ---------------------------------------------------------------- in the runner
 
 def spec(kind: str, handler, **kw) -> TaskSpec:

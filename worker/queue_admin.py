@@ -116,7 +116,15 @@ class AdminCalls(QueueCalls):
         return await self._fetchval("leave_due", limit)
 
     async def delete_finished(self, retention: float, limit: int = 1000) -> int:
-        return await self._fetchval("delete_finished", _seconds(retention), limit)
+        return (await self.delete_finished_after(retention, limit))[0]
+
+    async def delete_finished_after(self, retention: float, limit: int = 1000,
+                                    after: dt.datetime | None = None) -> tuple[int, dt.datetime | None]:
+        """Up to `limit` jobs finished before `retention` ago deleted, from
+        `after` on (a finished_at: where the sweep's last batch ended); how
+        many went and the latest finished_at among them."""
+        row = (await self._fetch("delete_finished_v2", _seconds(retention), limit, after))[0]
+        return row["deleted"], row["last_finished_at"]
 
     async def delete_old_slots(self, retention: float) -> int:
         """Periodic slots past retention, each kind's newest kept (one bounded batch)."""

@@ -42,11 +42,12 @@ class Sweeper:
         expired = await self.queue.sweep_expired()
         left = await self._apply_leaves()
         deleted = 0
+        after = None  # each batch goes on where the last ended
         while not self._stop.is_set():
             # Each batch is its own short transaction, so a big backlog never
             # holds locks for long; a short batch means we are done.
             started = time.perf_counter()
-            n = await self.queue.delete_finished(self.retention, self.batch)
+            n, after = await self.queue.delete_finished_after(self.retention, self.batch, after)
             deleted += n
             if n < self.batch:
                 break

@@ -30,7 +30,13 @@ returns double precision language sql stable security definer set search_path = 
 $$;
 
 -- Delete up to p_limit jobs that finished more than p_retention ago, with their
--- attempts log. Returns how many went; call again until it returns < p_limit.
+-- attempts log; answers how many went and the latest finished_at among them.
+-- Call again with p_after = that time until fewer than p_limit go: each batch
+-- then starts where the last ended, instead of stepping over the index entries
+-- of every job deleted since the table was last vacuumed (a sweep of a long
+-- history made each batch dearer than the one before). A job left behind (a
+-- concurrent sweeper held it, or it is kept, below) waits for the next sweep,
+-- which starts from the oldest again (p_after null).
 -- Unfinished jobs are never touched, nor finished ones an unfinished job
 -- names in its `after` or its ctx.wait_for (job_deps), nor children of an
 -- unfinished parent, nor a parent of an unfinished child (a fire-and-forget
@@ -39,13 +45,16 @@ $$;
 -- plan could read every expired job and sort them all to keep the oldest
 -- p_limit (FOR UPDATE between the LIMIT and the sort leaves it unbounded), at
 -- every call; jobs_finished_at has them in order.
-create or replace function jobfeed.delete_finished(
-    p_retention interval, p_limit int default 1000, p_now timestamptz default null)
-returns int language sql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$
+create or replace function jobfeed.delete_finished_v2(
+    p_retention interval, p_limit int default 1000, p_after timestamptz default null,
+    p_now timestamptz default null)
+returns table (deleted int, last_finished_at timestamptz)
+language sql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$
     with doomed as (
         select j.id from jobfeed.jobs j
          where j.state in ('completed', 'failed', 'canceled')
            and j.finished_at < jobfeed.clock(p_now) - p_retention
+           and j.finished_at >= coalesce(p_after, '-infinity')
            -- kept while an unfinished job still runs after it
            and not exists (select from jobfeed.job_deps d join jobfeed.jobs w on w.id = d.job_id
                              where d.dep_id = j.id and w.state not in ('completed', 'failed', 'canceled'))
@@ -59,13 +68,20 @@ returns int language sql security definer set search_path = jobfeed, pg_temp set
     ), del as (
         delete from jobfeed.jobs j using doomed
          where j.id = doomed.id and j.state in ('completed', 'failed', 'canceled')
-        returning j.id
+        returning j.id, j.finished_at
     ), del_attempts as (
         delete from jobfeed.attempts a using del where a.job_id = del.id
     ), del_requests as (
         delete from jobfeed.requests r using del where r.job_id = del.id
     )
-    select count(*)::int from del
+    select count(*)::int, max(del.finished_at) from del
+$$;
+
+-- The release before's sweepers call this: each batch from the oldest.
+create or replace function jobfeed.delete_finished(
+    p_retention interval, p_limit int default 1000, p_now timestamptz default null)
+returns int language sql security definer set search_path = jobfeed, pg_temp as $$
+    select d.deleted from jobfeed.delete_finished_v2(p_retention, p_limit, null, p_now) d
 $$;
 
 -- Delete up to p_limit periodic slots (schedule_slots) older than p_retention,

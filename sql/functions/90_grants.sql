@@ -118,5 +118,6 @@ grant execute on function
     jobfeed.next_deadline(timestamptz),
     jobfeed.leave_due(int, timestamptz),
     jobfeed.delete_finished(interval, int, timestamptz),
+    jobfeed.delete_finished_v2(interval, int, timestamptz, timestamptz),
     jobfeed.delete_old_slots(interval, int, timestamptz)
 to jobfeed_sweeper;
