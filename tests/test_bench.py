@@ -204,6 +204,18 @@ def test_the_commit_lock_bench_measures_every_combination(tmp_path):
     assert all(r["commits_per_s"] > 0 for r in result["rows"])
 
 
+def test_the_sweep_batches_bench_deletes_every_batch_both_ways():
+    """bench.sweep_batches at a tiny size: both ways delete every batch in full
+    and report their times."""
+    proc = subprocess.run([sys.executable, "-m", "bench.sweep_batches", "--history", "3000", "--expired", "2000",
+                           "--batches", "20", "--batch", "50"], cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-4000:])
+    result = json.loads(proc.stdout)
+    for way in ("from_the_oldest", "from_the_last_end"):
+        assert result[way]["deleted"] == 1000 and result[way]["total_s"] > 0
+        assert set(result[way]["batch_ms_at"]) == {"0", "2", "10"}
+
+
 def test_the_claim_parts_bench_claims_one_job_per_call_in_every_variant():
     """bench.claim_parts at a tiny size: every variant, every round, reported;
     a variant whose call claims other than one job fails the run."""
