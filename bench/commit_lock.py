@@ -26,7 +26,8 @@ PLAIN = "begin; insert into commits (n) values (1); commit;"
 NOTIFYING = "begin; insert into commits (n) values (1); select pg_notify('bench_commits', ''); commit;"
 
 
-async def _rate(url: str, commits: int, connections: int, statement: str, synchronous: bool) -> float:
+async def _rate(url: str, commits: int, connections: int, statement: str, synchronous: bool) -> tuple[float, int]:
+    """Commits per second, and the commits made."""
     conns = [await asyncpg.connect(url) for _ in range(connections)]
     try:
         for conn in conns:
@@ -39,7 +40,7 @@ async def _rate(url: str, commits: int, connections: int, statement: str, synchr
 
         t0 = time.perf_counter()
         await asyncio.gather(*(commit(c) for c in conns))
-        return each * connections / (time.perf_counter() - t0)
+        return each * connections / (time.perf_counter() - t0), each * connections
     finally:
         for conn in conns:
             await conn.close()
@@ -54,8 +55,8 @@ async def measure(commits: int, connections: list[int]) -> dict:
         for c in connections:
             for notify in (False, True):
                 for synchronous in (True, False):
-                    rate = await _rate(url, commits, c, NOTIFYING if notify else PLAIN, synchronous)
-                    made += max(1, commits // c) * c
+                    rate, n = await _rate(url, commits, c, NOTIFYING if notify else PLAIN, synchronous)
+                    made += n
                     rows.append({"connections": c, "notify": notify, "synchronous_commit": synchronous,
                                  "commits_per_s": round(rate)})
         counted = await pg.fetchval(url, "select count(*) from commits")

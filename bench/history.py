@@ -55,7 +55,9 @@ NOW_SQL = "select extract(epoch from clock_timestamp())::float8"
 HISTORY_LEFT_SQL = "select count(*) from jobfeed.jobs where target like 'h%'"
 
 
-async def _plant(url: str, n: int, expired: int) -> float:
+async def plant(url: str, n: int, expired: int) -> float:
+    """n finished jobs, `expired` of them past the retention, vacuumed and
+    checkpointed; the seconds it took."""
     conn = await asyncpg.connect(url)
     t0 = time.perf_counter()
     try:
@@ -159,7 +161,7 @@ async def history(server: pg.Server, *, history_n: int, expired: int, submit_n: 
     out: dict = {"history_n": history_n, "expired": expired, "trials": trials}
     url = await server.new_database("history")
     await run_driver(JOBFEED, url, "setup")
-    plant_seconds = await _plant(url, history_n, expired)
+    plant_seconds = await plant(url, history_n, expired)
     runs: dict[str, dict[str, list[dict]]] = {c: {"submit": [], "claim": [], "drain": []} for c in ("empty", "history")}
     empty_url = await server.new_database("history_empty")
     await run_driver(JOBFEED, empty_url, "setup")

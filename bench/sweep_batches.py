@@ -3,8 +3,8 @@ on, from the oldest expired job every time against from where the last ended.
 
 python -m bench.sweep_batches [--history 3000000] [--expired 1000000] [--batches 1500] [--batch 200]
 
-Plants the history as `python -m bench history` does (one INSERT ... SELECT,
-then VACUUM ANALYZE), once per way, in a database of its own, and deletes
+Plants the history as the history scenario does (`bench.history.plant`: one
+INSERT ... SELECT, then VACUUM ANALYZE), once per way, in a database of its own, and deletes
 --batches batches of --batch with `jobfeed.delete_finished_v2`: without
 `p_after` (every batch from the oldest expired job, stepping over the index
 entries of the jobs deleted before it, as until the fortieth round) and with
@@ -24,7 +24,7 @@ import time
 import asyncpg
 
 from . import pg
-from .history import PLANT, RETENTION_DAYS
+from .history import RETENTION_DAYS, plant
 from .queue_scenarios import run_driver
 from .systems import JOBFEED
 
@@ -54,13 +54,7 @@ async def measure(history: int, expired: int, batches: int, batch: int) -> dict:
         for way, keyset in (("from_the_oldest", False), ("from_the_last_end", True)):
             url = await server.new_database(f"sweep_{way}")
             await run_driver(JOBFEED, url, "setup")
-            conn = await asyncpg.connect(url)
-            try:
-                await conn.execute(PLANT, history, expired)
-                await conn.execute("vacuum analyze jobfeed.jobs")
-                await conn.execute("checkpoint")
-            finally:
-                await conn.close()
+            await plant(url, history, expired)
             out[way] = await _sweep(url, batches, batch, keyset)
             await server.drop_database(url)
     out["ok"] = out["from_the_oldest"]["ok"] and out["from_the_last_end"]["ok"]
