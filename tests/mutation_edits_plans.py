@@ -90,9 +90,9 @@ PLAN_EDITS: list[Edit] = [
          (HELD_BY_KEY,), "an admin's retry looks at the job's dependencies by key, whatever plan the session kept"),
     Edit("bulk-cancel-scans-kept-plan", "sql/functions/60_admin.sql",
          "pg_temp set enable_seqscan = off\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
-         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
+         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_pick uuid[];",
          "pg_temp\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
-         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_ids uuid[];\n    v_running uuid[];",
+         "    v_now timestamptz := jobfeed.clock(p_now);\n    v_pick uuid[];",
          (BULK_BY_KEY,), "a bulk cancel updates its batch by key, whatever plan the session kept"),
     Edit("claim-lease-probe-reads-unfinished", "sql/functions/40_claim.sql",
          "           and (select e.lease_until from jobfeed.jobs e\n"
@@ -193,4 +193,12 @@ PLAN_EDITS: list[Edit] = [
          "and j.state = s.state and j.state <> 'running'  -- (the index's predicate)", "and j.state = s.state",
          ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
          "a bulk retry of one kind says what lets jobs_kind_state_id serve its ranges"),
+    Edit("bulk-cancel-kind-walks-every-job", "sql/functions/60_admin.sql",
+         "    if p_kind is not null then\n        execute $pick$", "    if false then\n        execute $pick$",
+         (f"{READS}::test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history",),
+         "a bulk cancel of one kind reads that kind's unfinished jobs, not every job"),
+    Edit("bulk-cancel-kind-without-index-predicate", "sql/functions/60_admin.sql",
+         "\n                           and j.state <> 'running'  -- (jobs_kind_state_id's predicate)", "",
+         (f"{READS}::test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history",),
+         "a bulk cancel of one kind says what lets jobs_kind_state_id serve its ranges"),
 ]

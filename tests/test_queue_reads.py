@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from queue_sql import T0, explained, register
+from queue_sql import ATTEMPTS, T0, explained, register
 from jobfeed.worker import db
 from jobfeed.worker.sql import query
 
@@ -344,6 +344,40 @@ async def test_bulk_batches_go_on_where_the_last_ended(pool, dsn):
                        "from generate_series(1, 150) g")
     few = await _bulk_rows_read(dsn, "retry", None, None, kind="few")
     assert few[:2] == (150, 2) and few[2] <= 2000, few
+
+
+async def test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history(pool, dsn):
+    # A cancel by kind walked every job in id order, finished ones included:
+    # the whole history once per cancel. Its waiting and queued jobs are two
+    # ranges of the kind's index and its running ones a few; merged in id
+    # order, the batches still go on where the last ended.
+    await register(pool, "k")
+    await pool.execute("insert into jobfeed.kinds (kind) values ('few')")
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select 'k', 'h' || g, "
+                       "'completed', now() from generate_series(1, 30000) g")
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 'other' || g from generate_series(1, 50) g")
+    # the three states interleaved in id order, so every batch takes from each
+    await pool.execute(
+        "insert into jobfeed.jobs (kind, target, state, generation, attempts, worker_id, claimed_at, lease_until) "
+        "select 'few', 'f' || g, s, r, r, case when r = 1 then 'w' end, case when r = 1 then now() end, "
+        "case when r = 1 then now() + interval '5 minutes' end from generate_series(1, 210) g, "
+        "lateral (select (array['queued', 'running', 'waiting'])[g % 3 + 1]::jobfeed.job_state as s, "
+        "(g % 3 = 1)::int as r) t")
+    await pool.execute("analyze jobfeed.jobs")
+    changed, batches, read = await _bulk_rows_read(dsn, "cancel", None, None, kind="few")
+    assert (changed, batches) == (210, 3)
+    assert read <= 8000, read  # each row counted at every node: ~3,200; over 30,000 walking every job
+    left = await pool.fetch("select kind, state::text, count(*) from jobfeed.jobs where state <> 'completed' "
+                            "group by 1, 2 order by 1, 2")
+    assert [tuple(r) for r in left] == [("few", "canceled", 210), ("k", "queued", 50)]
+    # each running job's attempt ended as canceled
+    assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a join jobfeed.jobs j on j.id = a.job_id "
+                               "where j.kind = 'few' and a.outcome = 'canceled'") == 70
+    # a state with the kind: only that state's jobs
+    await pool.execute("update jobfeed.jobs set state = 'queued', finished_at = null where kind = 'few'")
+    await pool.execute("update jobfeed.jobs set state = 'waiting' where kind = 'few' and target like '%0'")
+    assert (await _bulk_rows_read(dsn, "cancel", "waiting", None, kind="few"))[:2] == (21, 1)
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'few' and state = 'queued'") == 189
 
 
 async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, dsn):

@@ -124,16 +124,19 @@ end $$;
 -- short (picked < p_limit): each batch is its own short transaction, and a
 -- repeated call finds nothing more to do. `changed` counts the jobs this batch
 -- changed; a job that cannot change (its target is held again) is skipped.
--- A retry batch's pick is dynamic SQL, so it is planned for the filter given:
--- the plan a session keeps for every filter cannot bound its scan by a filter
--- that may be null, and one kept from a young table read every finished job at
--- each batch. The rest of the batch keeps its kept plans (custom plans for it
--- all, by the function's settings, cost more than twice the time per job). The
--- cancel's UPDATE of its batch, without sequential scans, finds it by key.
--- Neither pick may sort: a pick that gathers every matching job and sorts them
--- reads them all again at each batch (the planner takes it when it thinks the
--- matches few, as for an error code, which only failed jobs carry); walking
--- the jobs in id order from p_after, each batch goes on where the last ended.
+-- A retry batch's pick, and a cancel's given a kind, are dynamic SQL, so they
+-- are planned for the filter given: the plan a session keeps for every filter
+-- cannot bound its scan by a filter that may be null, and one kept from a
+-- young table read every finished job at each batch. The rest of the batch
+-- keeps its kept plans (custom plans for it all, by the function's settings,
+-- cost more than twice the time per job). The cancel locks and updates its
+-- batch by key, without sequential scans.
+-- No pick may sort what the filter matches: a pick that gathers every matching
+-- job and sorts them reads them all again at each batch (the planner takes it
+-- when it thinks the matches few, as for an error code, which only failed jobs
+-- carry); walking the jobs in id order from p_after, each batch goes on where
+-- the last ended. (A kind's picks sort a batch from each range, and its
+-- running jobs.)
 create or replace function jobfeed.bulk_problem(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[])
 returns void language plpgsql immutable as $$
@@ -221,6 +224,7 @@ set enable_sort = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
+    v_pick uuid[];
     v_ids uuid[];
     v_running uuid[];
     v_gens int[];
@@ -229,20 +233,59 @@ declare
     v_vers bigint[];
 begin
     perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
+    -- Given a kind, its waiting and queued jobs are two ranges of
+    -- jobs_kind_state_id, a batch taken from each, and its running jobs
+    -- (no more than its workers run) are read whole through
+    -- jobs_running_lease; the lot merged in id order. A walk in id order
+    -- through every job would read the whole history once per cancel.
+    if p_kind is not null then
+        execute $pick$
+            select array(
+                select u.id from (
+                    select q.id from unnest('{waiting,queued}'::jobfeed.job_state[]) s(state)
+                     cross join lateral (
+                        select j.id from jobfeed.jobs j
+                         where j.kind = $2 and j.state = s.state
+                           and j.state <> 'running'  -- (jobs_kind_state_id's predicate)
+                           and ($1 is null or j.state = $1)
+                           and ($3 is null or j.last_error_code = $3)
+                           and ($4 is null or j.id = any ($4))
+                           and ($5 is null or j.id > $5)
+                         order by j.id
+                         limit greatest($6, 1)) q
+                    union all
+                    select j.id from jobfeed.jobs j
+                     where j.kind = $2 and j.state = 'running'
+                       and ($1 is null or $1 = 'running')
+                       and ($3 is null or j.last_error_code = $3)
+                       and ($4 is null or j.id = any ($4))
+                       and ($5 is null or j.id > $5)) u
+                 order by u.id
+                 limit greatest($6, 1))
+        $pick$ into v_pick using p_state, p_kind, p_error_code, p_ids, p_after, p_limit;
+    else
+        v_pick := array(
+            select j.id from jobfeed.jobs j
+             where j.state not in ('completed', 'failed', 'canceled')
+               and (p_state is null or j.state = p_state)
+               and (p_error_code is null or j.last_error_code = p_error_code)
+               and (p_ids is null or j.id = any (p_ids))
+               and (p_after is null or j.id > p_after)
+             order by j.id
+             limit greatest(p_limit, 1));
+    end if;
+    -- Locked in id order, each still unfinished and matching (it may have
+    -- moved on since the pick: then it is skipped).
     select coalesce(array_agg(p.id order by p.id), '{}'),
            coalesce(array_agg(p.id) filter (where p.state = 'running'), '{}'),
            coalesce(array_agg(p.generation) filter (where p.state = 'running'), '{}'),
            coalesce(array_agg(p.kind) filter (where p.state = 'running'), '{}')
       into v_ids, v_running, v_gens, v_freed
       from (select j.id, j.state, j.generation, j.kind from jobfeed.jobs j
-             where j.state not in ('completed', 'failed', 'canceled')
+             where j.id = any (v_pick) and j.state not in ('completed', 'failed', 'canceled')
                and (p_state is null or j.state = p_state)
-               and (p_kind is null or j.kind = p_kind)
                and (p_error_code is null or j.last_error_code = p_error_code)
-               and (p_ids is null or j.id = any (p_ids))
-               and (p_after is null or j.id > p_after)
              order by j.id
-             limit greatest(p_limit, 1)
              for update) p;
     with upd as (
         update jobfeed.jobs j
@@ -259,5 +302,5 @@ begin
     if cardinality(v_done) > 0 then
         perform jobfeed.notify_changed(v_done, v_vers);
     end if;
-    return query select cardinality(v_done), cardinality(v_ids), v_ids[cardinality(v_ids)];
+    return query select cardinality(v_done), cardinality(v_pick), v_pick[cardinality(v_pick)];
 end $$;
