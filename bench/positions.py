@@ -5,8 +5,8 @@ every 2 s for all of them (Queue.positions, in chunks of the feed's
 REREAD_CHUNK). Prints the median and worst wall time of --rounds rounds, the
 database backend's CPU per round, the median time of one job's read (its
 position counted on its own) at the line's front, middle and back, the
-median refresh of three watched jobs there, and whether every position came
-out exact.
+median refresh of three watched jobs there and of five at the front, and
+whether every position came out exact.
 
 python -m bench.positions [--line 20000] [--watched 10000] [--rounds 10]"""
 
@@ -62,6 +62,10 @@ async def measure(line: int, watched: int, rounds: int) -> dict:
         ms, answers = await _timed(rounds * 3, lambda: queue.positions([ids[n] for n in places.values()]))
         single["refresh_of_3_ms"] = ms
         exact = exact and all(a == {str(ids[n]): n for n in places.values()} for a in answers)
+        # five pages open at the front: one walk, which reads on to the end of their priority
+        ms, answers = await _timed(rounds * 3, lambda: queue.positions(ids[:5]))
+        single["refresh_of_5_at_front_ms"] = ms
+        exact = exact and all(a == {str(ids[n]): n for n in range(5)} for a in answers)
         plan = await conn.fetchval("explain (format json) select * from jobfeed.queue_positions($1::uuid[], now())",
                                    chosen[:REREAD_CHUNK])
         await conn.close()
