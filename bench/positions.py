@@ -62,7 +62,7 @@ async def measure(line: int, watched: int, rounds: int) -> dict:
         ms, answers = await _timed(rounds * 3, lambda: queue.positions([ids[n] for n in places.values()]))
         single["refresh_of_3_ms"] = ms
         exact = exact and all(a == {str(ids[n]): n for n in places.values()} for a in answers)
-        # five pages open at the front: one walk, which reads on to the end of their priority
+        # five pages open at the front: one walk, which ends at the last of them
         ms, answers = await _timed(rounds * 3, lambda: queue.positions(ids[:5]))
         single["refresh_of_5_at_front_ms"] = ms
         exact = exact and all(a == {str(ids[n]): n for n in range(5)} for a in answers)

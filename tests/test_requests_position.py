@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import re
 
 import pytest
 
@@ -116,7 +117,9 @@ async def test_one_jobs_position_agrees_with_the_batch_count_and_the_claim(pool,
     single = {str(job_id): await position(queue, job_id) for job_id in ids}
     assert single == await queue.positions(ids + [retried[0], later])  # neither of these two is in line
     # a few asked at once are counted each on its own, more in one numbered pass
-    for few in ([ids[0], ids[0]], [ids[7], retried[0], ids[44], later], ids[3::10], ids[-5:]):
+    # (one that ends at the last of them, up to 16)
+    for few in ([ids[0], ids[0]], [ids[7], retried[0], ids[44], later], ids[3::10], ids[-5:],
+                [ids[7], retried[0], ids[44], later, ids[1], ids[46]], ids[::2] + [retried[0], later]):
         assert await queue.positions(few) == {str(i): single[str(i)] for i in few if str(i) in single}
     for asked in ([ids[0]] * 2, [ids[0]] * 5):  # a job asked about twice has one row, either way
         assert len(await pool.fetch("select * from jobfeed.positions($1)", asked)) == 1
@@ -194,3 +197,18 @@ async def test_the_feed_refreshes_every_watched_queued_job_with_one_query(pool, 
     assert all(s._pending is None for s in subs)
     for s in subs:
         s.close()
+
+
+async def test_the_walk_for_a_few_watched_jobs_reads_no_further_than_the_last_of_them(pool, queue, line):
+    # Five or more watched jobs are numbered in one walk of their kind's line.
+    # It read to the end of the last one's priority: every job behind them
+    # too, however many, at every refresh. Up to 16, it ends at the last one.
+    ids = sorted(job_id for job_id, _ in await queue.submit_many("line", [(f"t{n}", None) for n in range(3000)]))
+    await queue.submit("line", "high", priority=1)
+    for watched in (ids[:10:2], ids[:32:2]):
+        assert await queue.positions(watched) == {str(job_id): 1 + 2 * n for n, job_id in enumerate(watched)}
+        plan = "\n".join(r[0] for r in await pool.fetch(
+            "explain (analyze, costs off) select * from jobfeed.queue_positions($1::uuid[], now())", watched))
+        assert "jobs_queued_priority" in plan, plan  # the function's own plan, not a call of it
+        most = max(float(n) * int(loops) for n, loops in re.findall(r"rows=([\d.]+) loops=(\d+)", plan))
+        assert most <= 40, plan  # 3,000: the whole line

@@ -90,8 +90,14 @@ $$;
 -- A few jobs (a page or two open, one job re-read) are each counted on their
 -- own (queue_position), reading only the entries ahead of each. More take one
 -- pass over each kind's due queued jobs (jobs_queued_priority), numbering
--- them up to the watched job that comes last (the rest of its priority is read,
--- not numbered), whatever the number asked about.
+-- them up to the watched job that comes last, whatever the number asked about.
+-- Up to 16 jobs, the pass ends at that job: the higher priorities, then its own
+-- priority up to it, two ranges of the index read one after the other, each job
+-- read checked against the few asked about. More are found in the pass by a
+-- hash join, which needs the pass planned as one ordered range, so it reads the
+-- rest of the last job's priority too. (The bounded pass joined to many jobs
+-- was planned, in the plan a session keeps, as a nested loop comparing every
+-- job asked about with every job read.)
 create or replace function jobfeed.queue_positions(p_ids uuid[], p_now timestamptz)
 returns table (id uuid, "position" int) language sql stable as $$
     select i.id, f."position"
@@ -99,9 +105,35 @@ returns table (id uuid, "position" int) language sql stable as $$
      cross join lateral (select jobfeed.queue_position(i.id, p_now) as "position" offset 0) f  -- once per job
      where f."position" is not null
     union all
+    (with last_one as (
+        -- of jobs sharing a run_after, the id says which comes last
+        select distinct on (j.kind) j.kind, j.priority, j.run_after, j.id from jobfeed.jobs j
+         where cardinality(p_ids) between 5 and 16
+           and j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
+         order by j.kind, j.priority, j.run_after desc, j.id desc
+    ), bounded as materialized (
+        -- numbered in the order read (the ranges' order), kept if asked about
+        select u.id, u."position"
+          from last_one b
+         cross join lateral (
+            select x.id, (row_number() over () - 1)::int as "position"
+              from ((select q.id from jobfeed.jobs q
+                      where q.kind = b.kind and q.state = 'queued' and q.run_after <= p_now
+                        and q.priority > b.priority
+                      order by q.priority desc, q.run_after, q.id)
+                    union all
+                    (select q.id from jobfeed.jobs q
+                      where q.kind = b.kind and q.state = 'queued' and q.priority = b.priority
+                        and (q.run_after, q.id) <= (b.run_after, b.id)
+                      order by q.priority desc, q.run_after, q.id)) x) u
+         where u.id = any (p_ids)
+    )
+    -- a job walked by its kind's pass is due and queued; never started, it has a position
+    select w.id, w."position" from bounded w join jobfeed.jobs j on j.id = w.id and j.generation = 0)
+    union all
     (with mine as (
         select j.id, j.kind, j.priority, j.run_after from jobfeed.jobs j
-         where cardinality(p_ids) > 4
+         where cardinality(p_ids) > 16
            and j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
     ), last_one as (
         select distinct on (m.kind) m.kind, m.priority, m.run_after
