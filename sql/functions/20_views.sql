@@ -112,7 +112,9 @@ returns table (id uuid, "position" int) language sql stable as $$
            and j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
          order by j.kind, j.priority, j.run_after desc, j.id desc
     ), bounded as materialized (
-        -- numbered in the order read (the ranges' order), kept if asked about
+        -- numbered in the order read, kept if asked about: the two ranges are
+        -- the parts of one Append, which reads them in turn, each in the
+        -- index's order
         select u.id, u."position"
           from last_one b
          cross join lateral (
