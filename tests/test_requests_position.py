@@ -212,3 +212,10 @@ async def test_the_walk_for_a_few_watched_jobs_reads_no_further_than_the_last_of
         assert "jobs_queued_priority" in plan, plan  # the function's own plan, not a call of it
         most = max(float(n) * int(loops) for n, loops in re.findall(r"rows=([\d.]+) loops=(\d+)", plan))
         assert most <= 40, plan  # 3,000: the whole line
+
+
+async def test_a_few_watched_jobs_of_two_kinds_walk_each_kinds_line(pool, queue, line):
+    lines = {kind: [(await queue.submit(kind, f"{kind}{n}")).id for n in range(6)] for kind in ("line", "other")}
+    watched = lines["line"][1::2] + lines["other"][::2]  # six: one walk per kind, each to its last
+    assert await queue.positions(watched) == {str(i): 1 + 2 * n for n, i in enumerate(lines["line"][1::2])} | {
+        str(i): 2 * n for n, i in enumerate(lines["other"][::2])}
