@@ -90,6 +90,7 @@ MIGRATIONS = "tests/test_migrations_upgrade.py::test_the_upgrade_marks_the_jobs_
 TIMINGS = "tests/test_queue_claims.py::test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted_it"
 QUICK = "tests/test_submit_quick.py"
 READS = "tests/test_queue_reads.py"
+BULK = "tests/test_queue_bulk.py"
 CLAIMS = "tests/test_queue_claims.py"
 WAITS = "tests/test_waits.py"
 # The batch writes' plan settings (complete_many and extend_many share them),

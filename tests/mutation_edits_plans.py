@@ -1,18 +1,19 @@
 """The mutation check's edits to how PostgreSQL plans the queue's statements:
 a plan a session keeps from a young table, which must still find its rows by
-key once the table grew (tests/test_queue_reads.py, tests/test_queue_claims.py);
+key once the table grew (tests/test_queue_reads.py, tests/test_queue_bulk.py,
+tests/test_queue_claims.py);
 a statement planned anew at every call (tests/test_plans.py); and a bulk pick
 that sorts, or walks every job, where an index range was meant."""
 
 from __future__ import annotations
 
-from mutation_edit import COMPLETE_MANY_HEAD, EXTEND_MANY_HEAD, NO_SCANS, READS, Edit
+from mutation_edit import BULK, COMPLETE_MANY_HEAD, EXTEND_MANY_HEAD, NO_SCANS, READS, Edit
 
 # the calls a long-lived session makes by job id, under plans kept from a tiny table
 KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_under_kept_plans"
 
 # an admin session's bulk batches, under plans kept from a young table
-BULK_BY_KEY = READS + "::test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans"
+BULK_BY_KEY = BULK + "::test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans"
 # what a worker writes about a job it holds, and an admin's retry, under plans kept while few jobs ran
 HELD_BY_KEY = READS + "::test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans"
 
@@ -178,20 +179,20 @@ PLAN_EDITS: list[Edit] = [
     Edit("bulk-retry-pick-sorts", "sql/functions/60_admin.sql",
          "language plpgsql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$",
          "language plpgsql security definer set search_path = jobfeed, pg_temp as $$",
-         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
+         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended",),
          "a bulk retry's batches walk the jobs in id order once, not all of them sorted at every batch"),
     Edit("bulk-cancel-pick-sorts", "sql/functions/60_admin.sql",
          "pg_temp set enable_seqscan = off\nset enable_sort = off as $$", "pg_temp set enable_seqscan = off as $$",
-         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
+         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended",),
          "a bulk cancel's batches walk the jobs in id order once, not all of them sorted at every batch"),
     Edit("bulk-retry-kind-walks-every-job", "sql/functions/60_admin.sql",
          "execute case when p_kind is not null and p_state is null then $pick$",
          "execute case when false then $pick$",
-         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
+         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended",),
          "a bulk retry of one kind reads that kind's failed and canceled jobs, not every job"),
     Edit("bulk-retry-kind-without-index-predicate", "sql/functions/60_admin.sql",
          "and j.state = s.state and j.state <> 'running'  -- (the index's predicate)", "and j.state = s.state",
-         ("tests/test_queue_reads.py::test_bulk_batches_go_on_where_the_last_ended",),
+         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended",),
          "a bulk retry of one kind says what lets jobs_kind_state_id serve its ranges"),
     Edit("positions-few-walk-the-line", "sql/functions/20_views.sql",
          "and (q.run_after, q.id) <= (b.run_after, b.id)", "and true",
@@ -207,10 +208,10 @@ PLAN_EDITS: list[Edit] = [
          "a watched job back in line for a retry has no position, however many are watched"),
     Edit("bulk-cancel-kind-walks-every-job", "sql/functions/60_admin.sql",
          "    if p_kind is not null then\n        execute $pick$", "    if false then\n        execute $pick$",
-         (f"{READS}::test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history",),
+         (f"{BULK}::test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history",),
          "a bulk cancel of one kind reads that kind's unfinished jobs, not every job"),
     Edit("bulk-cancel-kind-without-index-predicate", "sql/functions/60_admin.sql",
          "\n                           and j.state <> 'running'  -- (jobs_kind_state_id's predicate)", "",
-         (f"{READS}::test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history",),
+         (f"{BULK}::test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history",),
          "a bulk cancel of one kind says what lets jobs_kind_state_id serve its ranges"),
 ]

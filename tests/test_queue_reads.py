@@ -1,41 +1,21 @@
 """Reads that must stay cheap however many jobs there are: the admin list
 filtered by kind or state uses an index (the plans, read with auto_explain
-inside the function), and stats are counted at most once per few seconds."""
+inside the function); a session's calls, planned on a young table, still find
+their jobs by key once it grew; and stats are counted at most once per few
+seconds. The admin's bulk actions: tests/test_queue_bulk.py."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import uuid
 
 import pytest
 
-from queue_sql import ATTEMPTS, T0, explained, register
+from plan_reads import finished, heavy_lines, most_rows_one_node_read, planned_small_then_grown, rows_returned
+from queue_sql import T0, explained, register
 from jobfeed.worker import db
 from jobfeed.worker.sql import query
-
-
-_NODE_ROWS = re.compile(r"actual time=[\d.]+\.\.[\d.]+ rows=([\d.]+) loops=(\d+)")
-_THROWN_AWAY = re.compile(r"Rows Removed by (?:Join )?Filter: (\d+)")
-
-
-def _rows_of(line: str) -> list[float]:
-    """The rows a plan line's node handled: returned (times its loops), or read and thrown away."""
-    return ([float(rows) * int(loops) for rows, loops in _NODE_ROWS.findall(line)]
-            + [float(n) for n in _THROWN_AWAY.findall(line)])
-
-
-def _most_rows_one_node_read(plans: str) -> float:
-    """The most rows any one plan node handled."""
-    return max(n for line in plans.splitlines() for n in _rows_of(line))
-
-
-def _heavy_lines(plans: str) -> str:
-    """The plan lines (with the line before each) that handled more than 100 rows."""
-    lines = plans.splitlines()
-    return "\n".join(f"{lines[i - 1]}\n{line}" for i, line in enumerate(lines)
-                     if any(n > 100 for n in _rows_of(line)))
 
 
 async def _history_and_queue(pool, finished_kind: str, queued_kind: str) -> None:
@@ -93,8 +73,7 @@ async def test_a_batch_of_new_targets_reads_only_its_own_targets_however_many_jo
             targets = [f"new{batch}-{i}" for i in range(1000)]
             rows, plans = await explained(conn, call, targets, analyze=True)
             assert len(rows) == 1000 and all(r["created"] for r in rows)
-            read = [float(rows_) * int(loops) for rows_, loops in
-                    _NODE_ROWS.findall(plans)]
+            read = rows_returned(plans)
             assert read and max(read) <= 2000, (batch, plans[:4000])
         assert await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'big'") == 28000
     finally:
@@ -119,45 +98,10 @@ async def test_a_batch_completion_reads_each_job_once_whatever_plan_was_cached(p
         ids = [r["id"] for r in await conn.fetch(running, "many-", 1000)]
         rows, plans = await explained(conn, complete, ids, [1] * 1000, [None] * 1000, analyze=True)
         assert rows[0][0] == 1000
-        read = [float(rows_) * int(loops) for rows_, loops in
-                _NODE_ROWS.findall(plans)]
+        read = rows_returned(plans)
         assert read and max(read) <= 2000, plans[:6000]
     finally:
         await conn.close()
-
-
-async def _call_each(conn, calls: dict, plans_of: bool, took) -> None:
-    """Run each named call in order, handing its rows to took(name, rows);
-    with plans_of, no node of any statement it ran may read more than 100 rows."""
-    for name, (sql, args) in calls.items():
-        if plans_of:
-            rows, plans = await explained(conn, sql, *args(), analyze=True)
-            assert _most_rows_one_node_read(plans) <= 100, (name, _heavy_lines(plans))
-        else:
-            rows = await conn.fetch(sql, *args())
-        took(name, rows)
-
-
-async def _planned_small_then_grown(dsn, calls: dict, took, before_each, grow) -> None:
-    """The calls, in order, on one connection, each round after
-    before_each(tag): ten rounds on small tables, whose plans the session
-    keeps; then grow(); then a last round (tag "late") in which no plan node
-    of any call may read more than 100 rows."""
-    conn = await db.connect(dsn)
-    try:
-        for i in range(10):
-            await before_each(f"early{i}")
-            await _call_each(conn, calls, False, took)
-        await grow()
-        await before_each("late")
-        await _call_each(conn, calls, True, took)
-    finally:
-        await conn.close()
-
-
-async def _finished(pool, n: int = 5000) -> None:
-    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) "
-                       "select 'k', 'done' || g, 'completed', now() from generate_series(1, $1::int) g", n)
 
 
 @pytest.mark.parametrize("release", ["this", "before"])
@@ -189,7 +133,7 @@ async def test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cac
     async def one_job(target: str) -> None:
         await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", target)
 
-    await _planned_small_then_grown(dsn, calls, took, one_job, lambda: _finished(pool))
+    await planned_small_then_grown(dsn, calls, took, one_job, lambda: finished(pool))
     assert await pool.fetchval("select state::text from jobfeed.jobs where target = 'late'") == "completed"
 
 
@@ -220,11 +164,11 @@ async def test_retries_reads_and_sweeps_find_jobs_by_key_after_the_table_grew_un
         await pool.execute("insert into jobfeed.jobs (kind, target) values ('k', $1)", target)
 
     async def grow() -> None:
-        await _finished(pool)
+        await finished(pool)
         await pool.execute("insert into jobfeed.jobs (kind, target, state) "
                            "select 'k', 'waits' || g, 'waiting' from generate_series(1, 2000) g")
 
-    await _planned_small_then_grown(dsn, calls, took, one_job, grow)
+    await planned_small_then_grown(dsn, calls, took, one_job, grow)
     assert await pool.fetchval("select count(*) from jobfeed.attempts a join jobfeed.jobs j on j.id = a.job_id "
                                "where j.target = 'late' and a.outcome = 'transient'") == 1
 
@@ -270,114 +214,10 @@ async def test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kep
                            "claimed_at, lease_until) select 'k', 'run' || g, 'running', 1, 1, 'w2', now(), "
                            "now() + interval '5 minutes' from generate_series(1, 5000) g")
 
-    await _planned_small_then_grown(dsn, calls, took, seven_jobs, thousands_running)
+    await planned_small_then_grown(dsn, calls, took, seven_jobs, thousands_running)
     states = await pool.fetch("select state::text, count(*) from jobfeed.jobs where id = any ($1::uuid[]) "
                               "group by 1 order by 1", [i for i, _ in held])
     assert [tuple(r) for r in states] == [("queued", 3), ("running", 4)]  # failed, then retried
-
-
-async def test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans(pool, dsn):
-    # An admin session's bulk cancels and retries, planned on a young table:
-    # the kept plan of a pick written for every filter read every finished
-    # job at each batch once the history grew, whatever the filter named.
-    await register(pool, "k")
-    job: list = []
-    calls = {"bulk_cancel": (query("bulk_cancel"), lambda: (None, None, None, job, None, 500)),
-             "bulk_retry": (query("bulk_retry"), lambda: (None, None, None, job, None, 500))}
-
-    def took(name: str, rows) -> None:
-        assert (rows[0]["changed"], rows[0]["picked"]) == (1, 1), name
-
-    async def one_job(target: str) -> None:
-        job[:] = [await pool.fetchval("insert into jobfeed.jobs (kind, target) values ('k', $1) returning id", target)]
-
-    async def grow() -> None:
-        await _finished(pool)
-        await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 'q' || g from generate_series(1, 5000) g")
-
-    await _planned_small_then_grown(dsn, calls, took, one_job, grow)
-    assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "queued"
-
-
-async def _bulk_rows_read(dsn, action: str, state: str | None, code: str | None,
-                          kind: str | None = None) -> tuple[int, int, float]:
-    """A bulk action run to its end in batches of 100: (changed, batches, the
-    rows its plans' nodes read in all)."""
-    conn = await db.connect(dsn)
-    try:
-        after, batches, changed, read = None, 0, 0, 0.0
-        while True:
-            rows, plans = await explained(conn, f"select * from jobfeed.bulk_{action}($1, $2, $3, null, $4, 100)",
-                                          state, kind, code, after, analyze=True)
-            read += sum(sum(_rows_of(line)) for line in plans.splitlines())
-            batches, changed, after = batches + 1, changed + rows[0]["changed"], rows[0]["last_id"]
-            if rows[0]["picked"] < 100:
-                return changed, batches, read
-    finally:
-        await conn.close()
-
-
-async def test_bulk_batches_go_on_where_the_last_ended(pool, dsn):
-    # A pick that gathers every job the filter may match, sorts them and takes
-    # a batch reads them all again at every batch; the planner took it for a
-    # filter it thinks selective: an error code (only failed jobs carry one),
-    # or a state on a history it thinks small. Walking the jobs in id order
-    # from the last batch's end reads the history once in all.
-    await register(pool, "k")
-    await pool.execute(
-        "insert into jobfeed.jobs (kind, target, state, generation, attempts, finished_at, last_error_code) "
-        "select 'k', 'h' || g, s, 1, 1, case when s <> 'queued' then now() end, "
-        "case when g % 50 = 0 then 'boom' end from generate_series(1, 30000) g, "
-        "lateral (select (case when g % 50 = 0 then 'failed' when g % 7 = 0 then 'queued' else 'completed' end)"
-        "::jobfeed.job_state as s) t")
-    await pool.execute("analyze jobfeed.jobs")
-    retried = await _bulk_rows_read(dsn, "retry", None, "boom")
-    canceled = await _bulk_rows_read(dsn, "cancel", "queued", None)  # the 600 retried too
-    assert retried[:2] == (600, 7) and canceled[:2] == (4800, 49)
-    # rows read in all: ~35,000 and ~65,000 walking; over 150,000 each, sorting at every batch
-    assert retried[2] <= 80000 and canceled[2] <= 110000, (retried, canceled)
-    # a kind's few failed and canceled jobs in that history: two ranges of the
-    # kind's index, not a walk through every job
-    await pool.execute("insert into jobfeed.kinds (kind) values ('few')")
-    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select 'few', 'f' || g, "
-                       "(case when g % 3 = 0 then 'canceled' else 'failed' end)::jobfeed.job_state, now() "
-                       "from generate_series(1, 150) g")
-    few = await _bulk_rows_read(dsn, "retry", None, None, kind="few")
-    assert few[:2] == (150, 2) and few[2] <= 2000, few
-
-
-async def test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history(pool, dsn):
-    # A cancel by kind walked every job in id order, finished ones included:
-    # the whole history once per cancel. Its waiting and queued jobs are two
-    # ranges of the kind's index and its running ones a few; merged in id
-    # order, the batches still go on where the last ended.
-    await register(pool, "k")
-    await pool.execute("insert into jobfeed.kinds (kind) values ('few')")
-    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select 'k', 'h' || g, "
-                       "'completed', now() from generate_series(1, 30000) g")
-    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 'other' || g from generate_series(1, 50) g")
-    # the three states interleaved in id order, so every batch takes from each
-    await pool.execute(
-        "insert into jobfeed.jobs (kind, target, state, generation, attempts, worker_id, claimed_at, lease_until) "
-        "select 'few', 'f' || g, s, r, r, case when r = 1 then 'w' end, case when r = 1 then now() end, "
-        "case when r = 1 then now() + interval '5 minutes' end from generate_series(1, 210) g, "
-        "lateral (select (array['queued', 'running', 'waiting'])[g % 3 + 1]::jobfeed.job_state as s, "
-        "(g % 3 = 1)::int as r) t")
-    await pool.execute("analyze jobfeed.jobs")
-    changed, batches, read = await _bulk_rows_read(dsn, "cancel", None, None, kind="few")
-    assert (changed, batches) == (210, 3)
-    assert read <= 8000, read  # each row counted at every node: ~3,200; over 30,000 walking every job
-    left = await pool.fetch("select kind, state::text, count(*) from jobfeed.jobs where state <> 'completed' "
-                            "group by 1, 2 order by 1, 2")
-    assert [tuple(r) for r in left] == [("few", "canceled", 210), ("k", "queued", 50)]
-    # each running job's attempt ended as canceled
-    assert await pool.fetchval(f"select count(*) from {ATTEMPTS} a join jobfeed.jobs j on j.id = a.job_id "
-                               "where j.kind = 'few' and a.outcome = 'canceled'") == 70
-    # a state with the kind: only that state's jobs
-    await pool.execute("update jobfeed.jobs set state = 'queued', finished_at = null where kind = 'few'")
-    await pool.execute("update jobfeed.jobs set state = 'waiting' where kind = 'few' and target like '%0'")
-    assert (await _bulk_rows_read(dsn, "cancel", "waiting", None, kind="few"))[:2] == (21, 1)
-    assert await pool.fetchval("select count(*) from jobfeed.jobs where kind = 'few' and state = 'queued'") == 189
 
 
 async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, dsn):
@@ -402,7 +242,7 @@ async def test_spawned_children_are_announced_as_written_under_kept_plans(pool, 
             "values ('k', $1, 'running', 1, 1, 'w', now(), now() + interval '5 minutes') returning id", target),
             uuid.uuid4()]
 
-    await _planned_small_then_grown(dsn, calls, took, running_parent, lambda: _finished(pool))
+    await planned_small_then_grown(dsn, calls, took, running_parent, lambda: finished(pool))
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", held[1]) == "queued"
 
 
@@ -431,7 +271,7 @@ async def test_a_signal_looks_at_its_jobs_missing_signals_by_key_under_kept_plan
         await pool.execute("insert into jobfeed.job_signals (job_id, name, deadline) "
                            "select j.id, 'a', now() + interval '1 hour' from jobfeed.jobs j where j.target like 'waits%'")
 
-    await _planned_small_then_grown(dsn, calls, took, waiting, thousands_waiting)
+    await planned_small_then_grown(dsn, calls, took, waiting, thousands_waiting)
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", job[0]) == "waiting"
 
 
@@ -507,7 +347,7 @@ async def test_unfinished_counts_read_only_unfinished_jobs_over_a_long_history(p
     try:
         rows, plans = await explained(conn, "select jobfeed.state_counts(false)::text", analyze=True)
         assert json.loads(rows[0][0]) == {"k": {"queued": 5}}
-        assert _most_rows_one_node_read(plans) <= 5, _heavy_lines(plans)
+        assert most_rows_one_node_read(plans) <= 5, heavy_lines(plans)
     finally:
         await conn.close()
 
