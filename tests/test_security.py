@@ -153,6 +153,7 @@ CALLS = {
     "batch_first_target_held": "select jobfeed.batch_first_target_held('k', array['t'])",
     "batch_problem": "select jobfeed.batch_problem(array['t'], null, 100, null)",
     "queue_positions": "select * from jobfeed.queue_positions(array[gen_random_uuid()], now())",
+    "queue_positions_walk": "select * from jobfeed.queue_positions_walk(array[gen_random_uuid()], now())",
     "with_position": "select jobfeed.with_position('{}', gen_random_uuid())",
     "queue_position": "select jobfeed.queue_position(gen_random_uuid(), now())",
     "take_duplicate": "select jobfeed.take_duplicate(gen_random_uuid(), 'rerun', '{}', now())",

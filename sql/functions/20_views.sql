@@ -84,43 +84,45 @@ returns int language sql stable as $$
      where m.id = p_id and m.state = 'queued' and m.generation = 0 and m.run_after <= p_now
 $$;
 
--- Queue positions: for each of these jobs that is due and never started, how
--- many jobs of its kind the claim takes before it (priority desc, then
--- run_after, then id, as claim_kind_v2 orders them); others have no row.
--- A few jobs (a page or two open, one job re-read) are each counted on their
--- own (queue_position), reading only the entries ahead of each. More take one
--- pass over each kind's due queued jobs (jobs_queued_priority), numbering
--- them up to the watched job that comes last, whatever the number asked about.
--- Up to 16 jobs, the pass ends at that job: the higher priorities, then its own
--- priority up to it, two ranges of the index read one after the other, each job
--- read checked against the few asked about. More are found in the pass by a
--- hash join, which needs the pass planned as one ordered range, so it reads the
--- rest of the last job's priority too. (The bounded pass joined to many jobs
--- was planned, in the plan a session keeps, as a nested loop comparing every
--- job asked about with every job read.)
-create or replace function jobfeed.queue_positions(p_ids uuid[], p_now timestamptz)
-returns table (id uuid, "position" int) language sql stable as $$
-    select i.id, f."position"
-      from (select distinct i.id from unnest(p_ids) i(id) where cardinality(p_ids) <= 4) i
-     cross join lateral (select jobfeed.queue_position(i.id, p_now) as "position" offset 0) f  -- once per job
-     where f."position" is not null
-    union all
-    (with last_one as (
-        -- of jobs sharing a run_after, the id says which comes last
-        select distinct on (j.kind) j.kind, j.priority, j.run_after, j.id from jobfeed.jobs j
-         where cardinality(p_ids) between 5 and 16
-           and j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
-         order by j.kind, j.priority, j.run_after desc, j.id desc
-    ), bounded as materialized (
-        -- numbered in the order read, kept if asked about: the two ranges are
-        -- the parts of one Append, which reads them in turn, each in the
-        -- index's order
+-- The positions of many jobs (queue_positions): per kind, its due queued jobs
+-- in the claim's order (jobs_queued_priority), numbered as read, up to the
+-- watched job the claim takes last and no further: the higher priorities,
+-- then that job's own priority up to it (a row comparison), two ranges of the
+-- index read one after the other (an Append reads its parts in turn: no
+-- parallel plan may share them out). Each job read is looked up among the
+-- watched ones in a hash: the walk is planned anew for each call with their
+-- ids as a constant, so no plan a session keeps can compare every watched job
+-- with every job read (a join to them was planned so, as a nested loop).
+create or replace function jobfeed.queue_positions_walk(p_ids uuid[], p_now timestamptz)
+returns table (id uuid, "position" int) language plpgsql stable set max_parallel_workers_per_gather = 0 as $$
+declare
+    v_mine uuid[];  -- the jobs asked about that have a position: due, queued, never started
+    v_last uuid[];  -- of those, per kind, the one the claim takes last
+begin
+    with mine as materialized (
+        select j.id, j.kind, j.priority, j.run_after
+          from (select j.id, j.kind, j.priority, j.run_after, j.state, j.generation from jobfeed.jobs j
+                 where j.id = any (p_ids) offset 0) j  -- by key (not a range of jobs_queued_due)
+         where j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
+    )
+    select (select array_agg(m.id) from mine m),
+           -- of jobs sharing a run_after, the id says which comes last; one
+           -- pass per kind, no sort of them all
+           array(select l.id from (select distinct m.kind from mine m) k
+                  cross join lateral (select m.id from mine m where m.kind = k.kind
+                                       order by m.priority, m.run_after desc, m.id desc limit 1) l)
+      into v_mine, v_last;
+    if v_mine is null then
+        return;
+    end if;
+    -- a job walked is due and queued; if asked about and never started, it has a position
+    return query execute $walk$
         select u.id, u."position"
-          from last_one b
+          from jobfeed.jobs b
          cross join lateral (
             select x.id, (row_number() over () - 1)::int as "position"
               from ((select q.id from jobfeed.jobs q
-                      where q.kind = b.kind and q.state = 'queued' and q.run_after <= p_now
+                      where q.kind = b.kind and q.state = 'queued' and q.run_after <= $3
                         and q.priority > b.priority
                       order by q.priority desc, q.run_after, q.id)
                     union all
@@ -128,29 +130,25 @@ returns table (id uuid, "position" int) language sql stable as $$
                       where q.kind = b.kind and q.state = 'queued' and q.priority = b.priority
                         and (q.run_after, q.id) <= (b.run_after, b.id)
                       order by q.priority desc, q.run_after, q.id)) x) u
-         where u.id = any (p_ids)
-    )
-    -- a job walked by its kind's pass is due and queued; never started, it has a position
-    select w.id, w."position" from bounded w join jobfeed.jobs j on j.id = w.id and j.generation = 0)
+         where b.id = any ($2) and u.id = any ($1)
+    $walk$ using v_mine, v_last, p_now;
+end
+$$;
+
+-- Queue positions: for each of these jobs that is due and never started, how
+-- many jobs of its kind the claim takes before it (priority desc, then
+-- run_after, then id, as claim_kind_v2 orders them); others have no row.
+-- A few jobs (a page or two open, one job re-read) are each counted on their
+-- own (queue_position), reading only the entries ahead of each; more are
+-- numbered in one walk of each kind's line (queue_positions_walk).
+create or replace function jobfeed.queue_positions(p_ids uuid[], p_now timestamptz)
+returns table (id uuid, "position" int) language sql stable as $$
+    select i.id, f."position"
+      from (select distinct i.id from unnest(p_ids) i(id) where cardinality(p_ids) <= 4) i
+     cross join lateral (select jobfeed.queue_position(i.id, p_now) as "position" offset 0) f  -- once per job
+     where f."position" is not null
     union all
-    (with mine as (
-        select j.id, j.kind, j.priority, j.run_after from jobfeed.jobs j
-         where cardinality(p_ids) > 16
-           and j.id = any (p_ids) and j.state = 'queued' and j.generation = 0 and j.run_after <= p_now
-    ), last_one as (
-        select distinct on (m.kind) m.kind, m.priority, m.run_after
-          from mine m order by m.kind, m.priority, m.run_after desc
-    )
-    -- per kind, its line in index order (numbered as read: no sort)
-    select l.id, l."position"
-      from last_one b
-     cross join lateral (
-        select q.id, (row_number() over (order by q.priority desc, q.run_after, q.id) - 1)::int as "position"
-          from jobfeed.jobs q
-         where q.kind = b.kind and q.state = 'queued' and q.run_after <= p_now and q.priority >= b.priority
-           and (q.priority > b.priority or q.run_after <= b.run_after)
-         order by q.priority desc, q.run_after, q.id) l
-      join mine m on m.id = l.id)
+    select w.id, w."position" from jobfeed.queue_positions_walk(p_ids, p_now) w where cardinality(p_ids) > 4
 $$;
 
 -- The positions of these jobs (the feed refreshes its watched queued jobs'
