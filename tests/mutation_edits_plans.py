@@ -14,6 +14,7 @@ KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the
 
 # an admin session's bulk batches, under plans kept from a young table
 BULK_BY_KEY = BULK + "::test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans"
+CANCEL_READS = BULK + "::test_a_bulk_cancel_reads_the_unfinished_jobs_not_the_history"
 # what a worker writes about a job it holds, and an admin's retry, under plans kept while few jobs ran
 HELD_BY_KEY = READS + "::test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans"
 
@@ -90,9 +91,9 @@ PLAN_EDITS: list[Edit] = [
          "language plpgsql as $$\ndeclare\n    v_waited boolean;",
          (HELD_BY_KEY,), "an admin's retry looks at the job's dependencies by key, whatever plan the session kept"),
     Edit("bulk-cancel-scans-kept-plan", "sql/functions/60_admin.sql",
-         "pg_temp set enable_seqscan = off\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
+         "pg_temp set enable_seqscan = off as $$\n#variable_conflict use_column\ndeclare\n"
          "    v_now timestamptz := jobfeed.clock(p_now);\n    v_pick uuid[];",
-         "pg_temp\nset enable_sort = off as $$\n#variable_conflict use_column\ndeclare\n"
+         "pg_temp as $$\n#variable_conflict use_column\ndeclare\n"
          "    v_now timestamptz := jobfeed.clock(p_now);\n    v_pick uuid[];",
          (BULK_BY_KEY,), "a bulk cancel updates its batch by key, whatever plan the session kept"),
     Edit("claim-lease-probe-reads-unfinished", "sql/functions/40_claim.sql",
@@ -176,24 +177,6 @@ PLAN_EDITS: list[Edit] = [
          "set enable_seqscan = off as $$\n"
          "    select jobfeed.admin_view(j) from jobfeed.jobs j where j.id = any (p_ids)",
          (FLOW_PLANS,), "the admin feed's re-read of changed jobs keeps one generic plan"),
-    Edit("bulk-retry-pick-sorts", "sql/functions/60_admin.sql",
-         "language plpgsql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$",
-         "language plpgsql security definer set search_path = jobfeed, pg_temp as $$",
-         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended",),
-         "a bulk retry's batches walk the jobs in id order once, not all of them sorted at every batch"),
-    Edit("bulk-cancel-pick-sorts", "sql/functions/60_admin.sql",
-         "pg_temp set enable_seqscan = off\nset enable_sort = off as $$", "pg_temp set enable_seqscan = off as $$",
-         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended",),
-         "a bulk cancel's batches walk the jobs in id order once, not all of them sorted at every batch"),
-    Edit("bulk-retry-kind-walks-every-job", "sql/functions/60_admin.sql",
-         "execute case when p_kind is not null and p_state is null then $pick$",
-         "execute case when false then $pick$",
-         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended",),
-         "a bulk retry of one kind reads that kind's failed and canceled jobs, not every job"),
-    Edit("bulk-retry-kind-without-index-predicate", "sql/functions/60_admin.sql",
-         "and j.state = s.state and j.state <> 'running'  -- (the index's predicate)", "and j.state = s.state",
-         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended",),
-         "a bulk retry of one kind says what lets jobs_kind_state_id serve its ranges"),
     Edit("positions-walk-the-line", "sql/functions/20_views.sql",
          "and (q.run_after, q.id) <= (b.run_after, b.id)", "and true",
          ("tests/test_requests_position.py::test_the_walk_for_watched_jobs_reads_no_further_than_the_last_of_them",),
@@ -206,12 +189,21 @@ PLAN_EDITS: list[Edit] = [
          "where j.id = any (p_ids) offset 0) j", "where j.id = any (p_ids)) j",
          ("tests/test_requests_position.py::test_the_walk_for_watched_jobs_reads_no_further_than_the_last_of_them",),
          "the walk finds the watched jobs by key, not in a range of the due ones"),
-    Edit("bulk-cancel-kind-walks-every-job", "sql/functions/60_admin.sql",
-         "    if p_kind is not null then\n        execute $pick$", "    if false then\n        execute $pick$",
-         (f"{BULK}::test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history",),
-         "a bulk cancel of one kind reads that kind's unfinished jobs, not every job"),
-    Edit("bulk-cancel-kind-without-index-predicate", "sql/functions/60_admin.sql",
-         "\n                           and j.state <> 'running'  -- (jobs_kind_state_id's predicate)", "",
-         (f"{BULK}::test_a_bulk_cancel_by_kind_reads_the_kinds_unfinished_jobs_not_the_history",),
-         "a bulk cancel of one kind says what lets jobs_kind_state_id serve its ranges"),
+    Edit("bulk-pick-without-index-predicate", "sql/functions/60_admin.sql",
+         "\n                       and j.state <> 'running'  -- (jobs_kind_state_id's predicate)", "",
+         (f"{BULK}::test_bulk_batches_go_on_where_the_last_ended", CANCEL_READS),
+         "a bulk action's ranges say what lets jobs_kind_state_id serve them"),
+    Edit("bulk-pick-kinds-from-every-job", "sql/functions/60_admin.sql",
+         "(select j.kind from jobfeed.jobs j where j.state <> 'running' order by j.kind limit 1)",
+         "(select distinct j.kind from jobfeed.jobs j)",
+         (CANCEL_READS,), "a bulk action without a kind finds the kinds with one probe each, not by reading every job"),
+    Edit("bulk-pick-first-kind-only", "sql/functions/60_admin.sql",
+         "where j.state <> 'running' and j.kind > k.kind", "where j.state <> 'running' and j.kind < k.kind",
+         (CANCEL_READS,), "a bulk action without a kind takes the jobs of every kind"),
+    Edit("bulk-pick-misses-running", "sql/functions/60_admin.sql",
+         "where 'running' = any ($1) and j.state = 'running'", "where false and j.state = 'running'",
+         (CANCEL_READS,), "a bulk cancel takes the running jobs too"),
+    Edit("bulk-pick-ignores-ids", "sql/functions/60_admin.sql",
+         "    if p_ids is not null then\n        return array(", "    if false then\n        return array(",
+         (BULK_BY_KEY,), "a bulk action given ids takes only those jobs"),
 ]

@@ -42,6 +42,7 @@ CALLS = {
     "bulk_retry": "select * from jobfeed.bulk_retry(null, 'nothing', null, null)",
     "bulk_cancel": "select * from jobfeed.bulk_cancel(null, 'nothing', null, null)",
     "bulk_problem": "select jobfeed.bulk_problem(null, 'k', null, null)",
+    "bulk_pick": "select jobfeed.bulk_pick('{queued}', null, 'k', null, null, null, 10)",
     "limits_lock": "select jobfeed.limits_lock('k')",
     "register_schedule": "select jobfeed.register_schedule('nothing', null, 'UTC', '1 hour')",
     "drop_schedule": "select jobfeed.drop_schedule('nothing')",

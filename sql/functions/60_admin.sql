@@ -124,19 +124,10 @@ end $$;
 -- short (picked < p_limit): each batch is its own short transaction, and a
 -- repeated call finds nothing more to do. `changed` counts the jobs this batch
 -- changed; a job that cannot change (its target is held again) is skipped.
--- A retry batch's pick, and a cancel's given a kind, are dynamic SQL, so they
--- are planned for the filter given: the plan a session keeps for every filter
--- cannot bound its scan by a filter that may be null, and one kept from a
--- young table read every finished job at each batch. The rest of the batch
--- keeps its kept plans (custom plans for it all, by the function's settings,
--- cost more than twice the time per job). The cancel locks and updates its
--- batch by key, without sequential scans.
--- No pick may sort what the filter matches: a pick that gathers every matching
--- job and sorts them reads them all again at each batch (the planner takes it
--- when it thinks the matches few, as for an error code, which only failed jobs
--- carry); walking the jobs in id order from p_after, each batch goes on where
--- the last ended. (A kind's picks sort a batch from each range, and its
--- running jobs.)
+-- The pick (bulk_pick) reads only the jobs the action may change, never the
+-- whole history; the rest of the batch keeps its kept plans (custom plans for
+-- it all, by the function's settings, cost more than twice the time per job).
+-- The cancel locks and updates its batch by key, without sequential scans.
 create or replace function jobfeed.bulk_problem(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[])
 returns void language plpgsql immutable as $$
@@ -147,11 +138,75 @@ begin
     end if;
 end $$;
 
+-- A bulk action's batch: the ids of up to p_limit jobs in one of p_states
+-- that match the filter, in id order after p_after. The ids given are read
+-- by key. Otherwise, per kind (the one given, or every kind with a job that
+-- is not running, found by one index probe each), each state's jobs are a
+-- range of jobs_kind_state_id (kind, state, id), a batch taken from each; the
+-- running jobs (no more than the workers run) are read whole through
+-- jobs_running_lease; the lot merged in id order. A walk in id order through
+-- every job read the whole history once per action. The ranges are dynamic
+-- SQL, planned for the filter given (a plan kept for every filter cannot
+-- bound a scan by a filter that may be null), and no sort may gather a whole
+-- range: planned on stale estimates, one would sort it at every batch.
+create or replace function jobfeed.bulk_pick(
+    p_states jobfeed.job_state[], p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
+    p_after uuid, p_limit int)
+returns uuid[] language plpgsql stable set enable_seqscan = off set enable_sort = off as $$
+declare
+    v_states jobfeed.job_state[] := array(select s from unnest(p_states) s where p_state is null or s = p_state);
+    v_kinds text[];
+    v_ids uuid[];
+begin
+    if p_ids is not null then
+        return array(
+            select j.id from jobfeed.jobs j
+             where j.id = any (p_ids) and j.state = any (v_states)
+               and (p_kind is null or j.kind = p_kind)
+               and (p_error_code is null or j.last_error_code = p_error_code)
+               and (p_after is null or j.id > p_after)
+             order by j.id
+             limit greatest(p_limit, 1));
+    end if;
+    v_kinds := case when p_kind is not null then array[p_kind] else array(
+        with recursive k(kind) as (
+            (select j.kind from jobfeed.jobs j where j.state <> 'running' order by j.kind limit 1)
+            union all
+            select (select j.kind from jobfeed.jobs j where j.state <> 'running' and j.kind > k.kind
+                     order by j.kind limit 1)
+              from k where k.kind is not null)
+        select k.kind from k where k.kind is not null) end;
+    execute $pick$
+        select array(
+            select u.id from (
+                select q.id from unnest($1) s(state)
+                 cross join unnest($2) k(kind)
+                 cross join lateral (
+                    select j.id from jobfeed.jobs j
+                     where j.kind = k.kind and j.state = s.state
+                       and j.state <> 'running'  -- (jobs_kind_state_id's predicate)
+                       and ($3 is null or j.last_error_code = $3)
+                       and ($4 is null or j.id > $4)
+                     order by j.id
+                     limit $5) q
+                 where s.state <> 'running'
+                union all
+                select j.id from jobfeed.jobs j
+                 where 'running' = any ($1) and j.state = 'running'
+                   and ($6 is null or j.kind = $6)
+                   and ($3 is null or j.last_error_code = $3)
+                   and ($4 is null or j.id > $4)) u
+             order by u.id
+             limit $5)
+    $pick$ into v_ids using v_states, v_kinds, p_error_code, p_after, greatest(p_limit, 1), p_kind;
+    return v_ids;
+end $$;
+
 create or replace function jobfeed.bulk_retry(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
     p_after uuid default null, p_limit int default 500, p_now timestamptz default null)
 returns table (changed int, picked int, last_id uuid)
-language plpgsql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$
+language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
@@ -163,35 +218,7 @@ declare
     v_kinds text[] := '{}';
 begin
     perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
-    -- Given a kind and not a state, the two states are two ranges of
-    -- jobs_kind_state_id (kind, state, id), a batch taken from each and the
-    -- two merged; one walk for both would go through every job. Otherwise one
-    -- walk in id order.
-    execute case when p_kind is not null and p_state is null then $pick$
-        select array(
-            select u.id from unnest('{failed,canceled}'::jobfeed.job_state[]) s(state)
-             cross join lateral (
-                select j.id from jobfeed.jobs j
-                 where j.kind = $2 and j.state = s.state and j.state <> 'running'  -- (the index's predicate)
-                   and ($3 is null or j.last_error_code = $3)
-                   and ($4 is null or j.id = any ($4))
-                   and ($5 is null or j.id > $5)
-                 order by j.id
-                 limit greatest($6, 1)) u
-             order by u.id
-             limit greatest($6, 1))
-    $pick$ else $pick$
-        select array(
-            select j.id from jobfeed.jobs j
-             where j.state in ('failed', 'canceled')
-               and ($1 is null or j.state = $1)
-               and ($2 is null or j.kind = $2)
-               and ($3 is null or j.last_error_code = $3)
-               and ($4 is null or j.id = any ($4))
-               and ($5 is null or j.id > $5)
-             order by j.id
-             limit greatest($6, 1))
-    $pick$ end into v_ids using p_state, p_kind, p_error_code, p_ids, p_after, p_limit;
+    v_ids := jobfeed.bulk_pick('{failed,canceled}', p_state, p_kind, p_error_code, p_ids, p_after, p_limit);
     foreach v_id in array v_ids loop
         -- as retry(): its dependencies, then the job, still failed or canceled
         perform jobfeed.hold_dependencies(array(select d.dep_id from jobfeed.job_deps d where d.job_id = v_id));
@@ -219,8 +246,7 @@ create or replace function jobfeed.bulk_cancel(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
     p_after uuid default null, p_limit int default 500, p_now timestamptz default null)
 returns table (changed int, picked int, last_id uuid)
-language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off
-set enable_sort = off as $$
+language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
@@ -233,47 +259,7 @@ declare
     v_vers bigint[];
 begin
     perform jobfeed.bulk_problem(p_state, p_kind, p_error_code, p_ids);
-    -- Given a kind, its waiting and queued jobs are two ranges of
-    -- jobs_kind_state_id, a batch taken from each, and its running jobs
-    -- (no more than its workers run) are read whole through
-    -- jobs_running_lease; the lot merged in id order. A walk in id order
-    -- through every job would read the whole history once per cancel.
-    if p_kind is not null then
-        execute $pick$
-            select array(
-                select u.id from (
-                    select q.id from unnest('{waiting,queued}'::jobfeed.job_state[]) s(state)
-                     cross join lateral (
-                        select j.id from jobfeed.jobs j
-                         where j.kind = $2 and j.state = s.state
-                           and j.state <> 'running'  -- (jobs_kind_state_id's predicate)
-                           and ($1 is null or j.state = $1)
-                           and ($3 is null or j.last_error_code = $3)
-                           and ($4 is null or j.id = any ($4))
-                           and ($5 is null or j.id > $5)
-                         order by j.id
-                         limit greatest($6, 1)) q
-                    union all
-                    select j.id from jobfeed.jobs j
-                     where j.kind = $2 and j.state = 'running'
-                       and ($1 is null or $1 = 'running')
-                       and ($3 is null or j.last_error_code = $3)
-                       and ($4 is null or j.id = any ($4))
-                       and ($5 is null or j.id > $5)) u
-                 order by u.id
-                 limit greatest($6, 1))
-        $pick$ into v_pick using p_state, p_kind, p_error_code, p_ids, p_after, p_limit;
-    else
-        v_pick := array(
-            select j.id from jobfeed.jobs j
-             where j.state not in ('completed', 'failed', 'canceled')
-               and (p_state is null or j.state = p_state)
-               and (p_error_code is null or j.last_error_code = p_error_code)
-               and (p_ids is null or j.id = any (p_ids))
-               and (p_after is null or j.id > p_after)
-             order by j.id
-             limit greatest(p_limit, 1));
-    end if;
+    v_pick := jobfeed.bulk_pick('{waiting,queued,running}', p_state, p_kind, p_error_code, p_ids, p_after, p_limit);
     -- Locked in id order, each still unfinished and matching (it may have
     -- moved on since the pick: then it is skipped).
     select coalesce(array_agg(p.id order by p.id), '{}'),
