@@ -218,10 +218,10 @@ async def test_the_walk_for_watched_jobs_reads_no_further_than_the_last_of_them(
 
 
 async def test_the_walk_for_many_watched_jobs_never_compares_each_with_each(pool, queue, line):
-    """Many watched jobs, the last near the back, in a session that first
-    walked for a few: each job walked is looked up among the watched ones
-    in a hash, so no plan node handles more rows than the line holds (a join
-    planned as a nested loop handled watched x walked)."""
+    """Many watched jobs, the last near the back, in a session whose kept
+    plans were made on a few: no plan node handles more rows than the line
+    holds (the walk joined to the watched jobs was planned, in a kept plan,
+    as a nested loop handling watched x walked)."""
     ids = sorted(job_id for job_id, _ in await queue.submit_many("line", [(f"t{n}", None) for n in range(3000)]))
     async with pool.acquire() as conn:
         for _ in range(8):  # plans a session keeps are made after five calls
