@@ -122,3 +122,19 @@ async def test_a_bulk_cancel_reads_the_unfinished_jobs_not_the_history(pool, dsn
     assert (changed, batches) == (239, 3)
     assert read <= 8000, read
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'queued'") == 0
+
+
+async def test_a_bulk_cancel_over_many_kinds_reads_each_kinds_range_once(pool, dsn):
+    # Each kind's queued jobs are a range in id order; a batch that took a
+    # batch from every range before merging them read every kind's next
+    # hundred at each batch: thirty times what it kept, over thirty kinds.
+    kinds = [f"k{n:02}" for n in range(30)]
+    for kind in kinds:
+        await register(pool, kind)
+    # interleaved in id order, so every batch takes from every kind
+    await pool.execute("insert into jobfeed.jobs (kind, target) select ($1::text[])[g % 30 + 1], 't' || g "
+                       "from generate_series(0, 2999) g", kinds)
+    await pool.execute("analyze jobfeed.jobs")
+    changed, batches, read = await _bulk_rows_read(dsn, "cancel", "queued", None)
+    assert (changed, batches) == (3000, 31)
+    assert read <= 60000, read  # each job counted at every node: ~41,000; ~222,000 taking 100 from each kind per batch

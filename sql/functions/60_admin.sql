@@ -141,22 +141,25 @@ end $$;
 -- A bulk action's batch: the ids of up to p_limit jobs in one of p_states
 -- that match the filter, in id order after p_after. The ids given are read
 -- by key. Otherwise, per kind (the one given, or every kind with a job that
--- is not running, found by one index probe each), each state's jobs are a
--- range of jobs_kind_state_id (kind, state, id), a batch taken from each; the
--- running jobs (no more than the workers run) are read whole through
--- jobs_running_lease; the lot merged in id order. A walk in id order through
--- every job read the whole history once per action. The ranges are dynamic
--- SQL, planned for the filter given (a plan kept for every filter cannot
--- bound a scan by a filter that may be null), and no sort may gather a whole
--- range: planned on stale estimates, one would sort it at every batch.
+-- is not running, found by one index probe each) and state, the jobs are a
+-- range of jobs_kind_state_id (kind, state, id), in id order: the ranges,
+-- written out one by one as dynamic SQL, are merged (a Merge Append reads
+-- each only as far as the batch takes from it), and the running jobs (no more
+-- than the workers run) are read apart and merged in. A walk in id order
+-- through every job read the whole history once per action; a batch taken
+-- from each range before merging would read each range once per batch. No
+-- sort may gather a whole range: planned on stale estimates, one would sort
+-- it at every batch.
 create or replace function jobfeed.bulk_pick(
     p_states jobfeed.job_state[], p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[],
     p_after uuid, p_limit int)
 returns uuid[] language plpgsql stable set enable_seqscan = off set enable_sort = off as $$
 declare
     v_states jobfeed.job_state[] := array(select s from unnest(p_states) s where p_state is null or s = p_state);
-    v_kinds text[];
-    v_ids uuid[];
+    v_limit int := greatest(p_limit, 1);
+    v_ranges text;
+    v_ids uuid[] := '{}';
+    v_running uuid[] := '{}';
 begin
     if p_ids is not null then
         return array(
@@ -166,40 +169,35 @@ begin
                and (p_error_code is null or j.last_error_code = p_error_code)
                and (p_after is null or j.id > p_after)
              order by j.id
-             limit greatest(p_limit, 1));
+             limit v_limit);
     end if;
-    v_kinds := case when p_kind is not null then array[p_kind] else array(
-        with recursive k(kind) as (
-            (select j.kind from jobfeed.jobs j where j.state <> 'running' order by j.kind limit 1)
-            union all
-            select (select j.kind from jobfeed.jobs j where j.state <> 'running' and j.kind > k.kind
-                     order by j.kind limit 1)
-              from k where k.kind is not null)
-        select k.kind from k where k.kind is not null) end;
-    execute $pick$
-        select array(
-            select u.id from (
-                select q.id from unnest($1) s(state)
-                 cross join unnest($2) k(kind)
-                 cross join lateral (
-                    select j.id from jobfeed.jobs j
-                     where j.kind = k.kind and j.state = s.state
-                       and j.state <> 'running'  -- (jobs_kind_state_id's predicate)
-                       and ($3 is null or j.last_error_code = $3)
-                       and ($4 is null or j.id > $4)
-                     order by j.id
-                     limit $5) q
-                 where s.state <> 'running'
-                union all
-                select j.id from jobfeed.jobs j
-                 where 'running' = any ($1) and j.state = 'running'
-                   and ($6 is null or j.kind = $6)
-                   and ($3 is null or j.last_error_code = $3)
-                   and ($4 is null or j.id > $4)) u
-             order by u.id
-             limit $5)
-    $pick$ into v_ids using v_states, v_kinds, p_error_code, p_after, greatest(p_limit, 1), p_kind;
-    return v_ids;
+    -- each range ordered on its own, so the planner can merge them
+    select string_agg(format('(select j.id from jobfeed.jobs j where j.kind = %L and j.state = %L', k.kind, s.state)
+                      || ' and ($1 is null or j.last_error_code = $1) and ($2 is null or j.id > $2)'
+                      || ' order by j.id)', ' union all ')
+      into v_ranges
+      from unnest(case when p_kind is not null then array[p_kind] else array(
+               with recursive k(kind) as (
+                   (select j.kind from jobfeed.jobs j where j.state <> 'running' order by j.kind limit 1)
+                   union all
+                   select (select j.kind from jobfeed.jobs j where j.state <> 'running' and j.kind > k.kind
+                            order by j.kind limit 1)
+                     from k where k.kind is not null)
+               select k.kind from k where k.kind is not null) end) k(kind),
+           unnest(v_states) s(state)
+     where s.state <> 'running';
+    if v_ranges is not null then
+        execute 'select array(select u.id from (' || v_ranges || ') u order by u.id limit $3)'
+           into v_ids using p_error_code, p_after, v_limit;
+    end if;
+    if 'running' = any (v_states) then
+        v_running := array(
+            select j.id from jobfeed.jobs j
+             where j.state = 'running' and (p_kind is null or j.kind = p_kind)
+               and (p_error_code is null or j.last_error_code = p_error_code)
+               and (p_after is null or j.id > p_after));
+    end if;
+    return array(select x from unnest(v_ids || v_running) x order by x limit v_limit);
 end $$;
 
 create or replace function jobfeed.bulk_retry(
