@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -85,6 +86,29 @@ class _ClosingCycle(RequestResponseCycle):
         if self.more_body and not self.response_started:
             self.keep_alive = False
         await super().send(message)
+
+
+def cycle_of(send: Any) -> RequestResponseCycle | None:
+    """The request cycle whose ASGI `send` this is, when it is httptools' (this
+    protocol's, or uvicorn's own when run without it), for write_chunk; None
+    for any other server."""
+    cycle = getattr(send, "__self__", None)
+    return cycle if isinstance(cycle, RequestResponseCycle) else None
+
+
+def write_chunk(cycle: RequestResponseCycle, chunk: bytes) -> bool:
+    """One chunk of a started chunked answer, framed by the caller (its size,
+    CRLF, the bytes, CRLF), written now as the cycle's send writes a body
+    message with more to come, but without an ASGI send's coroutines: the
+    feed's fan-out writes one to each of thousands of job streams
+    (api/jobstream.py). False when send must write it: its writes are paused
+    (it waits for the client), the client is gone, or the answer is not
+    chunked or not under way."""
+    if (cycle.flow.write_paused or cycle.disconnected or not cycle.chunked_encoding
+            or not cycle.response_started or cycle.response_complete):
+        return False
+    cycle.transport.write(chunk)
+    return True
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

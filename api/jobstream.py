@@ -2,10 +2,12 @@
 
 With sse-starlette every stream is a task (four, with its ping, disconnect and
 shutdown watchers) woken once per event: at thousands of watchers the wake-ups
-and anyio's cancel scopes cost more than the writes. Here the feed's loop calls
-each stream's ASGI `send` directly when it offers a view, and the frame is
-encoded once per view (View.frame). A send that completes without waiting (the
-client's socket takes the bytes: the common case) costs no task at all. A send
+and anyio's cancel scopes cost more than the writes. Here the feed's loop writes
+each view to each stream when it offers it, the frame encoded once per view
+(View.frame): as an HTTP chunk straight to uvicorn's request cycle when the
+server is httptools' (api/http_protocol.py, write_chunk), else through the
+stream's ASGI `send`. A send that completes without waiting (the client's
+socket takes the bytes: the common case) costs no task at all. A send
 that must wait (the client does not read and its socket is full) is finished in
 a task of its own; meanwhile the stream holds at most one more frame, the
 newest view, so a slow client costs one view and never holds up the others.
@@ -19,13 +21,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import types
-from typing import Any, Awaitable, Coroutine, cast
+from typing import TYPE_CHECKING, Any, Awaitable, Coroutine, cast
 
 from sse_starlette import ServerSentEvent
 from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
 
+from .http_protocol import cycle_of, write_chunk
 from .subscriptions import JobSubscription, View
+
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 log = logging.getLogger("jobfeed.streams")
 
@@ -83,13 +89,15 @@ class JobStream:
     until a final one (the stream then ends) or until the subscription is
     closed (server shutdown) or the client goes away."""
 
-    __slots__ = ("_sub", "_metrics", "_retry", "_send", "_busy", "_next", "_closing", "_ended")
+    __slots__ = ("_sub", "_metrics", "_retry", "_send", "_cycle", "_busy", "_next", "_closing", "_ended")
 
     def __init__(self, sub: JobSubscription, metrics, retry_ms: int):
         self._sub = sub
         self._metrics = metrics
         self._retry = retry_ms
         self._send: Send | None = None
+        # the server's request cycle, when its chunks can be written without send (see write_view)
+        self._cycle: RequestResponseCycle | None = None
         self._busy: asyncio.Task | None = None  # finishing a send the client's socket held up
         self._next: tuple[bytes, bool] | None = None  # the newest frame to write after it
         self._closing = False  # nothing more to write but the end of the response
@@ -103,6 +111,7 @@ class JobStream:
                 return
             with self._metrics.stream("job"):
                 self._send = scope.get(BODY_SEND, send)
+                self._cycle = cycle_of(self._send)
                 self._first(self._sub.attach(self))
                 if self._sub.closed:  # closed before it could attach (the server is stopping)
                     self.end()
@@ -135,7 +144,11 @@ class JobStream:
     def write_view(self, view: View) -> None:
         if self._closing:
             return
-        self._write(view.frame(SEP), True)  # the same bytes for every watcher
+        # The same bytes for every watcher, written straight to the server's
+        # request cycle when it can be (api/http_protocol.py, write_chunk): an
+        # ASGI send costs a coroutine or two per watcher.
+        if self._busy is not None or self._cycle is None or not write_chunk(self._cycle, view.chunk(SEP)):
+            self._write(view.frame(SEP), True)
         self._metrics.delivered_soon("job", view.changed_at)
         if view.terminal:
             # Nothing follows a final status. The response ends once the feed

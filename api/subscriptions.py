@@ -40,7 +40,7 @@ class View:
     One View is offered to every watcher of its job, so its SSE frame is encoded
     once, by the first stream that sends it, and the others send the same bytes."""
 
-    __slots__ = ("job_id", "version", "terminal", "text", "extra", "changed_at", "queued", "_frame")
+    __slots__ = ("job_id", "version", "terminal", "text", "extra", "changed_at", "queued", "_frame", "_chunk")
 
     def __init__(self, job_id: str, version: int, terminal: bool, text: str, extra: tuple = (),
                  changed_at: float | None = None, queued: bool = False):
@@ -52,6 +52,7 @@ class View:
         self.changed_at = changed_at  # updated_at as epoch seconds: the SSE lag metric
         self.queued = queued  # public status queued: its position may move
         self._frame: bytes | None = None
+        self._chunk: bytes | None = None
 
     @classmethod
     def parse(cls, text: str) -> "View":
@@ -78,6 +79,14 @@ class View:
         if self._frame is None:
             self._frame = ServerSentEvent(self.text, event="job", id=str(self.version), sep=sep).encode()
         return self._frame
+
+    def chunk(self, sep: str) -> bytes:
+        """frame() as one HTTP/1.1 chunk, for a server that lets a stream write
+        its chunks itself (api/http_protocol.py, write_chunk)."""
+        if self._chunk is None:
+            frame = self.frame(sep)
+            self._chunk = b"%x\r\n%b\r\n" % (len(frame), frame)
+        return self._chunk
 
 
 class JobSubscription:

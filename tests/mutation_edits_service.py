@@ -54,6 +54,13 @@ SERVICE_EDITS: list[Edit] = [
          "                self._next = (body, more) if body else (self._next[0], more)",
          "                self._next = (self._next[0] + body, more)",
          (SSE_SLOW,), "a client that does not read holds one pending view, not a queue of them"),
+    Edit("stream-views-through-send", "api/jobstream.py",
+         "        if self._busy is not None or self._cycle is None or not write_chunk(",
+         "        if True or self._busy is not None or self._cycle is None or not write_chunk(",
+         (SSE_SLOW,), "the feed writes views straight to the server's request cycle, not an ASGI send each"),
+    Edit("stream-chunk-ignores-full-socket", "api/http_protocol.py",
+         "    if (cycle.flow.write_paused or cycle.disconnected", "    if (cycle.disconnected",
+         (SSE_SLOW,), "a view written straight to a client whose socket is full waits like any send"),
     Edit("stream-kept-after-disconnect", "api/jobstream.py",
          "                    if (await receive())[\"type\"] == \"http.disconnect\":\n                        break",
          "                    if (await receive())[\"type\"] == \"http.disconnect\":\n"

@@ -11,7 +11,7 @@ import socket
 import httpx
 import pytest
 
-from servers import EventParser, Watcher
+from servers import EventParser, Watcher, serve
 from servers import server  # noqa: F401  (a fixture)
 from waiting import eventually
 
@@ -74,9 +74,11 @@ def reported(watcher: Watcher) -> float | None:
     return progress["done"] if progress else None
 
 
-async def test_a_client_that_does_not_read_holds_up_nobody_and_gets_the_end(server, queue):
-    feed = server.app.state.services.feed
-    async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+async def test_a_client_that_does_not_read_holds_up_nobody_and_gets_the_end(dsn, queue):
+    # No pings: a ping waiting on the full socket would hold the stream back
+    # by itself, whatever the views' own writes do.
+    async with serve(dsn, sse_ping=3600) as server, httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        feed = server.app.state.services.feed
         job, claimed = await submit_and_claim(http, queue, "slow")
         path = f"/api/jobs/{job['id']}/events"
         silent = SilentClient(server.url, path)
@@ -98,13 +100,13 @@ async def test_a_client_that_does_not_read_holds_up_nobody_and_gets_the_end(serv
 
         views = await silent.read_all()
         silent.abort()
+        await eventually(lambda: asyncio.sleep(0, feed.open_streams == 0 and feed.watched_jobs == 0), timeout=5,
+                         what="no stream left")
     # Its first views, then only the newest: the reports it could not take were dropped, not queued.
     versions = [v["version"] for v in views]
     assert versions == sorted(set(versions)), versions
     assert views[-1]["status"] == "completed" and views[-1]["result"] == {"ok": True}
     assert len(views) < 42, versions
-    await eventually(lambda: asyncio.sleep(0, feed.open_streams == 0 and feed.watched_jobs == 0), timeout=5,
-                     what="no stream left")
 
 
 @pytest.mark.parametrize("behind", [False, True], ids=["reading", "behind"])
@@ -131,3 +133,36 @@ async def test_a_client_that_goes_away_leaves_no_subscription(server, queue, beh
         metrics = (await http.get("/metrics")).text
     assert 'jobfeed_sse_streams{stream="job"} 0' in metrics
     assert feed.behind_streams == 0
+
+
+async def test_views_go_straight_to_the_servers_request_cycle_not_through_a_send_each(server, queue):
+    """Under httptools' request cycle (jobfeed's protocol, as here, or
+    uvicorn's own) the feed writes each view to each stream as an HTTP chunk
+    straight to the cycle (api/http_protocol.py, write_chunk), without an
+    ASGI send per view: a fan-out writes one to each of thousands of streams.
+    The client reads them as any others; only the end goes through send."""
+    feed = server.app.state.services.feed
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        job, claimed = await submit_and_claim(http, queue, "direct")
+        reader = Watcher(http, f"/api/jobs/{job['id']}/events")
+        task = asyncio.create_task(reader.run())
+        await eventually(lambda: asyncio.sleep(0, len(reader.views) == 1), timeout=5, what="the first view")
+        (sub,) = feed._watch[job["id"]]
+        stream = sub._writer
+        sent: list[dict] = []
+        send = stream._send
+
+        async def counted(message) -> None:
+            sent.append(message)
+            await send(message)
+
+        stream._send = counted
+        for done in range(1, 4):
+            await queue.progress(claimed.id, claimed.generation, done, 3, None)
+            await eventually(lambda done=done: asyncio.sleep(0, reported(reader) == done), timeout=5, interval=0.01,
+                             what=f"progress {done}")
+        assert sent == []
+        await queue.complete(claimed.id, claimed.generation, {"ok": True})
+        await asyncio.wait_for(task, 5)
+    assert [v["status"] for v in reader.views] == ["processing"] * 4 + ["completed"]
+    assert [(m["body"], m["more_body"]) for m in sent] == [(b"", False)]
