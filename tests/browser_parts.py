@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from conftest import JOBFEED, worker_env
-from servers import UVICORN_HTTP, Process, api_env
+from servers import CLIENT_LIMITS, UVICORN_HTTP, Process, api_env
 
 try:
     from playwright.async_api import async_playwright, expect
@@ -114,7 +114,7 @@ async def new_page(api):
 
 @pytest.fixture
 async def http(api):
-    async with httpx.AsyncClient(base_url=api.url, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=api.url, timeout=10, limits=CLIENT_LIMITS) as client:
         yield client
 
 

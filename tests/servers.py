@@ -39,6 +39,10 @@ UNKNOWN_JOB_ID = "0190c7d2-0000-7000-8000-000000000000"
 # Short intervals, and the demo kind's timing as tests/conftest.py's demo_kind
 # registers it (the API registers kinds from these settings at start).
 FAST = dict(sse_ping=0.2, sse_retry=0.5, feed_batch=0.005, listener_health=1.0)
+# A test client keeps an idle connection well under uvicorn's keep-alive timeout
+# (5 s, httpx's own default too): at the same 5 s, a request sent as the server
+# closes the connection reads "Server disconnected without sending a response".
+CLIENT_LIMITS = httpx.Limits(keepalive_expiry=2.0)
 
 
 def free_port() -> int:
@@ -148,7 +152,7 @@ async def server(dsn):
 
 @pytest.fixture
 async def http(server):
-    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=server.url, timeout=10, limits=CLIENT_LIMITS) as client:
         yield client
 
 
