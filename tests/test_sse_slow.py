@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from servers import EventParser, Watcher, serve
-from servers import server  # noqa: F401  (a fixture)
+from servers import http, server  # noqa: F401  (fixtures)
 from waiting import eventually
 
 BIG = "x" * 100_000  # one progress message: 40 of them are more than any socket buffers
@@ -135,34 +135,33 @@ async def test_a_client_that_goes_away_leaves_no_subscription(server, queue, beh
     assert feed.behind_streams == 0
 
 
-async def test_views_go_straight_to_the_servers_request_cycle_not_through_a_send_each(server, queue):
+async def test_views_go_straight_to_the_servers_request_cycle_not_through_a_send_each(server, http, queue):
     """Under httptools' request cycle (jobfeed's protocol, as here, or
     uvicorn's own) the feed writes each view to each stream as an HTTP chunk
     straight to the cycle (api/http_protocol.py, write_chunk), without an
     ASGI send per view: a fan-out writes one to each of thousands of streams.
     The client reads them as any others; only the end goes through send."""
     feed = server.app.state.services.feed
-    async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
-        job, claimed = await submit_and_claim(http, queue, "direct")
-        reader = Watcher(http, f"/api/jobs/{job['id']}/events")
-        task = asyncio.create_task(reader.run())
-        await eventually(lambda: asyncio.sleep(0, len(reader.views) == 1), timeout=5, what="the first view")
-        (sub,) = feed._watch[job["id"]]
-        stream = sub._writer
-        sent: list[dict] = []
-        send = stream._send
+    job, claimed = await submit_and_claim(http, queue, "direct")
+    reader = Watcher(http, f"/api/jobs/{job['id']}/events")
+    task = asyncio.create_task(reader.run())
+    await eventually(lambda: asyncio.sleep(0, len(reader.views) == 1), timeout=5, what="the first view")
+    (sub,) = feed._watch[job["id"]]
+    stream = sub._writer
+    sent: list[dict] = []
+    send = stream._send
 
-        async def counted(message) -> None:
-            sent.append(message)
-            await send(message)
+    async def counted(message) -> None:
+        sent.append(message)
+        await send(message)
 
-        stream._send = counted
-        for done in range(1, 4):
-            await queue.progress(claimed.id, claimed.generation, done, 3, None)
-            await eventually(lambda done=done: asyncio.sleep(0, reported(reader) == done), timeout=5, interval=0.01,
-                             what=f"progress {done}")
-        assert sent == []
-        await queue.complete(claimed.id, claimed.generation, {"ok": True})
-        await asyncio.wait_for(task, 5)
+    stream._send = counted
+    for done in range(1, 4):
+        await queue.progress(claimed.id, claimed.generation, done, 3, None)
+        await eventually(lambda done=done: asyncio.sleep(0, reported(reader) == done), timeout=5, interval=0.01,
+                         what=f"progress {done}")
+    assert sent == []
+    await queue.complete(claimed.id, claimed.generation, {"ok": True})
+    await asyncio.wait_for(task, 5)
     assert [v["status"] for v in reader.views] == ["processing"] * 4 + ["completed"]
     assert [(m["body"], m["more_body"]) for m in sent] == [(b"", False)]
