@@ -17,6 +17,7 @@ so a notification lost while disconnected costs latency, never a change."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import re
@@ -44,6 +45,15 @@ _JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 _BAD_LOG_EVERY = 10.0  # seconds between log lines about skipped notifications
 ADMIN_SENT_KEPT = 10_000  # jobs whose last admin view the feed remembers (a hash each), to send no repeat
 END_LINGER = 0.25  # seconds between a stream's final view and the end of its response (close_soon)
+# Pings go out a slice of the job streams at a time, the slices spread over the
+# interval, each stream in one of them: at thousands of streams one round for
+# all held the event loop, and every other request, for as long as its writes.
+PING_SLICES = 150
+PING_TICK = 0.1  # seconds, at least, between two slices: a shorter interval gets fewer
+
+
+def ping_slices(interval: float) -> int:
+    return max(1, min(PING_SLICES, int(interval / PING_TICK)))
 
 
 class FeedSignals:
@@ -65,6 +75,8 @@ class Feed:
         self.queue = queue
         self.ping_interval = ping  # seconds between pings on every job stream; 0: none
         self._ping_task: asyncio.Task | None = None
+        self._ping_slices: list[set[JobSubscription]] = [set() for _ in range(ping_slices(ping))]
+        self._ping_turn = 0  # the slice the next stream joins
         self.batch = batch
         self.reread_at = float("-inf")  # when the last re-read began (the loop's clock)
         self.position_interval = position_interval
@@ -126,13 +138,18 @@ class Feed:
         self.end_streams()
 
     async def _ping(self) -> None:
-        """A comment on every job stream each ping_interval: one timer for all
-        of them, not a task per stream."""
-        while True:
-            await asyncio.sleep(self.ping_interval)
-            for subs in list(self._watch.values()):
-                for sub in list(subs):
-                    sub.ping()
+        """A comment on every job stream each ping_interval, one slice of them
+        at a time: one timer for all of them, not a task per stream. A
+        stream's slice comes round every ping_interval (on the loop's clock,
+        not after each slice's writes)."""
+        loop = asyncio.get_running_loop()
+        tick = self.ping_interval / len(self._ping_slices)
+        due = loop.time()
+        for turn in itertools.cycle(range(len(self._ping_slices))):
+            due += tick
+            await asyncio.sleep(max(due - loop.time(), 0.0))
+            for sub in list(self._ping_slices[turn]):
+                sub.ping()
 
     def end_streams(self) -> None:
         """End every open stream now (the server is stopping): each one sends
@@ -204,6 +221,8 @@ class Feed:
         self._admit(client, per_client, total)
         sub = JobSubscription(self, job_id, client)
         self._watch.setdefault(job_id, set()).add(sub)
+        sub.ping_slice, self._ping_turn = self._ping_turn, (self._ping_turn + 1) % len(self._ping_slices)
+        self._ping_slices[sub.ping_slice].add(sub)
         if self._ending:
             sub.close()
         return sub
@@ -254,6 +273,7 @@ class Feed:
             sub.close()
 
     def _unsubscribe(self, sub: JobSubscription) -> None:
+        self._ping_slices[sub.ping_slice].discard(sub)
         subs = self._watch.get(sub.job_id)
         if subs is None:
             return

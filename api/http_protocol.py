@@ -96,14 +96,18 @@ def cycle_of(send: Any) -> RequestResponseCycle | None:
     return cycle if isinstance(cycle, RequestResponseCycle) else None
 
 
+def chunk_of(frame: bytes) -> bytes:
+    """`frame` as one HTTP/1.1 chunk (its size, CRLF, the bytes, CRLF), for write_chunk."""
+    return b"%x\r\n%b\r\n" % (len(frame), frame)
+
+
 def write_chunk(cycle: RequestResponseCycle, chunk: bytes) -> bool:
-    """One chunk of a started chunked answer, framed by the caller (its size,
-    CRLF, the bytes, CRLF), written now as the cycle's send writes a body
-    message with more to come, but without an ASGI send's coroutines: the
-    feed's fan-out writes one to each of thousands of job streams
-    (api/jobstream.py). False when send must write it: its writes are paused
-    (it waits for the client), the client is gone, or the answer is not
-    chunked or not under way."""
+    """One chunk of a started chunked answer, framed by the caller (chunk_of),
+    written now as the cycle's send writes a body message with more to come,
+    but without an ASGI send's coroutines: the feed's fan-out and its pings
+    write one to each of thousands of job streams (api/jobstream.py). False
+    when send must write it: its writes are paused (it waits for the client),
+    the client is gone, or the answer is not chunked or not under way."""
     if (cycle.flow.write_paused or cycle.disconnected or not cycle.chunked_encoding
             or not cycle.response_started or cycle.response_complete):
         return False

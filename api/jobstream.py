@@ -27,7 +27,7 @@ from sse_starlette import ServerSentEvent
 from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
 
-from .http_protocol import cycle_of, write_chunk
+from .http_protocol import chunk_of, cycle_of, write_chunk
 from .subscriptions import JobSubscription, View
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ log = logging.getLogger("jobfeed.streams")
 
 SEP = "\n"
 PING = ServerSentEvent(comment="ping", sep=SEP).encode()
+PING_CHUNK = chunk_of(PING)
 HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
            (b"connection", b"keep-alive"), (b"x-accel-buffering", b"no")]
 START: Message = {"type": "http.response.start", "status": 200, "headers": HEADERS}
@@ -144,11 +145,7 @@ class JobStream:
     def write_view(self, view: View) -> None:
         if self._closing:
             return
-        # The same bytes for every watcher, written straight to the server's
-        # request cycle when it can be (api/http_protocol.py, write_chunk): an
-        # ASGI send costs a coroutine or two per watcher.
-        if self._busy is not None or self._cycle is None or not write_chunk(self._cycle, view.chunk(SEP)):
-            self._write(view.frame(SEP), True)
+        self._emit(view.frame(SEP), view.chunk(SEP))
         self._metrics.delivered_soon("job", view.changed_at)
         if view.terminal:
             # Nothing follows a final status. The response ends once the feed
@@ -159,7 +156,7 @@ class JobStream:
 
     def ping(self) -> None:
         if not self._closing and self._busy is None:  # a stream that is still writing needs no ping
-            self._write(PING, True)
+            self._emit(PING, PING_CHUNK)
 
     def end(self) -> None:
         """The subscription was closed: end the response."""
@@ -169,6 +166,15 @@ class JobStream:
                 self._write(b"", False)
 
     # ---------------------------------------------------------------- writing
+    def _emit(self, frame: bytes, chunk: bytes) -> None:
+        """A frame (`chunk`: the same as an HTTP chunk), written straight to the
+        server's request cycle when it can be (api/http_protocol.py,
+        write_chunk): an ASGI send costs a coroutine or two per watcher, and
+        the feed writes the same bytes to every watcher of a view, and a ping
+        to every stream."""
+        if self._busy is not None or self._cycle is None or not write_chunk(self._cycle, chunk):
+            self._write(frame, True)
+
     def _write(self, body: bytes, more: bool) -> None:
         if self._busy is not None:  # the client is behind: keep only the newest frame
             if self._next is None:

@@ -16,6 +16,8 @@ from sse_starlette import ServerSentEvent
 
 from jobfeed.worker.states import TERMINAL
 
+from .http_protocol import chunk_of
+
 if TYPE_CHECKING:
     from .feed import Feed
 
@@ -84,8 +86,7 @@ class View:
         """frame() as one HTTP/1.1 chunk, for a server that lets a stream write
         its chunks itself (api/http_protocol.py, write_chunk)."""
         if self._chunk is None:
-            frame = self.frame(sep)
-            self._chunk = b"%x\r\n%b\r\n" % (len(frame), frame)
+            self._chunk = chunk_of(self.frame(sep))
         return self._chunk
 
 
@@ -96,7 +97,7 @@ class JobSubscription:
     with next()."""
 
     __slots__ = ("job_id", "since", "sent", "sent_extra", "_pending", "_wake", "_closed", "_feed", "_client",
-                 "_writer")
+                 "_writer", "ping_slice")
 
     def __init__(self, feed: "Feed", job_id: str, client: str | None = None):
         self.job_id = job_id
@@ -109,6 +110,7 @@ class JobSubscription:
         self._closed = False
         self._feed = feed
         self._writer = None
+        self.ping_slice = 0  # which of the feed's ping slices it is in (Feed.subscribe)
 
     @property
     def newest(self) -> int:

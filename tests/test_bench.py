@@ -225,3 +225,14 @@ def test_the_claim_parts_bench_claims_one_job_per_call_in_every_variant():
     result = json.loads(proc.stdout)
     assert set(result) == {"claim_v3", "claim_kind_v2", "update", "raw"}
     assert all(len(medians) == 2 and all(m > 0 for m in medians) for medians in result.values())
+
+
+def test_the_pings_bench_opens_every_stream_and_times_the_probe():
+    """bench.pings at a tiny size: every stream open through the run, the
+    probe's answers timed."""
+    proc = subprocess.run([sys.executable, "-m", "bench.pings", "--streams", "60", "--ping", "1s", "--seconds", "1.5"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-4000:])
+    result = json.loads(proc.stdout)
+    assert result["ok"] and result["streams"] == 60
+    assert result["answers"] >= 20 and 0 < result["p50_ms"] <= result["max_ms"]

@@ -187,3 +187,54 @@ async def admin_view(admin, *markers: str) -> tuple[str, float | None]:
         for text, changed in views:
             if all(m in text for m in markers):
                 return text, changed
+
+
+class PingTimes:
+    """A job stream's writer as the feed sees it, noting when it is pinged."""
+
+    def __init__(self) -> None:
+        self.pings: list[float] = []
+        self.ended = False
+
+    def ping(self) -> None:
+        self.pings.append(asyncio.get_running_loop().time())
+
+    def write_view(self, view: View) -> None:
+        pass
+
+    def end(self) -> None:
+        self.ended = True
+
+
+async def test_pings_go_out_a_slice_at_a_time_each_stream_every_interval(dsn, queue, demo_kind):
+    """At thousands of streams one round of pings for all held the event loop
+    for as long as its writes: each stream is in one of the feed's slices, and
+    the slices take turns over the interval."""
+    interval = 0.5
+    feed = Feed(dsn, queue, health_interval=1.0, ping=interval)
+    await feed.start()
+    try:
+        loop = asyncio.get_running_loop()
+        writers = [PingTimes() for _ in range(40)]
+        subs = []
+        opened = loop.time()
+        for i, writer in enumerate(writers):
+            sub = feed.subscribe(f"00000000-0000-7000-8000-{i:012d}")
+            assert sub.attach(writer) is None
+            subs.append(sub)
+        await asyncio.sleep(2.6 * interval)
+        for writer in writers:
+            gaps = [b - a for a, b in zip([opened] + writer.pings, writer.pings)]
+            assert len(writer.pings) >= 2 and max(gaps) <= interval + 0.15, gaps
+        firsts = sorted(w.pings[0] for w in writers)
+        assert firsts[-1] - firsts[0] >= 0.6 * interval, firsts  # spread over the interval, not all at once
+        subs[0].close()
+        assert writers[0].ended
+        pinged = len(writers[0].pings)
+        await asyncio.sleep(1.2 * interval)
+        assert len(writers[0].pings) == pinged and len(writers[1].pings) >= pinged
+        for sub in subs[1:]:
+            sub.close()
+        assert feed.watched_jobs == 0 and not any(feed._ping_slices)  # a closed stream leaves its slice
+    finally:
+        await feed.close()

@@ -137,10 +137,11 @@ async def test_a_client_that_goes_away_leaves_no_subscription(server, queue, beh
 
 async def test_views_go_straight_to_the_servers_request_cycle_not_through_a_send_each(server, http, queue):
     """Under httptools' request cycle (jobfeed's protocol, as here, or
-    uvicorn's own) the feed writes each view to each stream as an HTTP chunk
-    straight to the cycle (api/http_protocol.py, write_chunk), without an
-    ASGI send per view: a fan-out writes one to each of thousands of streams.
-    The client reads them as any others; only the end goes through send."""
+    uvicorn's own) the feed writes each view and each ping to each stream as
+    an HTTP chunk straight to the cycle (api/http_protocol.py, write_chunk),
+    without an ASGI send each: a fan-out or a round of pings writes one to
+    each of thousands of streams. The client reads them as any others; only
+    the end goes through send."""
     feed = server.app.state.services.feed
     job, claimed = await submit_and_claim(http, queue, "direct")
     reader = Watcher(http, f"/api/jobs/{job['id']}/events")
@@ -160,6 +161,8 @@ async def test_views_go_straight_to_the_servers_request_cycle_not_through_a_send
         await queue.progress(claimed.id, claimed.generation, done, 3, None)
         await eventually(lambda done=done: asyncio.sleep(0, reported(reader) == done), timeout=5, interval=0.01,
                          what=f"progress {done}")
+    pinged = len(reader.comments)  # pings too (every 0.2 s here)
+    await eventually(lambda: asyncio.sleep(0, len(reader.comments) >= pinged + 2), timeout=5, what="two pings")
     assert sent == []
     await queue.complete(claimed.id, claimed.generation, {"ok": True})
     await asyncio.wait_for(task, 5)
