@@ -15,6 +15,7 @@ KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the
 # an admin session's bulk batches, under plans kept from a young table
 BULK_BY_KEY = BULK + "::test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans"
 CANCEL_READS = BULK + "::test_a_bulk_cancel_reads_the_unfinished_jobs_not_the_history"
+PICK_RANGES = BULK + "::test_a_bulk_pick_ranges_only_the_kinds_with_jobs_in_its_states"
 # what a worker writes about a job it holds, and an admin's retry, under plans kept while few jobs ran
 HELD_BY_KEY = READS + "::test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans"
 
@@ -190,12 +191,16 @@ PLAN_EDITS: list[Edit] = [
          ("tests/test_requests_position.py::test_the_walk_for_watched_jobs_reads_no_further_than_the_last_of_them",),
          "the walk finds the watched jobs by key, not in a range of the due ones"),
     Edit("bulk-pick-kinds-from-every-job", "sql/functions/60_admin.sql",
-         "(select j.kind from jobfeed.jobs j where j.state <> 'running' order by j.kind limit 1)",
+         "(select j.kind from jobfeed.jobs j where j.state = any (v_ranged) order by j.kind limit 1)",
          "(select distinct j.kind from jobfeed.jobs j)",
          (CANCEL_READS,), "a bulk action without a kind finds the kinds with one probe each, not by reading every job"),
     Edit("bulk-pick-first-kind-only", "sql/functions/60_admin.sql",
-         "where j.state <> 'running' and j.kind > k.kind", "where j.state <> 'running' and j.kind < k.kind",
+         "where j.kind > k.kind and j.state", "where j.kind < k.kind and j.state",
          (CANCEL_READS,), "a bulk action without a kind takes the jobs of every kind"),
+    Edit("bulk-pick-kinds-of-any-state", "sql/functions/60_admin.sql",
+         ("where j.state = any (v_ranged) order by j.kind", "where j.kind > k.kind and j.state = any (v_ranged)"),
+         ("where j.state <> 'running' order by j.kind", "where j.kind > k.kind and j.state <> 'running'"),
+         (PICK_RANGES,), "a bulk action's batch ranges only the kinds with jobs in its states, not every kind"),
     Edit("bulk-pick-misses-running", "sql/functions/60_admin.sql",
          "    if 'running' = any (v_states) then\n", "    if false then\n",
          (CANCEL_READS,), "a bulk cancel takes the running jobs too"),

@@ -138,3 +138,32 @@ async def test_a_bulk_cancel_over_many_kinds_reads_each_kinds_range_once(pool, d
     changed, batches, read = await _bulk_rows_read(dsn, "cancel", "queued", None)
     assert (changed, batches) == (3000, 31)
     assert read <= 60000, read  # each job counted at every node: ~41,000; ~222,000 taking 100 from each kind per batch
+
+
+async def test_a_bulk_pick_ranges_only_the_kinds_with_jobs_in_its_states(pool, dsn):
+    # A range of the kind's index per kind and state, written for every kind
+    # with a job that is not running (most kinds, finished jobs counting), cost
+    # each batch its planning and a descent per kind: ~100 ms a batch over
+    # 1,000 kinds. Only kinds with a job in the action's states get a range
+    # now; a kind whose jobs the first batch canceled has none in the second.
+    kinds = [f"k{n:03}" for n in range(200)]
+    await pool.execute("insert into jobfeed.kinds (kind) select unnest($1::text[])", kinds)
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select ($1::text[])[g % 200 + 1], "
+                       "'h' || g, 'completed', now() from generate_series(0, 3999) g", kinds)
+    # k010's queued jobs all before k020's in id order: the first batch cancels them all
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k010', 'a' || g from generate_series(1, 100) g")
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k020', 'b' || g from generate_series(1, 50) g")
+    await pool.execute("analyze jobfeed.jobs")
+    conn = await db.connect(dsn)
+    try:
+        ranges, after = [], None
+        for _ in range(2):
+            rows, plans = await explained(conn, "select * from jobfeed.bulk_cancel('queued', null, null, null, $1, 100)",
+                                          after)
+            after = rows[0]["last_id"]
+            # a range's scan: "Index Cond: ((kind = 'k010'::text) AND (state = ...) ..."
+            ranges.append(sum(1 for line in plans.splitlines() if "Index Cond: ((kind = '" in line))
+            assert rows[0]["changed"] == (100, 50)[len(ranges) - 1], rows
+    finally:
+        await conn.close()
+    assert ranges == [2, 1], ranges  # every kind's range: [200, 200]

@@ -140,8 +140,11 @@ end $$;
 
 -- A bulk action's batch: the ids of up to p_limit jobs in one of p_states
 -- that match the filter, in id order after p_after. The ids given are read
--- by key. Otherwise, per kind (the one given, or every kind with a job that
--- is not running, found by one index probe each) and state, the jobs are a
+-- by key. Otherwise, per kind (the one given, or every kind with a job in one
+-- of the states, found by one probe of the index each, which skips the kinds
+-- without: a range written for every kind cost a batch its planning and a
+-- descent per kind; a kind whose jobs the last batches changed has none left)
+-- and state, the jobs are a
 -- range of jobs_kind_state_id (kind, state, id), in id order: the ranges,
 -- written out one by one as dynamic SQL, are merged (a Merge Append reads
 -- each only as far as the batch takes from it), and the running jobs (no more
@@ -156,6 +159,8 @@ create or replace function jobfeed.bulk_pick(
 returns uuid[] language plpgsql stable set enable_seqscan = off set enable_sort = off as $$
 declare
     v_states jobfeed.job_state[] := array(select s from unnest(p_states) s where p_state is null or s = p_state);
+    -- the states the index holds (its predicate leaves running jobs out)
+    v_ranged jobfeed.job_state[] := array(select s from unnest(v_states) s where s <> 'running');
     v_limit int := greatest(p_limit, 1);
     v_ranges text;
     v_ids uuid[] := '{}';
@@ -178,14 +183,13 @@ begin
       into v_ranges
       from unnest(case when p_kind is not null then array[p_kind] else array(
                with recursive k(kind) as (
-                   (select j.kind from jobfeed.jobs j where j.state <> 'running' order by j.kind limit 1)
+                   (select j.kind from jobfeed.jobs j where j.state = any (v_ranged) order by j.kind limit 1)
                    union all
-                   select (select j.kind from jobfeed.jobs j where j.state <> 'running' and j.kind > k.kind
+                   select (select j.kind from jobfeed.jobs j where j.kind > k.kind and j.state = any (v_ranged)
                             order by j.kind limit 1)
                      from k where k.kind is not null)
                select k.kind from k where k.kind is not null) end) k(kind),
-           unnest(v_states) s(state)
-     where s.state <> 'running';
+           unnest(v_ranged) s(state);
     if v_ranges is not null then
         execute 'select array(select u.id from (' || v_ranges || ') u order by u.id limit $3)'
            into v_ids using p_error_code, p_after, v_limit;
