@@ -141,11 +141,11 @@ end $$;
 -- A bulk action's batch: the ids of up to p_limit jobs in one of p_states
 -- that match the filter, in id order after p_after. The ids given are read
 -- by key. Otherwise, per kind (the one given, or every kind with a job in one
--- of the states, found by one probe of the index each, which skips the kinds
--- without: a range written for every kind cost a batch its planning and a
--- descent per kind; a kind whose jobs the last batches changed has none left)
--- and state, the jobs are a
--- range of jobs_kind_state_id (kind, state, id), in id order: the ranges,
+-- of the states, found by one probe of the index each: PostgreSQL 18 skips
+-- the kinds without within the scan, where older servers would read their
+-- jobs, so they probe for a job in any state but running, as before: a range
+-- per kind, each a descent and its planning at every batch) and state, the
+-- jobs are a range of jobs_kind_state_id (kind, state, id), in id order: the ranges,
 -- written out one by one as dynamic SQL, are merged (a Merge Append reads
 -- each only as far as the batch takes from it), and the running jobs (no more
 -- than the workers run) are read apart and merged in. A walk in id order
@@ -161,6 +161,9 @@ declare
     v_states jobfeed.job_state[] := array(select s from unnest(p_states) s where p_state is null or s = p_state);
     -- the states the index holds (its predicate leaves running jobs out)
     v_ranged jobfeed.job_state[] := array(select s from unnest(v_states) s where s <> 'running');
+    -- the states a kind is probed for (see above)
+    v_probed jobfeed.job_state[] := case when current_setting('server_version_num')::int >= 180000 then v_ranged
+        else array(select s from unnest(enum_range(null::jobfeed.job_state)) s where s <> 'running') end;
     v_limit int := greatest(p_limit, 1);
     v_ranges text;
     v_ids uuid[] := '{}';
@@ -183,9 +186,9 @@ begin
       into v_ranges
       from unnest(case when p_kind is not null then array[p_kind] else array(
                with recursive k(kind) as (
-                   (select j.kind from jobfeed.jobs j where j.state = any (v_ranged) order by j.kind limit 1)
+                   (select j.kind from jobfeed.jobs j where j.state = any (v_probed) order by j.kind limit 1)
                    union all
-                   select (select j.kind from jobfeed.jobs j where j.kind > k.kind and j.state = any (v_ranged)
+                   select (select j.kind from jobfeed.jobs j where j.kind > k.kind and j.state = any (v_probed)
                             order by j.kind limit 1)
                      from k where k.kind is not null)
                select k.kind from k where k.kind is not null) end) k(kind),
