@@ -225,14 +225,14 @@ async def test_pings_go_out_a_slice_at_a_time_each_stream_every_interval(dsn, qu
         await asyncio.sleep(2.6 * interval)
         for writer in writers:
             gaps = [b - a for a, b in zip([opened] + writer.pings, writer.pings)]
-            assert len(writer.pings) >= 2 and max(gaps) <= interval + 0.15, gaps
+            assert len(writer.pings) >= 2 and max(gaps) <= interval + 0.3, gaps  # (a loaded machine's lag)
         firsts = sorted(w.pings[0] for w in writers)
-        assert firsts[-1] - firsts[0] >= 0.6 * interval, firsts  # spread over the interval, not all at once
+        assert firsts[-1] - firsts[0] >= 0.4 * interval, firsts  # spread over the interval, not all at once
         subs[0].close()
         assert writers[0].ended
-        pinged = len(writers[0].pings)
+        pinged, others = len(writers[0].pings), len(writers[1].pings)
         await asyncio.sleep(1.2 * interval)
-        assert len(writers[0].pings) == pinged and len(writers[1].pings) >= pinged
+        assert len(writers[0].pings) == pinged and len(writers[1].pings) > others
         for sub in subs[1:]:
             sub.close()
         assert feed.watched_jobs == 0 and not any(feed._ping_slices)  # a closed stream leaves its slice
