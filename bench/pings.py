@@ -63,15 +63,15 @@ async def measure(streams: int, ping: str, seconds: float) -> dict:
         api.env["JOBFEED_SSE_PING"] = ping
         with tempfile.TemporaryDirectory(prefix="bench-pings-") as tmp:
             async with api:
-                client = await web_scenarios._sse_client(api.url, paths, tmp)
+                client = await web_scenarios.sse_client(api.url, paths, tmp)
                 try:
-                    opened = await web_scenarios._ask(client, None, 600)
+                    opened = await web_scenarios.ask(client, None, 600)
                     times = await _healthz_times(api.url, seconds)
                 finally:
-                    await web_scenarios._close_client(client)
-    return {"streams": opened["opened"], "ok": opened["opened"] == streams, "ping": ping, "seconds": seconds, "answers": len(times),
-            "p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "max_ms": max(times),
-            f"over_{SLOW_MS:g}_ms": sum(1 for t in times if t > SLOW_MS)}
+                    await web_scenarios.close_client(client)
+    return {"streams": opened["opened"], "ok": opened["opened"] == streams, "ping": ping, "seconds": seconds,
+            "answers": len(times), "p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99),
+            "max_ms": max(times), f"over_{SLOW_MS:g}_ms": sum(1 for t in times if t > SLOW_MS)}
 
 
 def main() -> None:

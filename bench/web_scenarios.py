@@ -180,7 +180,7 @@ async def http(server: pg.Server, *, seconds: float, connections: int, dup_targe
 
 # ---------------------------------------------------------------- SSE fan-out
 
-async def _sse_client(url: str, paths: list[str], tmp: str):
+async def sse_client(url: str, paths: list[str], tmp: str):
     path_file = os.path.join(tmp, f"paths-{time.monotonic_ns()}.json")
     with open(path_file, "w") as f:
         json.dump(paths, f)
@@ -190,7 +190,7 @@ async def _sse_client(url: str, paths: list[str], tmp: str):
     return proc
 
 
-async def _ask(proc, command: str | None, timeout: float = 300) -> dict:
+async def ask(proc, command: str | None, timeout: float = 300) -> dict:
     if command is not None:
         proc.stdin.write(command.encode() + b"\n")
         await proc.stdin.drain()
@@ -201,9 +201,9 @@ async def _ask(proc, command: str | None, timeout: float = 300) -> dict:
     return json.loads(line)
 
 
-async def _close_client(proc) -> dict:
+async def close_client(proc) -> dict:
     try:
-        res = await _ask(proc, "quit", 60)
+        res = await ask(proc, "quit", 60)
     except Exception:
         res = {}
     try:
@@ -222,12 +222,12 @@ async def _settle_rss(api: ApiProcess, seconds: float = 1.0) -> int:
 async def _open_and_measure(api: ApiProcess, paths: list[str], tmp: str, warm_paths: list[str]):
     """Warm the server up with a few streams (opened, then closed), read its RSS,
     open every stream, read it again. -> (client process, opened info, bytes per stream)."""
-    warm = await _sse_client(api.url, warm_paths, tmp)
-    await _ask(warm, None)
-    await _close_client(warm)
+    warm = await sse_client(api.url, warm_paths, tmp)
+    await ask(warm, None)
+    await close_client(warm)
     before = await _settle_rss(api)
-    client = await _sse_client(api.url, paths, tmp)
-    opened = await _ask(client, None, 600)
+    client = await sse_client(api.url, paths, tmp)
+    opened = await ask(client, None, 600)
     after = await _settle_rss(api, 2.0)
     per = (after - before) / opened["opened"] if opened["opened"] else None
     return client, opened, {"rss_before": before, "rss_after": after, "bytes_per_stream": per}
@@ -262,12 +262,12 @@ async def sse(server: pg.Server, *, watchers: int, hot: int, jobs: int, rounds: 
             out["memory"] = mem
             try:
                 # Round 0: every job claimed in one statement (queued -> processing).
-                await _ask(client, "mark")
+                await ask(client, "mark")
                 t0 = time.time()
                 claimed = await queue.claim(["noop"], jobs + 1, "bench-sse")
-                got_all = await _ask(client, "wait 30 *")
+                got_all = await ask(client, "wait 30 *")
                 dump = os.path.join(tmp, "r0.json")
-                await _ask(client, f"dump {dump}")
+                await ask(client, f"dump {dump}")
                 lat_all = _latencies(dump, t0)
                 out["claim_all"] = {"jobs": len(claimed), "got": got_all, "p50_ms": percentile(lat_all, 50),
                                     "p99_ms": percentile(lat_all, 99), "max_ms": max(lat_all, default=None)}
@@ -277,31 +277,31 @@ async def sse(server: pg.Server, *, watchers: int, hot: int, jobs: int, rounds: 
                 got_hot = []
                 for r in range(1, rounds + 1):
                     await asyncio.sleep(0.3)
-                    await _ask(client, "mark")
+                    await ask(client, "mark")
                     t = time.time()
                     await queue.progress(claimed_id(claimed, hot_id), gen[hot_id], r, rounds + 1, None)
-                    got_hot.append(await _ask(client, f"wait 10 /api/jobs/{hot_id}/"))
+                    got_hot.append(await ask(client, f"wait 10 /api/jobs/{hot_id}/"))
                     dump = os.path.join(tmp, f"r{r}.json")
-                    await _ask(client, f"dump {dump}")
+                    await ask(client, f"dump {dump}")
                     hot_lat += _latencies(dump, t, f"/api/jobs/{hot_id}/")
                 out["hot_job"] = {"rounds": rounds, "got": got_hot, "samples": len(hot_lat),
                                   "p50_ms": percentile(hot_lat, 50), "p99_ms": percentile(hot_lat, 99),
                                   "max_ms": max(hot_lat, default=None)}
                 # Last round: every job completed in one statement; the streams end.
                 await asyncio.sleep(0.3)
-                await _ask(client, "mark")
+                await ask(client, "mark")
                 t = time.time()
                 done = await queue.complete_many([(c.id, c.generation, None) for c in claimed])
-                got_end = await _ask(client, "wait 30 *")
+                got_end = await ask(client, "wait 30 *")
                 dump = os.path.join(tmp, "end.json")
-                await _ask(client, f"dump {dump}")
+                await ask(client, f"dump {dump}")
                 lat_end = _latencies(dump, t)
-                ends = await _ask(client, "ends 30")
+                ends = await ask(client, "ends 30")
                 out["complete_all"] = {"jobs": len(done), "got": got_end, "p50_ms": percentile(lat_end, 50),
                                        "p99_ms": percentile(lat_end, 99), "max_ms": max(lat_end, default=None),
                                        "streams_ended": ends["ended"]}
             finally:
-                await _close_client(client)
+                await close_client(client)
         ok = (opened["opened"] == watchers and got_all["got"] == watchers
               and all(g["got"] == g["of"] == hot for g in got_hot) and got_end["got"] == watchers
               and ends["ended"] == watchers)
@@ -313,15 +313,15 @@ async def sse(server: pg.Server, *, watchers: int, hot: int, jobs: int, rounds: 
             client, opened, mem = await _open_and_measure(api, ["/events"] * watchers, tmp, ["/events"] * 200)
             try:
                 await asyncio.sleep(0.3)
-                await _ask(client, "mark")
+                await ask(client, "mark")
                 t = time.time()
                 published = await _post(api.url, "/publish")
-                got = await _ask(client, "wait 30 *")
+                got = await ask(client, "wait 30 *")
                 dump = os.path.join(tmp, "bare.json")
-                await _ask(client, f"dump {dump}")
+                await ask(client, f"dump {dump}")
                 lat = _latencies(dump, t)
             finally:
-                await _close_client(client)
+                await close_client(client)
         out["bare"] = {"opened": opened, "memory": mem, "published_to": published, "got": got,
                        "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99), "max_ms": max(lat, default=None),
                        "ok": opened["opened"] == watchers == got["got"]}

@@ -140,13 +140,13 @@ end $$;
 
 -- A bulk action's batch: the ids of up to p_limit jobs in one of p_states
 -- that match the filter, in id order after p_after. The ids given are read
--- by key. Otherwise, per kind (the one given, or every kind with a job in one
--- of the states, found by one probe of the index each: PostgreSQL 18 skips
--- the kinds without within the scan, where older servers would read their
--- jobs, so they probe for a job in any state but running, as before: a range
--- per kind, each a descent and its planning at every batch) and state, the
--- jobs are a range of jobs_kind_state_id (kind, state, id), in id order: the ranges,
--- written out one by one as dynamic SQL, are merged (a Merge Append reads
+-- by key. Otherwise, per kind and state, the jobs are a range of
+-- jobs_kind_state_id (kind, state, id), in id order. The kinds: the one given,
+-- or every kind with a job in one of the states, found by one probe of the
+-- index each (PostgreSQL 18 skips the kinds without within the scan; older
+-- servers, which would read their jobs, probe for any state but running, and
+-- so range every kind at every batch, a descent and its planning each). The
+-- ranges, written out one by one as dynamic SQL, are merged (a Merge Append reads
 -- each only as far as the batch takes from it), and the running jobs (no more
 -- than the workers run) are read apart and merged in. A walk in id order
 -- through every job read the whole history once per action; a batch taken
