@@ -77,6 +77,8 @@ class Feed:
         self._ping_task: asyncio.Task | None = None
         self._ping_slices: list[set[JobSubscription]] = [set() for _ in range(ping_slices(ping))]
         self._ping_turn = 0  # the slice the next stream joins
+        self._watching = asyncio.Event()  # a job stream is open: the ping timer runs only then
+        self.ping_turns = 0  # slices' turns taken (the timer's wake-ups)
         self.batch = batch
         self.reread_at = float("-inf")  # when the last re-read began (the loop's clock)
         self.position_interval = position_interval
@@ -141,12 +143,16 @@ class Feed:
         """A comment on every job stream each ping_interval, one slice of them
         at a time: one timer for all of them, not a task per stream. A
         stream's slice comes round every ping_interval (on the loop's clock,
-        not after each slice's writes)."""
+        not after each slice's writes). With no job stream open it rests."""
         loop = asyncio.get_running_loop()
         tick = self.ping_interval / len(self._ping_slices)
         due = loop.time()
         for turn in itertools.cycle(range(len(self._ping_slices))):
+            if not self._watching.is_set():
+                await self._watching.wait()
+                due = loop.time()
             due += tick
+            self.ping_turns += 1
             await asyncio.sleep(max(due - loop.time(), 0.0))
             for sub in list(self._ping_slices[turn]):
                 sub.ping()
@@ -223,6 +229,7 @@ class Feed:
         self._watch.setdefault(job_id, set()).add(sub)
         sub.ping_slice, self._ping_turn = self._ping_turn, (self._ping_turn + 1) % len(self._ping_slices)
         self._ping_slices[sub.ping_slice].add(sub)
+        self._watching.set()
         if self._ending:
             sub.close()
         return sub
@@ -280,6 +287,8 @@ class Feed:
         subs.discard(sub)
         if not subs:
             del self._watch[sub.job_id]
+            if not self._watch:
+                self._watching.clear()
             self._known.pop(sub.job_id, None)
             self._queued.pop(sub.job_id, None)
 

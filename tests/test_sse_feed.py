@@ -215,6 +215,8 @@ async def test_pings_go_out_a_slice_at_a_time_each_stream_every_interval(dsn, qu
     await feed.start()
     try:
         loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.3 * interval)
+        assert feed.ping_turns == 0  # no stream open: the timer rests
         writers = [PingTimes() for _ in range(40)]
         subs = []
         opened = loop.time()
@@ -236,5 +238,15 @@ async def test_pings_go_out_a_slice_at_a_time_each_stream_every_interval(dsn, qu
         for sub in subs[1:]:
             sub.close()
         assert feed.watched_jobs == 0 and not any(feed._ping_slices)  # a closed stream leaves its slice
+        await asyncio.sleep(0.1)  # the turn under way, if any, ends
+        turns = feed.ping_turns
+        await asyncio.sleep(interval)
+        assert feed.ping_turns == turns  # the last stream closed: it rests again
+        sub = feed.subscribe("00000000-0000-7000-8000-999999999999")
+        writer = PingTimes()
+        assert sub.attach(writer) is None
+        await asyncio.sleep(1.3 * interval)
+        assert writer.pings and feed.ping_turns > turns  # and wakes for the next stream
+        sub.close()
     finally:
         await feed.close()
