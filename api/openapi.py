@@ -335,7 +335,7 @@ _PUBLIC = {
                 "items": {"type": "object", "properties": {"name": {"type": "string"}, "size": {"type": "integer"},
                                                            "content_type": {"type": "string"}}}},
     "scheduled_for": {**_TIME, "nullable": True,
-                      "description": "the run_at/delay asked for, until the first start; null when due now"},
+                      "description": "the run_at/delay asked for, until it comes or the job first starts; null when due now"},
 }
 
 SCHEMAS = {

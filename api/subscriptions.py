@@ -70,6 +70,7 @@ class View:
         """The same view (same version) at another place in the line."""
         data = json.loads(self.text)
         data["position"] = position
+        data["scheduled_for"] = None  # a job with a place in the line is due now
         return View(self.job_id, self.version, self.terminal, json.dumps(data), (self.extra[0], position),
                     None, self.queued)  # a move in the line: updated_at does not date it
 

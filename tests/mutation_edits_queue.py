@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mutation_edit import (
     Edit, ADMIN, ADMIN_STATES, API_JOBS, CHILDREN, CLAIMS, DEPS, FLOW_ADMIN, FLOW_LIMITS, HOLDERS,
-    LIMIT, MIGRATIONS, NO_WAIT, PERIODIC, PRIORITY, PROCESS, QUICK, Q_BATCH, Q_FENCE, Q_OUT,
+    LIMIT, MIGRATIONS, NO_WAIT, PERIODIC, POSITION, PRIORITY, PROCESS, QUICK, Q_BATCH, Q_FENCE, Q_OUT,
     Q_PUBLIC, Q_RACE, READS, RUNNER, RUN_AT, SECURITY, SSE, SWEEP, TIMINGS, WAKE,
 )
 
@@ -164,6 +164,14 @@ QUEUE_EDITS: list[Edit] = [
          "'scheduled_for', case when j.generation = 0 and j.state in ('queued', 'waiting')",
          "'scheduled_for', case when j.state in ('queued', 'waiting')",
          (RUN_AT,), "scheduled_for shows until the first start only: a retry's delay stays private"),
+    Edit("scheduled-for-past-its-time", "sql/functions/20_views.sql",
+         "and j.run_after > greatest(j.updated_at, now())", "and j.run_after > j.updated_at",
+         ("tests/test_scheduling.py::test_scheduled_for_is_null_once_the_job_is_due",),
+         "scheduled_for is null once the time asked for has come (the job is due now)"),
+    Edit("position-round-keeps-scheduled-for", "api/subscriptions.py",
+         '        data["scheduled_for"] = None  # a job with a place in the line is due now\n', "",
+         (POSITION + "::test_a_scheduled_job_coming_due_gets_its_position_and_loses_scheduled_for",),
+         "the position round that finds a scheduled job due tells its streams it is scheduled no more"),
     Edit("max-running-per-worker", "sql/functions/41_claim_limited.sql",
          # counted in two places: before the first pass and after each
          ("        v_room := p_max_running - (select count(*) from jobfeed.jobs r\n"

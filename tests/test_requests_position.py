@@ -238,3 +238,25 @@ async def test_a_few_watched_jobs_of_two_kinds_walk_each_kinds_line(pool, queue,
     watched = lines["line"][1::2] + lines["other"][::2]  # six: one walk per kind, each to its last
     assert await queue.positions(watched) == {str(i): 1 + 2 * n for n, i in enumerate(lines["line"][1::2])} | {
         str(i): 2 * n for n, i in enumerate(lines["other"][::2])}
+
+
+async def test_a_scheduled_job_coming_due_gets_its_position_and_loses_scheduled_for(pool, queue, line):
+    """No write marks the moment a job submitted for later comes due: the
+    position round that first finds it in the line says so on its streams, as
+    a GET would (scheduled_for null when due now)."""
+    from jobfeed.api.feed import Feed
+    from jobfeed.api.subscriptions import View
+    feed = Feed(pool, queue, position_interval=3600)  # rounds by hand
+    later = (await queue.submit("line", "later", run_after=dt.datetime.now(dt.timezone.utc)
+                                + dt.timedelta(hours=1))).id
+    sub = feed.subscribe(str(later))
+    feed.seed(sub, View.parse(await queue.get_job_json(later)))
+    first = json.loads((await sub.next()).text)
+    assert first["scheduled_for"] is not None and first["position"] is None
+    await pool.execute("update jobfeed.jobs set run_after = now() - interval '1 second' where id = $1", later)
+    sub.since -= feed.position_interval
+    await feed.refresh_positions()
+    moved = json.loads((await sub.next()).text)
+    assert (moved["position"], moved["scheduled_for"], moved["version"]) == (0, None, first["version"])
+    assert moved == await queue.get_job(later)  # what a GET answers
+    sub.close()

@@ -122,6 +122,11 @@ async def test_a_waiting_job_due_at_once_shows_no_scheduled_for(client, queue, p
         assert (await row(pool, job_id))["state"] == "queued"
         view = await queue.get_job(job_id)
         assert view["status"] == "queued" and view["scheduled_for"] is None and view["position"] is not None
+    # released at a planted time the clock has not reached: due from then, not "scheduled" for it
+    planted = (await client.post("/api/jobs", json={"kind": "k", "target": "p", "await_signals": ["go"]})).json()
+    await pool.execute("select jobfeed.signal($1, 'go', '{}'::jsonb, now() + interval '1 hour')",
+                       uuid.UUID(planted["id"]))
+    assert (await queue.get_job(planted["id"]))["scheduled_for"] is None
 
 
 async def test_after_with_priority_and_concurrency_key(client, queue, pool):

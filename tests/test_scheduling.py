@@ -56,6 +56,20 @@ async def test_run_at_waits_and_shows_scheduled_for_until_the_first_start(client
     assert retried["status"] == "processing" and retried["scheduled_for"] is None
 
 
+async def test_scheduled_for_is_null_once_the_job_is_due(client, pool):
+    """The contract: scheduled_for is null when the job is due now, though no
+    write happened since it was submitted for later (time is planted: the
+    submission an hour ago for a time a second ago)."""
+    r = await client.post("/api/jobs", json={"kind": "demo", "target": "soon", "delay": "2h"})
+    view = r.json()
+    assert r.status_code == 201 and view["scheduled_for"] is not None
+    await pool.execute("update jobfeed.jobs set created_at = now() - interval '1 hour', "
+                       "updated_at = now() - interval '1 hour', run_after = now() - interval '1 second' "
+                       "where id = $1", uuid.UUID(view["id"]))
+    due = (await client.get(f"/api/jobs/{view['id']}")).json()
+    assert due["scheduled_for"] is None and due["position"] == 0 and due["version"] == view["version"]
+
+
 async def test_delay_and_past_run_at(client, pool):
     before = dt.datetime.now(dt.timezone.utc)
     # a duration, or seconds as a number (as signal_timeout takes them)

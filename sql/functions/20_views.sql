@@ -25,7 +25,9 @@ returns jsonb language sql stable as $$
         'requesters', case when j.state not in ('completed', 'failed', 'canceled') then j.requesters else 0 end,
         -- The time asked for with run_at/delay, until the first start. After a
         -- start it stays null: a retry's delay is not the public's business.
-        'scheduled_for', case when j.generation = 0 and j.state in ('queued', 'waiting') and j.run_after > j.updated_at
+        -- Null too once that time has come: the job is due now.
+        'scheduled_for', case when j.generation = 0 and j.state in ('queued', 'waiting')
+                                   and j.run_after > greatest(j.updated_at, now())
                               then j.run_after end,
         -- files the handler saved (ctx.save_output), downloadable at /api/jobs/{id}/outputs/{name}
         'outputs', coalesce(j.outputs, '[]'::jsonb))

@@ -68,7 +68,8 @@ begin
         -- becoming due is not a public change (still 'queued' or 'processing');
         -- a run_at/delay asked for with the submission still holds: due at the
         -- later of the two. updated_at moves with run_after, so that a job due
-        -- now shows no scheduled_for (run_after > updated_at is "scheduled").
+        -- from p_now shows no scheduled_for even where p_now is ahead of the
+        -- clock (the view's "scheduled" is past both).
         update jobfeed.jobs j
            set state = 'queued', run_after = greatest(p_now, j.run_after), updated_at = greatest(j.updated_at, p_now)
          where j.id = p_id;

@@ -53,7 +53,7 @@ function renderProgress(job) {
 }
 
 // A job submitted for later says when (scheduled_for is the server's word,
-// shown until the job first starts); one due now waits for a worker.
+// shown until that time comes); one due now waits for a worker.
 function queuedText(job) {
   if (!job.scheduled_for) return "Waiting for a worker.";
   const at = new Date(job.scheduled_for);
