@@ -59,10 +59,16 @@ def test_the_latest_slot_is_right_through_a_clock_change(zone, schedule, night):
     dict(schedule="61 * * * *", timezone=None, every=None), dict(schedule="0 3 * * *", timezone="Mars/Base", every=None),
     dict(schedule="0 3 * * *", timezone=None, every=60.0), dict(schedule=None, timezone="UTC", every=None),
     dict(schedule=None, timezone=None, every=0.0), dict(schedule=None, timezone=None, every=0.5),
-    dict(schedule=None, timezone=None, every=90.5)])
+    dict(schedule=None, timezone=None, every=90.5), dict(schedule=None, timezone="Europe/Paris", every=60.0)])
 def test_bad_schedules_are_refused_when_declared(args):
     with pytest.raises(ValueError):
         periodic("k", **args)
+
+
+def test_every_takes_utc_as_its_timezone():
+    """every= runs in UTC: saying so (the timezone's default) is no error."""
+    p = periodic("k", schedule=None, timezone="UTC", every=300.0)
+    assert p is not None and p.every == 300 and p.schedule is None
 
 
 async def register(pool, kind: str, every: str = "1 hour", since: dt.datetime = T0) -> None:

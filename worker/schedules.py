@@ -79,7 +79,7 @@ def periodic(kind: str, schedule: str | None, timezone: str | None, every: float
     if schedule is not None and every is not None:
         raise ValueError(f"@task({kind!r}): give schedule or every, not both")
     if every is not None:
-        if timezone is not None:
+        if timezone not in (None, "UTC"):  # (UTC, the contract's default, says what it does)
             raise ValueError(f"@task({kind!r}): every= runs in UTC; timezone is for schedule=")
         # A slot's time is its job's target, written to the second: a slot
         # shorter, or not a whole number of seconds, would share its target.
