@@ -50,6 +50,9 @@ async def demo(job, ctx):
     for step in range(1, steps + 1):
         await asyncio.sleep(step_ms / 1000)
         await ctx.progress(step, steps, f"step {step} of {steps}")
+        # Each step written now, not merged with the next as a worker merges
+        # reports closer than its interval: the demo is watched step by step.
+        await ctx.flush()
         if script == "transient":
             break
     if script == "transient":  # after the first step (or at once when there are none)

@@ -6,13 +6,22 @@ running jobfeed's in mutation_edits_operations.py)."""
 from __future__ import annotations
 
 from mutation_edit import (
-    Edit, CHILDREN, CLAIMS, POSITION, RUNNER, SWEEP, WAITING,
+    Edit, CHILDREN, CLAIMS, PERIODIC, POSITION, RUNNER, SWEEP, WAITING,
 )
 
 PRODUCER = "tests/test_producer_checks.py"
 STUCK = "tests/test_runner_stuck.py"
 
 PASS_EDITS: list[Edit] = [
+    # ------------------------------------------------------------ a contract audit (2026-12-07)
+    Edit("every-refuses-utc", "worker/schedules.py",
+         '        if timezone not in (None, "UTC"):', "        if timezone is not None:",
+         (PERIODIC + "::test_every_takes_utc_as_its_timezone",),
+         '@task(every=..., timezone="UTC") is accepted: UTC is what every= runs in'),
+    Edit("demo-steps-merged", "demo.py",
+         "        await ctx.flush()\n", "",
+         ("tests/test_demo.py::test_every_step_of_a_fast_run_is_written",),
+         "the demo writes every step's progress, not one per interval, so watchers see each"),
     # ------------------------------------------------------------ found by black-box passes (2026-12-04)
     Edit("waiting-release-looks-scheduled", "sql/functions/45_workflows.sql",
          "run_after = greatest(p_now, j.run_after), updated_at = greatest(j.updated_at, p_now)",

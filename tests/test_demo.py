@@ -97,3 +97,28 @@ async def test_a_fail_word_it_does_not_know_is_a_normal_run(queue, pool, run):
 
     row = await eventually(finished, timeout=10, what="the job finished")
     assert (row["state"], row["generation"], row["result"]) == ("completed", 2, '{"steps": 2}')
+
+
+async def test_every_step_of_a_fast_run_is_written(queue, pool, run):
+    """A worker merges a handler's progress reports closer than its interval
+    (PROGRESS_INTERVAL); the demo, which watchers and tests follow step by step,
+    writes each one: a version per step between the claim's and the outcome's."""
+    import dataclasses
+
+    import jobfeed.demo  # noqa: F401  (registers the kind)
+    from jobfeed.worker.run_context import RunContext
+    from jobfeed.worker.tasks import registry
+    from waiting import eventually
+
+    steps = 4
+    assert RunContext.PROGRESS_INTERVAL > 0.02 * steps  # the steps fit in one interval: merged, but for the demo
+    spec = dataclasses.replace(registry.get("demo"), max_attempts=3, lease=5.0, backoff=(0.2,), jitter=0.0)
+    await run(spec)
+    job_id = (await queue.submit("demo", "fast", {"steps": steps, "step_ms": 20})).id
+
+    async def completed():
+        return await pool.fetchval("select version from jobfeed.jobs where id = $1 and state = 'completed'",
+                                   job_id)
+
+    # submitted (1), claimed (2), one per step, completed
+    assert await eventually(completed, timeout=10, what="the job completed") == 2 + steps + 1
