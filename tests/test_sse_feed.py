@@ -245,7 +245,7 @@ async def test_pings_go_out_a_slice_at_a_time_each_stream_every_interval(dsn, qu
         sub = feed.subscribe("00000000-0000-7000-8000-999999999999")
         writer = PingTimes()
         assert sub.attach(writer) is None
-        await asyncio.sleep(1.3 * interval)
+        await asyncio.sleep(2 * interval)  # (its slice comes round within one interval; a loaded machine lags)
         assert writer.pings and feed.ping_turns > turns  # and wakes for the next stream
         sub.close()
     finally:
