@@ -74,9 +74,14 @@ async def test_watched_jobs_are_re_read_after_the_listener_reconnects(feed, pool
     pid = feed.listener.backend_pid
     # The change happens while the listener is away, so its notification is lost.
     feed.listener.channels.clear()  # (the reconnect listens to nothing more: no hint arrives)
+    # The resync's re-read waits until the claim has committed: a reconnect quicker
+    # than the claim (a loaded machine) would otherwise read the old version.
+    feed.signals.window.enable()
     await pool.execute("select pg_terminate_backend($1)", pid)
     await queue.claim(["demo"], 1, "w")
     await feed.signals.connected.wait()
+    await feed.signals.window.asked()
+    feed.signals.window.fire()
     assert (await asyncio.wait_for(sub.next(), 5)).version == 2
 
 
