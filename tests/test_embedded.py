@@ -263,6 +263,10 @@ def test_a_socket_outside_pgdata_is_the_servers_owners_alone(data_dir):
     open to all (0777), and the cluster trusts local connections: with
     PostgreSQL's default socket mode (0777) any local user was its superuser."""
     folder = Path(data_dir, "with space")
+    # Migrated first: a worker on an unmigrated folder stops its server and exits at
+    # once, and the loop below would have to catch the server in that moment.
+    migrated = run(str(folder), "migrate")
+    assert migrated.returncode == 0, migrated.stderr
     worker = subprocess.Popen(JOBFEED + ["worker", "--kinds", "demo"], env=env_for(str(folder)),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
