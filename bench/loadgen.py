@@ -31,16 +31,29 @@ def _pct(values: list[float], p: float) -> float | None:
     return s[max(0, min(len(s) - 1, int(round(p / 100 * len(s) + 0.5)) - 1))]
 
 
-def _split(url: str) -> tuple[str, int]:
+def host_port(url: str) -> tuple[str, int]:
     host, port = url.removeprefix("http://").rstrip("/").split(":")
     return host, int(port)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> int:
+    """One HTTP/1.1 answer off a keep-alive connection: its status (its body,
+    sized by Content-Length, read and dropped)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    if length:
+        await reader.readexactly(length)
+    return int(head[9:12])
 
 
 # ---------------------------------------------------------------- HTTP submit
 
 async def http_load(url: str, mode: str, connections: int, seconds: float, warmup: float,
                     dup_targets: int, kind: str) -> dict:
-    host, port = _split(url)
+    host, port = host_port(url)
     statuses: dict[int, int] = {}
     latencies: list[float] = []
     counted = 0
@@ -64,14 +77,7 @@ async def http_load(url: str, mode: str, connections: int, seconds: float, warmu
                 data = body(conn, seq)
                 writer.write(b"POST /api/jobs HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
                              b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(data), data))
-                head = await reader.readuntil(b"\r\n\r\n")
-                status = int(head[9:12])
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                if length:
-                    await reader.readexactly(length)
+                status = await read_answer(reader)
                 done = time.perf_counter()
                 if now >= t_start:  # after the warm-up, and started within the window
                     statuses[status] = statuses.get(status, 0) + 1
@@ -197,7 +203,7 @@ async def watch(host: str, port: int, stream: Stream, opened: asyncio.Event, on_
 
 
 async def sse_watchers(url: str, paths: list[str], open_concurrency: int, open_timeout: float) -> None:
-    host, port = _split(url)
+    host, port = host_port(url)
     streams = [Stream(p) for p in paths]
     changed = asyncio.Event()
     gate = asyncio.Semaphore(open_concurrency)

@@ -20,6 +20,7 @@ from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
 from . import pg, web_scenarios
+from .loadgen import host_port, read_answer
 from .queue_scenarios import percentile
 from .systems import JOBFEED, run_driver
 
@@ -29,18 +30,14 @@ SLOW_MS = 20.0
 
 async def _healthz_times(url: str, seconds: float) -> list[float]:
     """Milliseconds per GET /healthz, one at a time on one keep-alive connection."""
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    reader, writer = await asyncio.open_connection(*host_port(url))
     times: list[float] = []
     end = time.monotonic() + seconds
     try:
         while time.monotonic() < end:
             start = time.perf_counter()
             writer.write(b"GET /healthz HTTP/1.1\r\nhost: bench\r\n\r\n")
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            await reader.readexactly(length)
+            await read_answer(reader)
             times.append((time.perf_counter() - start) * 1000)
             await asyncio.sleep(0.02)
     finally:
