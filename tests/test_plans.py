@@ -6,7 +6,10 @@ where the generic plan's estimate is the dearer (an array or a row count it
 cannot see), it plans every later call anew, which costs more than running the
 statement. pg_stat_statements (the test server preloads it) counts both, the
 functions' nested statements included. (The admin's bulk actions are left out:
-each batch's pick is planned for its filter on purpose, see 60_admin.sql.)"""
+each batch's pick is planned for its filter on purpose, see 60_admin.sql.)
+
+PostgreSQL 18 and later only: before it, a SQL-language function's statements
+are planned at every call (README, "PostgreSQL versions")."""
 
 from __future__ import annotations
 
@@ -15,12 +18,15 @@ import datetime as dt
 import json
 from typing import AsyncIterator
 
+import pytest
+
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
 CALLS = 30
 DB_OID = "(select oid from pg_database where datname = current_database())"
 THIS_DATABASE = f"dbid = {DB_OID}"
+pytestmark = pytest.mark.pg18
 
 
 @contextlib.asynccontextmanager

@@ -5,6 +5,8 @@ kind's few jobs without walking every job."""
 
 from __future__ import annotations
 
+import pytest
+
 from plan_reads import finished, planned_small_then_grown, rows_of
 from queue_sql import ATTEMPTS, explained, register
 from jobfeed.worker import db
@@ -124,6 +126,7 @@ async def test_a_bulk_cancel_reads_the_unfinished_jobs_not_the_history(pool, dsn
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'queued'") == 0
 
 
+@pytest.mark.pg18  # each kind's range found by a skip scan
 async def test_a_bulk_cancel_over_many_kinds_reads_each_kinds_range_once(pool, dsn):
     # Each kind's queued jobs are a range in id order; a batch that took a
     # batch from every range before merging them read every kind's next
@@ -140,6 +143,7 @@ async def test_a_bulk_cancel_over_many_kinds_reads_each_kinds_range_once(pool, d
     assert read <= 60000, read  # each job counted at every node: ~41,000; ~222,000 taking 100 from each kind per batch
 
 
+@pytest.mark.pg18  # each kind's range found by a skip scan
 async def test_a_bulk_pick_ranges_only_the_kinds_with_jobs_in_its_states(pool, dsn):
     # A range of the kind's index per kind and state, written for every kind
     # with a job that is not running (most kinds, finished jobs counting), cost

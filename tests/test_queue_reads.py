@@ -365,3 +365,35 @@ async def test_a_paused_kind_does_not_age_the_oldest_due_job(pool):
     assert (await _stats_at(pool, T0 + dt.timedelta(seconds=6)))["oldest_due_seconds"] == 16
     await pool.execute("update jobfeed.kinds set paused = false where kind = 'held'")
     assert (await _stats_at(pool, T0 + dt.timedelta(seconds=12)))["oldest_due_seconds"] == 612
+
+
+async def test_no_statement_of_jobfeeds_is_compiled_by_jit(pool, dsn):
+    """JIT compilation costs tens to hundreds of milliseconds a statement. On
+    PostgreSQL 15-17 a plan made under a function's enable_seqscan = off carries
+    the disabled node's cost penalty, far above jit_above_cost, and a server
+    built with LLVM compiled every claim (60-340 ms each). Every function with
+    settings of its own turns JIT off (sql/functions/95_no_jit.sql), and where
+    the server can compile, a claim and a submit under a session that asks JIT
+    for every statement compile nothing of jobfeed's."""
+    assert await pool.fetch("select p.oid::regprocedure::text from pg_proc p "
+                            "where p.pronamespace = 'jobfeed'::regnamespace and p.proconfig is not null "
+                            "and not 'jit=off' = any (p.proconfig)") == []
+    # entry points are among them (each has its search_path): the roles call only those
+    assert await pool.fetchval("select count(*) from pg_proc p where p.pronamespace = 'jobfeed'::regnamespace "
+                               "and p.prosecdef and p.proconfig is null") == 0
+    await register(pool, "k")
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k', 't' || g from generate_series(1, 50) g")
+    if not await pool.fetchval("select pg_jit_available()"):
+        return  # (the embedded server is built without LLVM; CI's run on Debian's server has it)
+    conn = await db.connect(dsn)
+    try:
+        await conn.execute("set jit = on; set jit_above_cost = 0; set jit_inline_above_cost = 0; "
+                           "set jit_optimize_above_cost = 0")
+        for sql in ("select count(*) from jobfeed.claim_v3(array['k'], 10, 'w')",
+                    "select count(*) from jobfeed.claim_v2(array['k'], 10, 'w')",
+                    "select count(*) from jobfeed.submit_quick('k', 'new', '{}')"):
+            rows, plans = await explained(conn, sql, analyze=True)
+            assert rows[0][0] > 0, sql
+            assert "jobfeed.jobs" in plans and "JIT:" not in plans, (sql, plans)
+    finally:
+        await conn.close()

@@ -115,7 +115,9 @@ create or replace function jobfeed.claim_v2(
     p_now timestamptz default null)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
                generation int, lease_until timestamptz, checkpoint jsonb, lease interval)
-language plpgsql security definer set search_path = jobfeed, pg_temp as $$
+-- enable_seqscan off: the plan a session keeps for the expired-lease probe,
+-- made on a small table, may be a scan of it (PostgreSQL 15 made one)
+language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);

@@ -101,11 +101,15 @@ begin
             v_pick := v_pick[1:v_want];
             -- Lock what was picked; a job another session holds is skipped
             -- (and left out of later passes, so its key's next job may go).
+            -- Each by its key: as one scan of the picked ids, PostgreSQL 15
+            -- ANDed them, on a table not yet analyzed, with jobs_queued_due's
+            -- range of every due job.
             v_locked := array(
-                select j.id from jobfeed.jobs j
-                 where j.id = any (v_pick) and j.state = 'queued' and j.run_after <= p_now
-                 order by j.priority desc, j.run_after, j.id
-                 for update skip locked);
+                select l.id from unnest(v_pick) p(id)
+                 cross join lateral (select j.id, j.priority, j.run_after from jobfeed.jobs j
+                                      where j.id = p.id and j.state = 'queued' and j.run_after <= p_now
+                                      for update skip locked) l
+                 order by l.priority desc, l.run_after, l.id);
             if cardinality(v_locked) < cardinality(v_pick) then
                 v_skipped := v_skipped || array(select unnest(v_pick) except select unnest(v_locked));
             end if;
