@@ -117,6 +117,7 @@ CALLS = {
     "submission_problem": "select jobfeed.submission_problem('t', '{}', 1)",
     "key_problem": "select jobfeed.key_problem('k')",
     "became_final": "select jobfeed.became_final('running', 'completed')",
+    "keep_plans_before_18": "select jobfeed.keep_plans_before_18('jobfeed.public_status')",
     "clock": "select jobfeed.clock(now())",
     "may_set_clock": "select jobfeed.may_set_clock()",
     "uuid_v7": "select jobfeed.uuid_v7()",

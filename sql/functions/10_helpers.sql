@@ -12,6 +12,29 @@ returns text language sql immutable parallel safe as $$
     end
 $$;
 
+-- Before PostgreSQL 18 the statements of a SQL-language function that is not
+-- inlined (one with settings of its own never is) are planned at every call;
+-- 18 keeps their plans. There the hottest of them (a single submit's, the
+-- worker's next_due, the feed's re-read), whose planning cost more than their
+-- run, are made PL/pgSQL around the same statement: a session keeps its plan.
+-- Each stays written once, in SQL; its file calls this after defining it.
+create or replace function jobfeed.keep_plans_before_18(p_fn regproc)
+returns void language plpgsql as $$
+declare
+    v_def text := pg_get_functiondef(p_fn);
+    v_body text := regexp_replace(substring(v_def from 'AS \$function\$(.*)\$function\$'), ';?\s*$', '');
+begin
+    if current_setting('server_version_num')::int >= 180000 then
+        return;
+    end if;
+    v_body := case when (select p.proretset from pg_proc p where p.oid = p_fn)
+                   then E'\n#variable_conflict use_column\nbegin\n    return query ' || v_body || E';\nend\n'
+                   else E'\nbegin\n    return (' || v_body || E');\nend\n' end;
+    execute replace(substring(v_def from '^(.*)AS \$function\$'), E'\n LANGUAGE sql\n', E'\n LANGUAGE plpgsql\n')
+            || 'AS $function$' || v_body || '$function$';
+end
+$$;
+
 -- Whether a change of state from p_old to p_new ended the job (its triggers' test).
 create or replace function jobfeed.became_final(p_old jobfeed.job_state, p_new jobfeed.job_state)
 returns boolean language sql immutable parallel safe as $$

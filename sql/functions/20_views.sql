@@ -177,9 +177,12 @@ $$;
 -- Public views of many jobs at once (the feed re-reads after a notification),
 -- with their positions (one pass for the lot). The rows by key, whatever the
 -- kept plan was made on (a tiny table: a scan of all of it, at every re-read).
+-- One generic plan: with a queued job among them, the default plan cache mode
+-- planned the statement anew at every re-read (the generic plan's estimate
+-- the dearer: it cannot see the array).
 create or replace function jobfeed.get_jobs(p_ids uuid[])
 returns setof jsonb language sql stable security definer set search_path = jobfeed, pg_temp
-set enable_seqscan = off as $$
+set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$
     -- each row read once; positions asked only for the queued ones (none, in
     -- the common re-read of running jobs' progress)
     with rows as materialized (
@@ -193,6 +196,8 @@ set enable_seqscan = off as $$
     select jobfeed.public_view(r.job) || jsonb_build_object('position', pos."position")
       from rows r left join pos on pos.id = (r.job).id
 $$;
+
+select jobfeed.keep_plans_before_18('jobfeed.get_jobs');
 
 -- One job for the admin: its view, the attempts log, and the jobs its handler
 -- submitted with ctx.submit (the first 100 by id, and how many there are).
