@@ -48,11 +48,13 @@ def copy_repository(dest: Path) -> Path:
 
 
 def older_server_bin() -> str | None:
-    """The programs of the server CI's older-server run uses (.ci/run)."""
+    """The programs of the server CI's older-server run uses (.ci/run), if it is
+    older than 18 (on 18 a before_18 edit could never be caught)."""
     if os.environ.get("JOBFEED_TEST_PG_BIN"):
         return os.environ["JOBFEED_TEST_PG_BIN"]
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
-    return str(found[0].parent) if found else None
+    found = sorted((int(p.parent.parent.name), p.parent) for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")
+                   if p.parent.parent.name.isdigit())
+    return str(found[0][1]) if found and found[0][0] < 18 else None
 
 
 def run_tests(root: Path, tests: tuple[str, ...], timeout: float, server_bin: str | None = None) -> tuple[int, str]:
