@@ -18,6 +18,7 @@ from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
 
 from . import naive_app, pg
+from .loadgen import host_port
 from .queue_scenarios import percentile
 from .systems import JOBFEED, ROOT, run_driver
 
@@ -332,8 +333,8 @@ async def sse(server: pg.Server, *, watchers: int, hot: int, jobs: int, rounds: 
 
 async def _post(url: str, path: str) -> int:
     """POST with an empty body; -> the response body as an int (the bare app's count of clients)."""
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    host, port = host_port(url)
+    reader, writer = await asyncio.open_connection(host, port)
     try:
         writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                      .encode())

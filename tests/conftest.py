@@ -12,7 +12,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,12 +41,19 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def pg_admin_url() -> str:
     """The server's URL on its 'postgres' database: the embedded one, or with
-    JOBFEED_TEST_PG_BIN a server from that folder of PostgreSQL binaries (CI
-    runs part of the suite so on the oldest release the README supports)."""
+    JOBFEED_TEST_PG_BIN a server from that folder of PostgreSQL binaries
+    ("oldest": the oldest Debian installed; CI runs part of the suite so, on the
+    oldest release the README supports)."""
     # Not under pytest's basetemp: pytest prunes old basetemps, which would pull
     # the files from under a server still used by another test session.
     data = Path(tempfile.mkdtemp(prefix="jobfeed-test-")) / "pgdata"
     bin_dir = os.environ.get("JOBFEED_TEST_PG_BIN")
+    if bin_dir == "oldest":
+        from servers import oldest_server_bin
+
+        oldest = oldest_server_bin()
+        assert oldest is not None, "JOBFEED_TEST_PG_BIN=oldest: no PostgreSQL installed (apt-get install postgresql)"
+        bin_dir = oldest[1]
     if bin_dir:
         url, pg_ctl, cleanup = _server_from(Path(bin_dir), data)
     else:
@@ -81,9 +87,9 @@ def _server_from(bin_dir: Path, data: Path):
         owner = utils.ensure_user_exists(user)
         os.chmod(data.parent, 0o755)
         os.chown(data.parent, owner.pw_uid, owner.pw_gid)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from servers import free_port
+
+    port = free_port()
     options = f"-p {port} -k {data.parent} -c listen_addresses=127.0.0.1"
 
     def pg_ctl(args: list[str]) -> None:

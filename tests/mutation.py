@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from mutation_edits import EDITS  # tests/ is on the path: this file runs as a script
+from servers import oldest_server_bin
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,13 +49,12 @@ def copy_repository(dest: Path) -> Path:
 
 
 def older_server_bin() -> str | None:
-    """The programs of the server CI's older-server run uses (.ci/run), if it is
-    older than 18 (on 18 a before_18 edit could never be caught)."""
-    if os.environ.get("JOBFEED_TEST_PG_BIN"):
+    """The programs of the server CI's older-server run uses, if it is older
+    than 18 (on 18 a before_18 edit could never be caught); or the user's own."""
+    if os.environ.get("JOBFEED_TEST_PG_BIN", "oldest") != "oldest":
         return os.environ["JOBFEED_TEST_PG_BIN"]
-    found = sorted((int(p.parent.parent.name), p.parent) for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")
-                   if p.parent.parent.name.isdigit())
-    return str(found[0][1]) if found and found[0][0] < 18 else None
+    oldest = oldest_server_bin()
+    return oldest[1] if oldest is not None and oldest[0] < 18 else None
 
 
 def run_tests(root: Path, tests: tuple[str, ...], timeout: float, server_bin: str | None = None) -> tuple[int, str]:

@@ -52,6 +52,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def oldest_server_bin() -> tuple[int, str] | None:
+    """(major version, folder of its programs) of the oldest PostgreSQL Debian's
+    packages installed, or None: the server CI's older-server run uses
+    (JOBFEED_TEST_PG_BIN=oldest, tests/conftest.py)."""
+    found = sorted((int(p.parent.parent.name), str(p.parent)) for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")
+                   if p.parent.parent.name.isdigit())
+    return found[0] if found else None
+
+
 def make_settings(dsn: str, **overrides) -> Settings:
     values = dict(database_url=dsn, admin_token=ADMIN_TOKEN, lease=1.0, backoff=(0.2,), max_attempts=5,
                   tasks=("jobfeed.demo",), **FAST)

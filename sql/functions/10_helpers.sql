@@ -21,12 +21,14 @@ $$;
 create or replace function jobfeed.keep_plans_before_18(p_fn regproc)
 returns void language plpgsql as $$
 declare
-    v_def text := pg_get_functiondef(p_fn);
-    v_body text := regexp_replace(substring(v_def from 'AS \$function\$(.*)\$function\$'), ';?\s*$', '');
+    v_def text;
+    v_body text;
 begin
     if current_setting('server_version_num')::int >= 180000 then
         return;
     end if;
+    v_def := pg_get_functiondef(p_fn);
+    v_body := regexp_replace(substring(v_def from 'AS \$function\$(.*)\$function\$'), ';?\s*$', '');
     v_body := case when (select p.proretset from pg_proc p where p.oid = p_fn)
                    then E'\n#variable_conflict use_column\nbegin\n    return query ' || v_body || E';\nend\n'
                    else E'\nbegin\n    return (' || v_body || E');\nend\n' end;
