@@ -367,6 +367,18 @@ async def test_a_paused_kind_does_not_age_the_oldest_due_job(pool):
     assert (await _stats_at(pool, T0 + dt.timedelta(seconds=12)))["oldest_due_seconds"] == 612
 
 
+async def test_the_views_are_one_expression_with_no_call_of_jobfeeds_per_job(pool):
+    """public_view and admin_view, read for every job of a page, a feed's re-read
+    or a submit's answer, are inlined with the helpers they use: the plan of a
+    read of many views calls no function of jobfeed's per row (the status's
+    helper was not inlined, a call of its own for each view)."""
+    for view in ("public_view", "admin_view"):
+        rows = await pool.fetch(f"explain verbose select jobfeed.{view}(j) from jobfeed.jobs j")
+        plan = "\n".join(r[0] for r in rows)
+        assert "'processing'" in plan and "'scheduled_for'" in plan, plan
+        assert "jobfeed." not in plan.replace("jobfeed.jobs", "").replace("jobfeed.job_state", ""), plan
+
+
 async def test_no_statement_of_jobfeeds_is_compiled_by_jit(pool, dsn):
     """JIT compilation costs tens to hundreds of milliseconds a statement. On
     PostgreSQL 15-17 a plan made under a function's enable_seqscan = off carries

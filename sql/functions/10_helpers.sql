@@ -2,8 +2,11 @@
 
 -- What end users see. Retries are invisible: once a job has been claimed
 -- (generation > 0) it shows 'processing' until it reaches a final state.
+-- Stable, not immutable: the planner inlines an immutable function only when
+-- all of it is immutable, and an enum's text (p_state::text) is stable, so
+-- every view called it as a function of its own.
 create or replace function jobfeed.public_status(p_state jobfeed.job_state, p_generation int)
-returns text language sql immutable parallel safe as $$
+returns text language sql stable parallel safe as $$
     select case p_state
         when 'waiting' then case when p_generation > 0 then 'processing' else 'queued' end
         when 'queued' then case when p_generation > 0 then 'processing' else 'queued' end
