@@ -39,8 +39,10 @@ def wheel(tmp_path_factory) -> Path:
     """The wheel, built from a copy of the checkout (pip builds in the source tree)."""
     base = tmp_path_factory.mktemp("wheel")
     src = base / "src"
+    # (caches other tests write while this copies, such as .hypothesis's examples, left out)
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "results"))
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "results",
+        ".hypothesis", ".schemathesis", ".ruff_cache", ".mypy_cache"))
     log = run(sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", base / "dist", src, cwd=base)
     # every folder of the package is named in pyproject.toml, data-only ones too
     assert "absent from the `packages` configuration" not in log, log[-3000:]
