@@ -48,6 +48,20 @@ PLAN_EDITS: list[Edit] = [
          ("tests/test_plans.py::test_a_submit_next_due_and_the_feeds_reread_keep_their_plans_on_every_server",),
          "a single submit, next_due and the feed's re-read keep their plans before PostgreSQL 18 too",
          before_18=True),
+    Edit("table-readers-replanned-before-18", "sql/functions/94_keep_plans.sql",
+         "   and (p.proconfig is not null or p.prosecdef\n        or p.oid in (",
+         "   and (p.proconfig is not null or p.prosecdef\n        or false and p.oid in (",
+         ("tests/test_plans.py::test_submits_claims_and_outcomes_keep_their_plans",),
+         "a queued job's position, a batch's checks and a join's announcement keep their plans before 18",
+         before_18=True),
+    Edit("void-function-runs-its-first-row-only", "sql/functions/10_helpers.sql",
+         "            then E'begin\\n' || regexp_replace(v_body, '^((\\s|--[^\\n]*\\n)*)select\\M', '\\1perform', 'i')"
+         " || E';\\nend\\n'\n",
+         "            then E'begin\\n' || regexp_replace(v_body, '^((\\s|--[^\\n]*\\n)*)select\\M(.*)$', '\\1perform\\3"
+         " limit 1', 'i') || E';\\nend\\n'\n",
+         ("tests/test_requests_batch.py::test_a_batch_joining_many_jobs_announces_every_ones_requesters",),
+         "a void function's statement runs to its last row before 18 too (every chunk's NOTIFY)",
+         before_18=True),
     Edit("multi-kind-claim-scans-young-table", "sql/functions/40_claim.sql",
          "language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$\n"
          "#variable_conflict use_column",

@@ -9,9 +9,9 @@ functions' nested statements included. (The admin's bulk actions are left out:
 each batch's pick is planned for its filter on purpose, see 60_admin.sql.)
 
 Before PostgreSQL 18 a SQL-language function's statements are planned at every
-call (README, "PostgreSQL versions"): jobfeed keeps the plans of the hottest of
-them there by running them as PL/pgSQL, and the first test holds on every
-server; the others on 18 and later (pg18)."""
+call (README, "PostgreSQL versions"): there jobfeed runs each such function it
+does not want inlined as PL/pgSQL, whose plans a session keeps, and these tests
+hold on every server (CI runs them on an older one too)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ import contextlib
 import datetime as dt
 import json
 from typing import AsyncIterator
-
-import pytest
 
 from jobfeed.worker import db
 from jobfeed.worker.queue import Queue
@@ -62,8 +60,7 @@ async def test_a_submit_next_due_and_the_feeds_reread_keep_their_plans_on_every_
     """The SQL functions called most on their own: a single submit
     (submit_quick), the worker's look for the next due job after a claim
     (next_due_v2) and the feed's re-read of views (get_jobs), each its own
-    statement. (Before 18 the SQL functions these call in turn, such as a
-    queued job's position, are still planned at every call.)"""
+    statement."""
     async with counted(dsn, statements=3, only=("with ins as (", "select min(t) from (",
                                                 "with rows as materialized (")) as queue:
         await queue.register_kind("hot", max_attempts=5, lease=60.0, backoff=(1.0,))
@@ -73,7 +70,6 @@ async def test_a_submit_next_due_and_the_feeds_reread_keep_their_plans_on_every_
             await queue.get_jobs_json([submitted.id])
 
 
-@pytest.mark.pg18
 async def test_submits_claims_and_outcomes_keep_their_plans(dsn):
     # a caller's own submits, counted apart from the API's flushes below (which call the
     # same helpers, under their own generic plan)
@@ -102,7 +98,6 @@ async def test_submits_claims_and_outcomes_keep_their_plans(dsn):
             await queue.delete_finished(0, 2)
 
 
-@pytest.mark.pg18
 async def test_flow_control_and_admin_paths_keep_their_plans(dsn):
     async with counted(dsn) as queue:
         await queue.register_kind("capped", max_attempts=1, lease=60.0, backoff=(1.0,), max_running=3,
@@ -124,7 +119,6 @@ async def test_flow_control_and_admin_paths_keep_their_plans(dsn):
             await queue.admin_list_jobs(kind="plain", limit=5)
 
 
-@pytest.mark.pg18
 async def test_workflows_schedules_sweeps_and_dashboard_reads_keep_their_plans(dsn):
     async with counted(dsn) as queue:
         await queue.register_kind("flow", max_attempts=3, lease=60.0, backoff=(1.0,))

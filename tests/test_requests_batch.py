@@ -80,6 +80,23 @@ async def test_a_batch_of_new_targets_writes_what_any_batch_writes(pool, dsn, k)
     assert [(d[0], d[2]) for d in due] == [("2", "k")]  # count:offset:kind
 
 
+async def test_a_batch_joining_many_jobs_announces_every_ones_requesters(pool, dsn, k):
+    """Joins change no job's version but its requesters: each joined job is
+    announced as "id:version" marked 'r', 150 to a notification, every chunk
+    sent (before PostgreSQL 18 the announcing function runs as PL/pgSQL)."""
+    first = await requests_of(pool, [f"t{i}" for i in range(320)], requester="a")
+    listen = await Listen.open(dsn, channels=("jobfeed_changed",))
+    try:
+        again = await requests_of(pool, [f"t{i}" for i in range(320)], requester="b")
+        got = await listen.take()
+    finally:
+        await listen.conn.close()
+    assert [a[0] for a in again] == [a[0] for a in first] and not any(a[1] for a in again)
+    assert len(got) == 3 and all(len(payload.split(",")) <= 150 for _, payload in got)
+    hints = sorted(h for _, payload in got for h in payload.split(","))
+    assert hints == sorted(f"{a[0]}:1r" for a in first)
+
+
 async def test_a_batch_whose_later_target_is_held_answers_as_ever(pool, k):
     """Distinct targets, the first free, one after it held: the one-statement
     write trips the unique index and leaves nothing; the batch is answered

@@ -16,26 +16,38 @@ returns text language sql stable parallel safe as $$
 $$;
 
 -- Before PostgreSQL 18 the statements of a SQL-language function that is not
--- inlined (one with settings of its own never is) are planned at every call;
--- 18 keeps their plans. There the hottest of them (a single submit's, the
--- worker's next_due, the feed's re-read), whose planning cost more than their
--- run, are made PL/pgSQL around the same statement: a session keeps its plan.
--- Each stays written once, in SQL; its file calls this after defining it.
+-- inlined are planned at every call; 18 keeps their plans. There such a
+-- function is redefined (94_keep_plans.sql) as PL/pgSQL around the same
+-- statement, whose plan a session keeps: its body stays written once, in SQL,
+-- and means the same (a column wins over a parameter of the same name, a
+-- scalar is the first row's value, or null). Its plans are generic, as the SQL
+-- function's were (planned without the parameters' values), made once.
 create or replace function jobfeed.keep_plans_before_18(p_fn regproc)
 returns void language plpgsql as $$
 declare
     v_def text;
     v_body text;
+    v_fn pg_proc;
 begin
     if current_setting('server_version_num')::int >= 180000 then
         return;
     end if;
+    select * into v_fn from pg_proc p where p.oid = p_fn;
     v_def := pg_get_functiondef(p_fn);
     v_body := regexp_replace(substring(v_def from 'AS \$function\$(.*)\$function\$'), ';?\s*$', '');
-    v_body := case when (select p.proretset from pg_proc p where p.oid = p_fn)
-                   then E'\n#variable_conflict use_column\nbegin\n    return query ' || v_body || E';\nend\n'
-                   else E'\nbegin\n    return (' || v_body || E');\nend\n' end;
-    execute replace(substring(v_def from '^(.*)AS \$function\$'), E'\n LANGUAGE sql\n', E'\n LANGUAGE plpgsql\n')
+    v_body := E'\n#variable_conflict use_column\n' || case
+        when v_fn.proretset then E'begin\n    return query ' || v_body || E';\nend\n'
+        -- a void function's rows (each chunk's NOTIFY, say) all run, as in SQL
+        when v_fn.prorettype = 'void'::regtype
+            then E'begin\n' || regexp_replace(v_body, '^((\s|--[^\n]*\n)*)select\M', '\1perform', 'i') || E';\nend\n'
+        -- (INTO on a line of its own: the body's last line may be a comment)
+        else E'declare\n    _result ' || format_type(v_fn.prorettype, null) || E';\nbegin\n' || v_body
+             || E'\n    into _result;\n    return _result;\nend\n'
+    end;
+    execute replace(substring(v_def from '^(.*)AS \$function\$'), E'\n LANGUAGE sql\n',
+                    E'\n LANGUAGE plpgsql\n'
+                    || case when not coalesce(v_fn.proconfig::text ~ 'plan_cache_mode=', false)
+                            then E' SET plan_cache_mode TO ''force_generic_plan''\n' else '' end)
             || 'AS $function$' || v_body || '$function$';
 end
 $$;

@@ -197,8 +197,6 @@ set enable_seqscan = off set plan_cache_mode = force_generic_plan as $$
       from rows r left join pos on pos.id = (r.job).id
 $$;
 
-select jobfeed.keep_plans_before_18('jobfeed.get_jobs');
-
 -- One job for the admin: its view, the attempts log, and the jobs its handler
 -- submitted with ctx.submit (the first 100 by id, and how many there are).
 create or replace function jobfeed.admin_get_job(p_id uuid)

@@ -42,5 +42,3 @@ language sql security definer set search_path = jobfeed, pg_temp set plan_cache_
                              p_concurrency_key) s
      where not exists (select from ins)
 $$;
-
-select jobfeed.keep_plans_before_18('jobfeed.submit_quick');

@@ -297,8 +297,6 @@ set plan_cache_mode = force_generic_plan as $$
     ) s
 $$;
 
-select jobfeed.keep_plans_before_18('jobfeed.next_due_v2');
-
 -- When the next job of these kinds becomes claimable (a queued job's run_after or
 -- a running job's lease end); null when there is none. Workers sleep until then.
 -- Paused kinds are left out: nothing of them is claimable until resumed
