@@ -21,6 +21,7 @@ from migration_dbs import empty_db  # noqa: F401  (a fixture)
 from releases import v0_1_0
 
 
+@pytest.mark.pg18  # sql/schema.txt is 18's (before 18 some functions are PL/pgSQL: README)
 async def test_fresh_migrate_matches_documented_schema(empty_db):
     conn = await db.connect(empty_db)
     try:
@@ -55,7 +56,7 @@ async def test_migrate_twice_is_a_no_op(dsn):
     assert await describe(dsn) == before
 
 
-async def test_concurrent_migrations_on_an_empty_database(empty_db):
+async def test_concurrent_migrations_on_an_empty_database(empty_db, dsn):
     conns = await asyncio.gather(*(db.connect(empty_db) for _ in range(8)))
     try:
         assert await migrate.pending(conns[0]) == ALL
@@ -69,7 +70,8 @@ async def test_concurrent_migrations_on_an_empty_database(empty_db):
                                          "where l.locktype = 'advisory' and d.datname = current_database()") == 0
     finally:
         await asyncio.gather(*(c.close() for c in conns))
-    check_documented(await describe(empty_db))
+    # the schema one migration makes (the session's database), on any server
+    assert await describe(empty_db) == await describe(dsn)
 
 
 async def test_changed_function_text_is_reapplied(dsn, monkeypatch):
