@@ -16,6 +16,7 @@ KEPT_PLANS = READS + "::test_retries_reads_and_sweeps_find_jobs_by_key_after_the
 BULK_BY_KEY = BULK + "::test_bulk_batches_pick_by_their_filter_after_the_table_grew_under_kept_plans"
 CANCEL_READS = BULK + "::test_a_bulk_cancel_reads_the_unfinished_jobs_not_the_history"
 PICK_RANGES = BULK + "::test_a_bulk_pick_ranges_only_the_kinds_with_jobs_in_its_states"
+PICK_LOOKS = BULK + "::test_a_bulk_pick_looks_only_at_the_kinds_with_jobs_in_its_states"
 # what a worker writes about a job it holds, and an admin's retry, under plans kept while few jobs ran
 HELD_BY_KEY = READS + "::test_writes_to_one_job_find_it_by_key_with_thousands_running_under_kept_plans"
 
@@ -257,7 +258,13 @@ PLAN_EDITS: list[Edit] = [
     Edit("bulk-pick-kinds-of-any-state", "sql/functions/60_admin.sql",
          "    v_probed jobfeed.job_state[] := case when current_setting('server_version_num')::int >= 180000 then v_ranged",
          "    v_probed jobfeed.job_state[] := case when current_setting('server_version_num')::int >= 990000 then v_ranged",
-         (PICK_RANGES,), "a bulk action's batch ranges only the kinds with jobs in its states, not every kind (PostgreSQL 18)"),
+         (PICK_LOOKS,), "a bulk action's batch looks only at the kinds with jobs in its states, not every kind (PostgreSQL 18)"),
+    Edit("bulk-pick-ranges-kinds-without-jobs", "sql/functions/60_admin.sql",
+         "     where (select true from jobfeed.jobs j\n"
+         "             where j.kind = k.kind and j.state = s.state and j.state <> 'running' limit 1);\n",
+         "     where true;\n",
+         (PICK_RANGES,), "a bulk action's batch ranges only the kinds with jobs in its states before 18 too",
+         before_18=True),
     Edit("bulk-pick-misses-running", "sql/functions/60_admin.sql",
          "    if 'running' = any (v_states) then\n", "    if false then\n",
          (CANCEL_READS,), "a bulk cancel takes the running jobs too"),

@@ -143,7 +143,22 @@ async def test_a_bulk_cancel_over_many_kinds_reads_each_kinds_range_once(pool, d
     assert read <= 60000, read  # each job counted at every node: ~41,000; ~222,000 taking 100 from each kind per batch
 
 
-@pytest.mark.pg18  # each kind's range found by a skip scan
+@pytest.mark.pg18  # the kinds found by a skip scan
+async def test_a_bulk_pick_looks_only_at_the_kinds_with_jobs_in_its_states(pool, dsn):
+    # 18 finds the kinds with a job in the action's states in a scan that skips
+    # the others; older servers look at every kind with a job not running (the
+    # next test's ranges hold on both)
+    kinds = [f"k{n:03}" for n in range(200)]
+    await pool.execute("insert into jobfeed.kinds (kind) select unnest($1::text[])", kinds)
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select ($1::text[])[g % 200 + 1], "
+                       "'h' || g, 'completed', now() from generate_series(0, 3999) g", kinds)
+    await pool.execute("insert into jobfeed.jobs (kind, target) select 'k010', 'a' || g from generate_series(1, 150) g")
+    await pool.execute("analyze jobfeed.jobs")
+    changed, batches, read = await _bulk_rows_read(dsn, "cancel", "queued", None)
+    assert (changed, batches) == (150, 2)
+    assert read <= 3000, read
+
+
 async def test_a_bulk_pick_ranges_only_the_kinds_with_jobs_in_its_states(pool, dsn):
     # A range of the kind's index per kind and state, written for every kind
     # with a job that is not running (most kinds, finished jobs counting), cost

@@ -144,9 +144,10 @@ end $$;
 -- jobs_kind_state_id (kind, state, id), in id order. The kinds: the one given,
 -- or every kind with a job in one of the states, found by one probe of the
 -- index each (PostgreSQL 18 skips the kinds without within the scan; older
--- servers, which would read their jobs, probe for any state but running, and
--- so range every kind at every batch, a descent and its planning each). The
--- ranges, written out one by one as dynamic SQL, are merged (a Merge Append reads
+-- servers, which would read their jobs, probe for any state but running, so
+-- find every kind with such a job), and of those the pairs of kind and state
+-- with a job, one descent each. The ranges, written out one by one as dynamic
+-- SQL, are merged (a Merge Append reads
 -- each only as far as the batch takes from it), and the running jobs (no more
 -- than the workers run) are read apart and merged in. A walk in id order
 -- through every job read the whole history once per action; a batch taken
@@ -192,7 +193,12 @@ begin
                             order by j.kind limit 1)
                      from k where k.kind is not null)
                select k.kind from k where k.kind is not null) end) k(kind),
-           unnest(v_ranged) s(state);
+           unnest(v_ranged) s(state)
+     -- a pair with no job gets no range: a descent of the index each (a sub-select
+     -- of one row, which no plan turns into a join that reads the ranges; running
+     -- named so that the index's predicate applies), not a range's planning
+     where (select true from jobfeed.jobs j
+             where j.kind = k.kind and j.state = s.state and j.state <> 'running' limit 1);
     if v_ranges is not null then
         execute 'select array(select u.id from (' || v_ranges || ') u order by u.id limit $3)'
            into v_ids using p_error_code, p_after, v_limit;
