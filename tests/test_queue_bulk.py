@@ -126,7 +126,6 @@ async def test_a_bulk_cancel_reads_the_unfinished_jobs_not_the_history(pool, dsn
     assert await pool.fetchval("select count(*) from jobfeed.jobs where state = 'queued'") == 0
 
 
-@pytest.mark.pg18  # each kind's range found by a skip scan
 async def test_a_bulk_cancel_over_many_kinds_reads_each_kinds_range_once(pool, dsn):
     # Each kind's queued jobs are a range in id order; a batch that took a
     # batch from every range before merging them read every kind's next
@@ -140,7 +139,9 @@ async def test_a_bulk_cancel_over_many_kinds_reads_each_kinds_range_once(pool, d
     await pool.execute("analyze jobfeed.jobs")
     changed, batches, read = await _bulk_rows_read(dsn, "cancel", "queued", None)
     assert (changed, batches) == (3000, 31)
-    assert read <= 60000, read  # each job counted at every node: ~41,000; ~222,000 taking 100 from each kind per batch
+    # each job counted at every node: ~36,000-41,000; ~222,000 taking 100 from each kind per batch,
+    # ~64,000 before 18 locking each batch through the queued jobs' index
+    assert read <= 50000, read
 
 
 @pytest.mark.pg18  # the kinds found by a skip scan
