@@ -147,9 +147,9 @@ end $$;
 -- servers, which would read their jobs, probe for any state but running, so
 -- find every kind with such a job), and of those the pairs of kind and state
 -- with a job, one descent each. The ranges, written out one by one as dynamic
--- SQL, are merged (a Merge Append reads
--- each only as far as the batch takes from it), and the running jobs (no more
--- than the workers run) are read apart and merged in. A walk in id order
+-- SQL, are merged (a Merge Append reads each only as far as the batch takes
+-- from it), and the running jobs (no more than the workers run) are read apart
+-- and merged in. A walk in id order
 -- through every job read the whole history once per action; a batch taken
 -- from each range before merging would read each range once per batch. No
 -- sort may gather a whole range: planned on stale estimates, one would sort

@@ -1,6 +1,6 @@
 -- Before PostgreSQL 18, every SQL-language function of jobfeed's that the
 -- planner never inlines keeps its statements' plans as PL/pgSQL
--- (keep_plans_before_18): those with settings of its own or security definer,
+-- (keep_plans_before_18): those with settings of their own or security definer,
 -- and those below: a function of one value with a FROM, a sub-select or an
 -- aggregate is not inlined either, nor a set-returning one called with a
 -- sub-select (get_jobs' call of queue_positions).
