@@ -144,15 +144,20 @@ async def test_a_bulk_cancel_over_many_kinds_reads_each_kinds_range_once(pool, d
     assert read <= 50000, read
 
 
+async def _kinds_with_finished_jobs(pool, n: int) -> None:
+    """Kinds k000, k001, ..., each with 20 completed jobs and nothing else."""
+    kinds = [f"k{k:03}" for k in range(n)]
+    await pool.execute("insert into jobfeed.kinds (kind) select unnest($1::text[])", kinds)
+    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select ($1::text[])[g % $2 + 1], "
+                       "'h' || g, 'completed', now() from generate_series(0, $2 * 20 - 1) g", kinds, n)
+
+
 @pytest.mark.pg18  # the kinds found by a skip scan
 async def test_a_bulk_pick_looks_only_at_the_kinds_with_jobs_in_its_states(pool, dsn):
     # 18 finds the kinds with a job in the action's states in a scan that skips
     # the others; older servers look at every kind with a job not running (the
     # next test's ranges hold on both)
-    kinds = [f"k{n:03}" for n in range(200)]
-    await pool.execute("insert into jobfeed.kinds (kind) select unnest($1::text[])", kinds)
-    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select ($1::text[])[g % 200 + 1], "
-                       "'h' || g, 'completed', now() from generate_series(0, 3999) g", kinds)
+    await _kinds_with_finished_jobs(pool, 200)
     await pool.execute("insert into jobfeed.jobs (kind, target) select 'k010', 'a' || g from generate_series(1, 150) g")
     await pool.execute("analyze jobfeed.jobs")
     changed, batches, read = await _bulk_rows_read(dsn, "cancel", "queued", None)
@@ -166,10 +171,7 @@ async def test_a_bulk_pick_ranges_only_the_kinds_with_jobs_in_its_states(pool, d
     # each batch its planning and a descent per kind: ~100 ms a batch over
     # 1,000 kinds. Only kinds with a job in the action's states get a range
     # now; a kind whose jobs the first batch canceled has none in the second.
-    kinds = [f"k{n:03}" for n in range(200)]
-    await pool.execute("insert into jobfeed.kinds (kind) select unnest($1::text[])", kinds)
-    await pool.execute("insert into jobfeed.jobs (kind, target, state, finished_at) select ($1::text[])[g % 200 + 1], "
-                       "'h' || g, 'completed', now() from generate_series(0, 3999) g", kinds)
+    await _kinds_with_finished_jobs(pool, 200)
     # k010's queued jobs all before k020's in id order: the first batch cancels them all
     await pool.execute("insert into jobfeed.jobs (kind, target) select 'k010', 'a' || g from generate_series(1, 100) g")
     await pool.execute("insert into jobfeed.jobs (kind, target) select 'k020', 'b' || g from generate_series(1, 50) g")
