@@ -7,6 +7,8 @@ from __future__ import annotations
 from mutation_edit import Edit, RUNNER
 
 STUCK = "tests/test_runner_stuck.py"
+POOLER = "tests/test_pooler.py"
+POOLED_SERVICE = POOLER + "::test_the_api_and_a_worker_run_through_a_transaction_pooler"
 
 OPERATIONS_EDITS: list[Edit] = [
     Edit("embedded-keeps-dead-users", "worker/embedded.py",
@@ -105,8 +107,8 @@ OPERATIONS_EDITS: list[Edit] = [
          ("tests/test_migrations.py::test_the_version_rises_with_the_functions_not_before",),
          "the schema's version rises with the functions, in one transaction"),
     Edit("frozen-query-waits-forever", "worker/db.py",
-         "        command_timeout=QUERY_TIMEOUT, server_settings", "        command_timeout=None, server_settings",
-         ("tests/test_api_database_gone.py::test_a_database_that_never_answers_is_503_in_bounded_time",),
+         "        command_timeout=QUERY_TIMEOUT, statement_cache_size", "        command_timeout=None, statement_cache_size",
+         ("tests/test_api_database_gone.py::test_a_query_in_flight_when_the_database_froze_is_503_without_waiting_for_its_cancel",),
          "a pooled query on a frozen database fails after QUERY_TIMEOUT, a 503"),
     Edit("frozen-claim-waits-forever", "worker/db.py",
          "command_timeout=QUERY_TIMEOUT if bounded else None,", "command_timeout=None,",
@@ -118,7 +120,7 @@ OPERATIONS_EDITS: list[Edit] = [
          ("tests/test_worker_database_gone.py::test_a_worker_goes_on_after_its_database_froze_and_failed_over",),
          "a listener's goodbye to a frozen host is dropped by force, not raised out of stop()"),
     Edit("migration-bounded", "worker/migrate.py",
-         'name="jobfeed-migrate", bounded=False)', 'name="jobfeed-migrate")',
+         'name="jobfeed-migrate", bounded=False, session=True)', 'name="jobfeed-migrate", session=True)',
          ("tests/test_migrations.py::test_a_migration_has_no_query_timeout",),
          "a migration's connection has no query timeout"),
     Edit("foreign-cluster-started", "worker/embedded.py",
@@ -186,4 +188,19 @@ OPERATIONS_EDITS: list[Edit] = [
          "            return 2\n",
          ("tests/test_cli.py::test_top_without_a_terminal_prints_the_view_once",),
          "jobfeed top without a terminal prints the view once and exits 0"),
+    # ------------------------------------------------------------ behind a transaction pooler
+    Edit("pooler-keeps-named-statements", "worker/db.py",
+         "    return 0 if dsn in _DIRECT else STATEMENT_CACHE", "    return STATEMENT_CACHE",
+         (POOLED_SERVICE,), "through a transaction pooler no connection keeps named prepared statements"),
+    Edit("pooler-carries-listen", "worker/db.py",
+         "        return await connect(direct(self.dsn), name=self.name)",
+         "        return await connect(self.dsn, name=self.name)",
+         (POOLED_SERVICE,), "LISTEN connects to the server itself, not through the pooler"),
+    Edit("pooler-carries-seats", "worker/seats.py",
+         "db.connect(db.direct(self.dsn), name=self.name)", "db.connect(self.dsn, name=self.name)",
+         (POOLED_SERVICE,), "a worker's seats (session advisory locks) are held on the server itself"),
+    Edit("pooler-carries-migration", "worker/migrate.py",
+         'name="jobfeed-migrate", bounded=False, session=True)', 'name="jobfeed-migrate", bounded=False)',
+         (POOLER + "::test_migrate_through_a_pooler_connects_to_the_server",),
+         "a migration holds its lock in a session of the server's own"),
 ]

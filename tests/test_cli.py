@@ -156,6 +156,7 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     # shorter than the database's intervals hold, or than the heartbeat renews in time
     ("JOBFEED_LEASE", "0.0000001s"), ("JOBFEED_LEASE", "0.4ms"), ("JOBFEED_LEASE", "149ms"),
     ("JOBFEED_BACKOFF", "1s,0.0000001s"), ("JOBFEED_RETENTION", "0.5ms"),
+    ("JOBFEED_DIRECT_URL", "notaurl"), ("JOBFEED_DIRECT_URL", "postgresql://u:s3c@127.0.0.1:99999/db"),
 ])
 async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, value):
     out = jobfeed(dsn, "submit", "demo", "t", **{setting: value})
@@ -184,6 +185,23 @@ async def test_a_bad_flag_is_refused_naming_it(dsn, args, flag):
 
 
 UNREACHABLE = "postgresql://postgres:s3cret@127.0.0.1:1/jobfeed"
+
+
+def test_a_direct_url_needs_the_poolers_beside_it():
+    with pytest.raises(SettingError, match="JOBFEED_DIRECT_URL: set it beside DATABASE_URL"):
+        Settings.from_env({"JOBFEED_DIRECT_URL": "postgresql://db/app"})
+    assert Settings.from_env({"DATABASE_URL": "postgresql://pooler/app",
+                              "JOBFEED_DIRECT_URL": "postgresql://db/app"}).direct_url == "postgresql://db/app"
+
+
+@pytest.mark.parametrize("args", [["worker"], ["migrate"], ["submit", "demo", "t"]])
+async def test_an_unreachable_direct_url_is_one_line_naming_it(dsn, pool, args):
+    out = jobfeed(dsn, *args, JOBFEED_DIRECT_URL=UNREACHABLE)
+    assert out.returncode == 3
+    line = one_line(out)
+    assert "JOBFEED_DIRECT_URL: cannot connect to postgresql://postgres:***@127.0.0.1:1/jobfeed" in line
+    assert "s3cret" not in line
+    assert await job_count(pool) == 0
 ANY_ID = str(uuid.UUID(int=1))
 
 

@@ -1,5 +1,7 @@
 """Connections: the pool, the dedicated LISTEN connection, and the database a
-command uses (DATABASE_URL, else the embedded server: worker/embedded.py)."""
+command uses (DATABASE_URL, else the embedded server: worker/embedded.py; with
+JOBFEED_DIRECT_URL beside a pooler's DATABASE_URL, the server itself for what
+keeps session state)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,29 @@ log = logging.getLogger("jobfeed.db")
 # Every session reads and writes times in UTC, so JSON views look the same
 # whichever process built them.
 SERVER_SETTINGS = {"timezone": "UTC"}
+# asyncpg's own default: prepared statements a connection keeps
+STATEMENT_CACHE = 100
+
+# A DATABASE_URL that goes through a pooler in transaction mode (PgBouncer),
+# with JOBFEED_DIRECT_URL naming the server behind it: {pooler's URL: the
+# server's}, filled by resolve_dsn. Such a pooler hands each transaction
+# whichever server connection is free, so what a session keeps (a LISTEN, an
+# advisory lock, a named prepared statement) is not there at its next one.
+_DIRECT: dict[str, str] = {}
+
+
+def direct(dsn: str) -> str:
+    """The URL for a connection that keeps session state (LISTEN, a seat's or a
+    migration's advisory lock): the server's own when `dsn` is a transaction
+    pooler's (JOBFEED_DIRECT_URL), else `dsn` itself."""
+    return _DIRECT.get(dsn, dsn)
+
+
+def _statement_cache(dsn: str) -> int:
+    """Through a transaction pooler none: asyncpg then prepares each query
+    unnamed and sends its Parse again with the Bind, which any server
+    connection takes."""
+    return 0 if dsn in _DIRECT else STATEMENT_CACHE
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -86,12 +111,14 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, name: 
         dsn, min_size=min_size, max_size=max_size, max_queries=50000, max_inactive_connection_lifetime=300.0,
         connect=None, setup=None, init=None, reset=_keep_session, loop=None,
         connection_class=asyncpg.Connection, record_class=asyncpg.Record, timeout=timeout,
-        command_timeout=QUERY_TIMEOUT, server_settings={**SERVER_SETTINGS, "application_name": name})
+        command_timeout=QUERY_TIMEOUT, statement_cache_size=_statement_cache(dsn),
+        server_settings={**SERVER_SETTINGS, "application_name": name})
 
 
 async def connect(dsn: str, *, name: str = "jobfeed", bounded: bool = True) -> asyncpg.Connection:
     """bounded=False: no QUERY_TIMEOUT (a migration may build an index on a long history)."""
     return await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT, command_timeout=QUERY_TIMEOUT if bounded else None,
+                                 statement_cache_size=_statement_cache(dsn),
                                  server_settings={**SERVER_SETTINGS, "application_name": name})
 
 
@@ -107,21 +134,28 @@ class DatabaseUnreachable(Exception):
 
 
 async def resolve_dsn(settings) -> str:
-    """DATABASE_URL if set, else the embedded server (started if need be)."""
+    """DATABASE_URL if set, else the embedded server (started if need be).
+    With JOBFEED_DIRECT_URL beside it, direct() answers that for it from now on."""
     if settings.database_url:
+        if settings.direct_url:
+            _DIRECT[settings.database_url] = settings.direct_url
         return settings.database_url
     from .embedded import embedded_dsn
 
     return await embedded_dsn(settings.data_dir)
 
 
-async def connect_first(url: str, *, name: str, bounded: bool = True) -> asyncpg.Connection:
+async def connect_first(dsn: str, *, name: str, bounded: bool = True, session: bool = False) -> asyncpg.Connection:
     """A command's first connection (its schema check, or its migration), so
     every command that starts on a database it cannot use says why in one line
     naming DATABASE_URL: SettingError when the URL is malformed,
     DatabaseUnreachable when the server cannot be reached or refuses (down,
     unknown host, no such database, bad login). Only at start: a long-running
-    process that loses the database later retries on its own."""
+    process that loses the database later retries on its own.
+    session: a connection that keeps session state (direct()); a fault of
+    JOBFEED_DIRECT_URL's is told as that setting's."""
+    url = direct(dsn) if session else dsn
+    setting = "JOBFEED_DIRECT_URL" if url != dsn else "DATABASE_URL"
     try:
         urllib.parse.urlsplit(url).port  # noqa: B018  (raises ValueError for a port out of range)
         return await connect(url, name=name, bounded=bounded)
@@ -129,10 +163,10 @@ async def connect_first(url: str, *, name: str, bounded: bool = True) -> asyncpg
         # Other ValueErrors (a port that is no number) may quote a piece of the
         # password: not repeated.
         why = str(exc) if isinstance(exc, asyncpg.ClientConfigurationError) else "its host or port cannot be read"
-        raise SettingError(f"DATABASE_URL: not a PostgreSQL URL ({why}); "
+        raise SettingError(f"{setting}: not a PostgreSQL URL ({why}); "
                            "write postgresql://user:password@host:port/database") from None
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # a timeout is an OSError
-        raise DatabaseUnreachable(f"DATABASE_URL: cannot connect to {logs.without_password(url)}: "
+        raise DatabaseUnreachable(f"{setting}: cannot connect to {logs.without_password(url)}: "
                                   f"{str(exc) or type(exc).__name__}") from None
 
 
@@ -145,7 +179,8 @@ class Listener:
     """One dedicated connection that LISTENs (a pooled one would be reset with
     UNLISTEN * on release). Reconnects with backoff when the connection dies,
     and calls on_connect after every (re)connect, once LISTEN is in place, so the
-    owner can re-read state it may have missed. NOTIFY is only a hint.
+    owner can re-read state it may have missed. NOTIFY is only a hint. It goes
+    to the server itself when `dsn` is a transaction pooler's (direct()).
 
     `dsn` may also be a pool someone else owns (a host app's): the connection
     is then taken from it and held until stop(), and given back unlistened."""
@@ -179,7 +214,7 @@ class Listener:
     async def _open(self) -> asyncpg.Connection:
         if isinstance(self.dsn, asyncpg.Pool):
             return await self.dsn.acquire()
-        return await connect(self.dsn, name=self.name)
+        return await connect(direct(self.dsn), name=self.name)
 
     async def _drop(self, conn: asyncpg.Connection, *, graceful: bool = False) -> None:
         if not isinstance(self.dsn, asyncpg.Pool):

@@ -154,7 +154,7 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
 
 async def migrate_database(dsn: str) -> list[str]:
     """migrate() on a connection of its own."""
-    conn = await db.connect_first(dsn, name="jobfeed-migrate", bounded=False)
+    conn = await db.connect_first(dsn, name="jobfeed-migrate", bounded=False, session=True)  # its lock is the session's
     try:
         return await migrate(conn)
     finally:

@@ -70,7 +70,7 @@ class Seats:
         while True:
             conn = None
             try:
-                conn = await db.connect(self.dsn, name=self.name)
+                conn = await db.connect(db.direct(self.dsn), name=self.name)  # its locks live in the session
                 self._held.clear()
                 delay = 0.1
                 while True:

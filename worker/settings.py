@@ -225,6 +225,9 @@ SECRETS = ("JOBFEED_ADMIN_TOKEN", "JOBFEED_API_TOKEN", "JOBFEED_METRICS_TOKEN", 
 @dataclasses.dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
+    # the server itself, when DATABASE_URL is a pooler's in transaction mode
+    # (PgBouncer): LISTEN, advisory locks and migrations connect here (worker/db.py)
+    direct_url: str | None = None
     data_dir: Path = dataclasses.field(default_factory=default_data_dir)
     host: str = "127.0.0.1"
     port: int = 8000
@@ -264,6 +267,9 @@ class Settings:
     max_upload: int = 100 * 1024 * 1024  # a multipart POST /api/jobs, files and all (JOBFEED_MAX_UPLOAD)
 
     def __post_init__(self):
+        if self.direct_url and not self.database_url:
+            raise SettingError("JOBFEED_DIRECT_URL: set it beside DATABASE_URL (the pooler's address); "
+                               "alone, connect with DATABASE_URL")
         check_admin_token(self.admin_token)
         check_token(self.api_token, "JOBFEED_API_TOKEN")
         check_token(self.metrics_token, "JOBFEED_METRICS_TOKEN")
@@ -274,6 +280,8 @@ class Settings:
         values: dict = {}
         if env.get("DATABASE_URL"):
             values["database_url"] = env["DATABASE_URL"]
+        if env.get("JOBFEED_DIRECT_URL"):
+            values["direct_url"] = env["JOBFEED_DIRECT_URL"]
         if env.get("JOBFEED_DATA_DIR"):
             values["data_dir"] = parse_folder(env["JOBFEED_DATA_DIR"], "JOBFEED_DATA_DIR")
         if env.get("JOBFEED_HOST"):

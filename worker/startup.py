@@ -108,6 +108,8 @@ async def prepare(settings: Settings, role: str | None = None) -> str:
     that runs them."""
     dsn = await db.resolve_dsn(settings)
     await migrations.require_schema(dsn, role)
+    if db.direct(dsn) != dsn:  # JOBFEED_DIRECT_URL: a fault told at start, as DATABASE_URL's
+        await (await db.connect_first(dsn, name="jobfeed-direct-check", session=True)).close()
     tasks.load_tasks(settings.tasks)
     if settings.webhook_secret:  # deliveries are signed: without a secret nobody sends them
         from . import webhooks
