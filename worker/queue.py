@@ -315,6 +315,8 @@ class Queue(LeaseCalls, AdminCalls):
         notifications on one connection (of the pool, held meanwhile) and
         re-reads only when one names the job: it never polls. On a Connection
         inside a transaction, LISTEN starts only at commit: wait outside one.
+        Not on a pool through a pooler in transaction mode (PgBouncer), whose
+        sessions do not stay with a client: LISTEN needs the server's own.
         timeout: seconds from 0 (inf: until final); ValueError for NaN or less."""
         if not timeout >= 0:  # NaN too, which would wait for ever
             raise ValueError(f"timeout must be seconds from 0, not {timeout!r}")
