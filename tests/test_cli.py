@@ -194,6 +194,17 @@ def test_a_direct_url_needs_the_poolers_beside_it():
                               "JOBFEED_DIRECT_URL": "postgresql://db/app"}).direct_url == "postgresql://db/app"
 
 
+async def test_a_direct_url_turns_the_statement_cache_off_for_the_poolers_url_only(monkeypatch):
+    monkeypatch.setattr(db, "_DIRECT", {})
+    pooler, server = "postgresql://pooler/app", "postgresql://db/app"
+    assert await db.resolve_dsn(Settings(database_url=pooler, direct_url=server)) == pooler
+    assert (db.direct(pooler), db._statement_cache(pooler)) == (server, 0)
+    assert (db.direct(server), db._statement_cache(server)) == (server, db.STATEMENT_CACHE)
+    # the same URL twice names no pooler: its connections keep their statements
+    assert await db.resolve_dsn(Settings(database_url=server, direct_url=server)) == server
+    assert (db.direct(server), db._statement_cache(server)) == (server, db.STATEMENT_CACHE)
+
+
 @pytest.mark.parametrize("args", [["worker"], ["migrate"], ["submit", "demo", "t"]])
 async def test_an_unreachable_direct_url_is_one_line_naming_it(dsn, pool, args):
     out = jobfeed(dsn, *args, JOBFEED_DIRECT_URL=UNREACHABLE)

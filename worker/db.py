@@ -137,7 +137,7 @@ async def resolve_dsn(settings) -> str:
     """DATABASE_URL if set, else the embedded server (started if need be).
     With JOBFEED_DIRECT_URL beside it, direct() answers that for it from now on."""
     if settings.database_url:
-        if settings.direct_url:
+        if settings.direct_url and settings.direct_url != settings.database_url:
             _DIRECT[settings.database_url] = settings.direct_url
         return settings.database_url
     from .embedded import embedded_dsn
