@@ -363,8 +363,8 @@ class Feed:
         watched = list(ids & self._watch.keys())  # streams may have ended meanwhile
         for start in range(0, len(watched), REREAD_CHUNK):
             self.rereads += 1
-            for text in await self.queue.get_jobs_json(watched[start:start + REREAD_CHUNK]):
-                view = View.parse(text)
+            for row in await self.queue.get_job_rows(watched[start:start + REREAD_CHUNK]):
+                view = View.of_row(row)
                 known = self._known.get(view.job_id)
                 if known is not None and not view.newer_than(*known):
                     continue

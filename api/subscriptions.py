@@ -62,6 +62,13 @@ class View:
         return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text,
                    (data.get("requesters"), data.get("position")), changed_at(data), data["status"] == "queued")
 
+    @classmethod
+    def of_row(cls, row) -> "View":
+        """A view with its fields as the feed's re-read answers them
+        (Queue.get_job_rows): the same View as parse(text), without parsing."""
+        text, job_id, version, status, requesters, position, changed = row
+        return cls(job_id, version, status in TERMINAL, text, (requesters, position), changed, status == "queued")
+
     @property
     def position(self) -> int | None:
         return self.extra[1] if len(self.extra) > 1 else None

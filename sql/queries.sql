@@ -54,7 +54,12 @@ select jobfeed.set_kind_request_policy_v2($1, $2, $3, $4, $5);
 select jobfeed.get_job($1)::text;
 
 -- name: get_jobs
-select v::text from jobfeed.get_jobs($1) v;
+-- Each view with what the feed reads of it (api/subscriptions.py, View.of_row):
+-- id, version, status, requesters, position and updated_at in epoch seconds,
+-- read here from the view just built rather than parsed again by the API.
+select v::text, v->>'id', (v->>'version')::int, v->>'status', (v->>'requesters')::int,
+       (v->>'position')::int, extract(epoch from (v->>'updated_at')::timestamptz)::float8
+  from jobfeed.get_jobs($1) v;
 
 -- name: positions
 select id, position from jobfeed.positions($1);

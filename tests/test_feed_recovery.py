@@ -23,12 +23,12 @@ class FailingReads(Queue):
 
     fail_at: int | None = None
 
-    async def get_jobs_json(self, job_ids):
-        texts = await super().get_jobs_json(job_ids)
-        if self.fail_at is not None and any(View.parse(t).version >= self.fail_at for t in texts):
+    async def get_job_rows(self, job_ids):
+        rows = await super().get_job_rows(job_ids)
+        if self.fail_at is not None and any(View.of_row(r).version >= self.fail_at for r in rows):
             self.fail_at = None
             raise ConnectionError("injected: the database is restarting")
-        return texts
+        return rows
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ one query, and a dashboard that falls far behind is told to resync."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 
 import pytest
 
@@ -250,3 +251,39 @@ async def test_pings_go_out_a_slice_at_a_time_each_stream_every_interval(dsn, qu
         sub.close()
     finally:
         await feed.close()
+
+
+async def test_the_rereads_fields_are_the_views_own_in_every_state(queue, demo_kind):
+    """The feed's re-read answers each view's fields beside its text
+    (View.of_row), read by PostgreSQL from the view: they must be what parsing
+    the text gives, for every public status, a position, requesters and none."""
+    ids = {}
+    for target in ("run", "done", "fail"):
+        await queue.submit("demo", target)
+    running, done, failed = await queue.claim(["demo"], 3, "w")
+    for i in range(3):  # queued: the third has two ahead of it
+        ids[f"queued{i}"] = (await queue.submit("demo", f"q{i}", request=True, requester=f"r{i}")).id
+    await queue.submit("demo", "q0", request=True, requester="another")  # two requesters share it
+    ids["processing"] = running.id
+    await queue.progress(running.id, running.generation, 1, 4, "a step")
+    ids["completed"] = done.id
+    assert await queue.complete(done.id, done.generation, {"ok": True})
+    ids["failed"] = failed.id
+    assert await queue.fail_permanent(failed.id, failed.generation, "bad", "no")
+    ids["canceled"] = (await queue.submit("demo", "c")).id
+    await queue.cancel(ids["canceled"])
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    ids["scheduled"] = (await queue.submit("demo", "later", run_after=later)).id
+
+    rows = {str(r[1]): r for r in await queue.get_job_rows(list(ids.values()))}
+    assert len(rows) == len(ids)
+    seen = set()
+    for row in rows.values():
+        fields, parsed = View.of_row(row), View.parse(row[0])
+        assert (fields.job_id, fields.version, fields.terminal, fields.extra, fields.changed_at, fields.queued) == (
+            parsed.job_id, parsed.version, parsed.terminal, parsed.extra, parsed.changed_at, parsed.queued)
+        seen.add((row[3], fields.extra))
+    statuses = {status for status, _ in seen}
+    assert statuses == {"queued", "processing", "completed", "failed", "canceled"}, seen
+    assert any(extra[1] is not None and extra[1] > 1 for _, extra in seen), seen  # a position behind others
+    assert any(extra[0] == 2 for _, extra in seen), seen  # two requesters

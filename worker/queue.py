@@ -360,7 +360,13 @@ class Queue(LeaseCalls, AdminCalls):
                 await self.pool.remove_listener(channel, callback)
 
     async def get_jobs_json(self, job_ids: Sequence[uuid.UUID | str]) -> list[str]:
-        return [r[0] for r in await self._fetch("get_jobs", list(job_ids))]
+        return [r[0] for r in await self.get_job_rows(job_ids)]
+
+    async def get_job_rows(self, job_ids: Sequence[uuid.UUID | str]) -> list[asyncpg.Record]:
+        """Each job's view as JSON text, then its id, version, status,
+        requesters, position and updated_at (epoch seconds): the live feed's
+        re-read, which so never parses a view (sql/queries.sql, get_jobs)."""
+        return await self._fetch("get_jobs", list(job_ids))
 
     async def positions(self, job_ids: Sequence[uuid.UUID | str]) -> dict[str, int]:
         """Queue positions of those of these jobs that are due and never started
