@@ -61,12 +61,14 @@ async def pooled(dsn, tmp_path):
         shutil.chown(tmp_path, RUN_AS)
         os.chmod(tmp_path, 0o755)
         args[1:1] = ["-u", RUN_AS]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tmp_path / "pgbouncer.log"  # a file: it logs every connection, and a full pipe would stop it
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=out)
     url = f"postgresql://postgres@127.0.0.1:{port}{server.path}"
 
     async def answers():
         if proc.poll() is not None:
-            raise AssertionError(f"pgbouncer exited: {proc.stderr.read().decode()}")
+            raise AssertionError(f"pgbouncer exited: {log.read_text(errors='replace')[-2000:]}")
         try:
             conn = await asyncpg.connect(url, statement_cache_size=0)
         except OSError:
@@ -82,10 +84,11 @@ async def pooled(dsn, tmp_path):
 
 
 async def sessions(dsn: str) -> list[str]:
+    """The application names of the other sessions on the test's database."""
     conn = await asyncpg.connect(dsn)
     try:
-        return await conn.fetch("select application_name from pg_stat_activity"
-                                " where datname = current_database() and pid <> pg_backend_pid()")
+        return [r[0] for r in await conn.fetch("select application_name from pg_stat_activity"
+                                               " where datname = current_database() and pid <> pg_backend_pid()")]
     finally:
         await conn.close()
 
@@ -114,7 +117,7 @@ async def test_the_api_and_a_worker_run_through_a_transaction_pooler(dsn, pooled
             # the admin's read, through the pooler too
             listed = await http.get("/api/admin/jobs?kind=demo", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
             assert listed.status_code == 200 and len(listed.json()["jobs"]) == 8, listed.text
-        names = [r[0] for r in await sessions(dsn)]
+        names = await sessions(dsn)
         # the sessions that keep state are the server's own (their names bare)...
         for name in ("jobfeed-api-feed", "jobfeed-worker-listen", "jobfeed-worker-seats"):
             assert name in names, names
@@ -144,7 +147,7 @@ async def test_migrate_through_a_pooler_connects_to_the_server(pg_admin_url, poo
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
         async def waiting():
-            return [r[0] for r in await sessions(fresh) if r[0] == "jobfeed-migrate"]
+            return [n for n in await sessions(fresh) if n == "jobfeed-migrate"]
         assert await eventually(waiting, timeout=20, what="the migration's own session") == ["jobfeed-migrate"]
         await holder.close()
         out, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -156,4 +159,3 @@ async def test_migrate_through_a_pooler_connects_to_the_server(pg_admin_url, poo
     finally:
         await admin.execute(f"drop database if exists {name} with (force)")
         await admin.close()
-
