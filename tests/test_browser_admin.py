@@ -4,6 +4,7 @@ bulk cancel, and the links between a child job and its parent."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import re
@@ -158,6 +159,44 @@ async def test_admin_list_and_detail_keep_to_the_latest_read(api, new_page, http
     await expect(page.locator("#detail .badge")).to_have_text("queued")
     await expect(page.locator("#action-message")).to_be_hidden()
 
+
+
+async def test_signing_out_waits_for_the_dashboards_requests_under_way(api, new_page, http):
+    """From a CI run: a dashboard signed out right after a reload read its open
+    job after the session had ended, a 401 in the console. Signing out now
+    stops the dashboard's stream and timers and lets its requests under way
+    finish before the session ends. Here the open job's read reaches the
+    server a second late, and the sign-out's answer comes two seconds after
+    the server ended the session, so the page is still there to ask."""
+    job_id = (await http.post("/api/jobs", json={"kind": "demo", "target": "sign-out"})).json()["id"]
+    page = await new_page(DESKTOP)
+    await page.goto(f"/admin#job={job_id}")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#detail-heading")).to_have_text("demo: sign-out")
+    refused: list[str] = []
+    page.on("response", lambda response: refused.append(response.url) if response.status >= 400 else None)
+    held = asyncio.Event()
+
+    async def late_read(route):
+        held.set()
+        await page.wait_for_timeout(1000)
+        await route.continue_()
+
+    async def late_sign_out_answer(route):
+        if route.request.method != "DELETE":
+            await route.continue_()
+            return
+        answer = await route.fetch()  # the session ends now
+        await page.wait_for_timeout(2000)
+        await route.fulfill(response=answer)
+    await page.route(f"**/api/admin/jobs/{job_id}", late_read)
+    await page.route("**/api/admin/session", late_sign_out_answer)
+    await page.reload()
+    await asyncio.wait_for(held.wait(), 10)
+    await page.click("#signout")
+    await expect(page.locator("#signin")).to_be_visible(timeout=10_000)
+    assert refused == []
 
 async def test_dashboard_panels_match_the_database(worker, new_page, http, pool):
     """A live worker running one long job and a planted worker silent for more

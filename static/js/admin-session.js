@@ -3,7 +3,7 @@
 // with a session.
 
 import { api, clearMessage, showError } from "./api.js";
-import { $, onUnauthorized } from "./admin-shared.js";
+import { $, onUnauthorized, quiesce } from "./admin-shared.js";
 import { loadKindFilter } from "./admin-list.js";
 import { startFlow } from "./admin-flow.js";
 import { openFromAddress } from "./admin-detail.js";
@@ -54,6 +54,11 @@ function startDashboard() {
 }
 
 async function signOut() {
+  // Nothing of the dashboard asks anything more: its stream (whose first
+  // event loads the open job) and timers stop, requests under way finish.
+  disconnectEvents();
+  stopStats();
+  await Promise.race([quiesce(), new Promise((resolve) => setTimeout(resolve, 2000))]); // not for ever
   try {
     await api("/api/admin/session", { method: "DELETE" });
   } catch {

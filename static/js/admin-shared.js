@@ -23,14 +23,31 @@ export function onUnauthorized(fn) {
   unauthorized = fn;
 }
 
+const inFlight = new Set(); // admin requests under way
+
 // An admin request; a 401 (no or expired session) shows the sign-in form.
 export async function adminApi(path, options) {
+  const request = api(path, options);
+  inFlight.add(request);
   try {
-    return await api(path, options);
+    return await request;
   } catch (err) {
     if (err.status === 401) unauthorized();
     throw err;
+  } finally {
+    inFlight.delete(request);
   }
+}
+
+// No more admin requests: the throttled refreshes are dropped and those under
+// way answered. Signing out waits for this, so that no request of the session
+// reaches the server after it ends (its refusal would show in the console).
+export async function quiesce() {
+  for (const name of Object.keys(pending)) {
+    clearTimeout(pending[name]);
+    delete pending[name];
+  }
+  while (inFlight.size) await Promise.allSettled([...inFlight]);
 }
 
 export function badge(state) {
