@@ -102,14 +102,15 @@ async def test_the_api_and_a_worker_run_through_a_transaction_pooler(dsn, pooled
     try:
         await worker.start(ready=r"kinds demo")
         async with httpx.AsyncClient(base_url=base, timeout=20) as http:
-            ids = []
+            # each watched from its submission on, and long enough to be seen moving
+            watchers, runs = [], []
             for i in range(8):
                 answer = await http.post("/api/jobs", json={"kind": "demo", "target": f"pooled-{i}",
-                                                            "payload": {"steps": 3, "step_ms": 30}})
+                                                            "payload": {"steps": 4, "step_ms": 250}})
                 assert answer.status_code == 201, answer.text
-                ids.append(answer.json()["id"])
-            watchers = [Watcher(http, f"/api/jobs/{job_id}/events") for job_id in ids]
-            await asyncio.wait_for(asyncio.gather(*(w.run() for w in watchers)), 30)
+                watchers.append(Watcher(http, f"/api/jobs/{answer.json()['id']}/events"))
+                runs.append(asyncio.create_task(watchers[-1].run()))
+            await asyncio.wait_for(asyncio.gather(*runs), 30)
             for w in watchers:
                 assert w.ended and w.views[-1]["status"] == "completed", (w.views, api.log, worker.log)
                 # the feed heard every step: processing with progress before the end
