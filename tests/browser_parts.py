@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import JOBFEED, worker_env
+from conftest import JOBFEED, skip_or_fail, worker_env
 from servers import CLIENT_LIMITS, UVICORN_HTTP, Process, api_env
 
 try:
@@ -42,11 +42,7 @@ def _browser_missing() -> str | None:
 @pytest.fixture(scope="module", autouse=True)
 def _need_browser():
     """Before any server starts: no browser skips these tests, but fails them in CI."""
-    missing = _browser_missing()
-    if missing:
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(f"the browser tests must run in CI: {missing}")
-        pytest.skip(missing)
+    skip_or_fail(_browser_missing())
 
 
 class Api:

@@ -236,6 +236,15 @@ def worker_env(dsn: str, **extra: str) -> dict[str, str]:
 JOBFEED = [sys.executable, "-m", "jobfeed.worker.cli"]
 
 
+def skip_or_fail(missing: str | None) -> None:
+    """A test that needs a tool this machine lacks (`missing` says which) is
+    skipped, except under CI=true, where .ci/run installs it: there it fails."""
+    if missing:
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(f"must run in CI: {missing}")
+        pytest.skip(missing)
+
+
 def server_running(data_dir: str) -> bool:
     pid_file = os.path.join(data_dir, "pgdata", "postmaster.pid")
     if not os.path.exists(pid_file):

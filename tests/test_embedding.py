@@ -21,7 +21,7 @@ from starlette.responses import PlainTextResponse
 
 import jobfeed.api
 from jobfeed.worker.startup import GC_YOUNG
-from conftest import JOBFEED, worker_env
+from conftest import JOBFEED, skip_or_fail, worker_env
 from waiting import eventually
 from servers import ADMIN_TOKEN, ROOT, Process, ThreadServer, api_env, free_port, make_settings, read_events
 
@@ -160,12 +160,8 @@ async def example(dsn):
 
 @pytest.fixture
 async def browser():
-    missing = (None if async_playwright is not None and os.access(CHROMIUM, os.X_OK)
-               else "needs playwright and chromium")
-    if missing:
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(missing)
-        pytest.skip(missing)
+    skip_or_fail(None if async_playwright is not None and os.access(CHROMIUM, os.X_OK)
+                 else "needs playwright and chromium")
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser

@@ -20,7 +20,7 @@ import pytest
 
 from jobfeed.worker import db, migrate
 
-from conftest import JOBFEED, worker_env
+from conftest import JOBFEED, skip_or_fail, worker_env
 from servers import ADMIN_TOKEN, Process, Watcher, free_port, start_api_process
 from waiting import eventually
 
@@ -31,11 +31,7 @@ RUN_AS = "embedded_postgres"
 
 @pytest.fixture(scope="module", autouse=True)
 def _need_pgbouncer():
-    if not os.access(PGBOUNCER, os.X_OK):
-        missing = "pgbouncer is not installed (apt-get install pgbouncer)"
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(f"the pooler tests must run in CI: {missing}")
-        pytest.skip(missing)
+    skip_or_fail(None if os.access(PGBOUNCER, os.X_OK) else "pgbouncer is not installed (apt-get install pgbouncer)")
 
 
 @pytest.fixture
