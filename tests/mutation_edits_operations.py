@@ -9,6 +9,7 @@ from mutation_edit import Edit, RUNNER
 STUCK = "tests/test_runner_stuck.py"
 POOLER = "tests/test_pooler.py"
 POOLED_SERVICE = POOLER + "::test_the_api_and_a_worker_run_through_a_transaction_pooler"
+UNITS = "tests/test_deploy_systemd.py"
 
 OPERATIONS_EDITS: list[Edit] = [
     Edit("embedded-keeps-dead-users", "worker/embedded.py",
@@ -208,4 +209,24 @@ OPERATIONS_EDITS: list[Edit] = [
          'name="jobfeed-migrate", bounded=False, session=True)', 'name="jobfeed-migrate", bounded=False)',
          (POOLER + "::test_migrate_through_a_pooler_connects_to_the_server",),
          "a migration holds its lock in a session of the server's own"),
+    # ------------------------------------------------------------ the systemd units
+    Edit("unit-worker-children-signalled-by-systemd", "deploy/systemd/jobfeed-worker.service",
+         "KillMode=mixed\n", "",
+         (UNITS,), "systemd signals the worker's parent alone, which stops its children gracefully"),
+    Edit("unit-worker-killed-within-grace", "deploy/systemd/jobfeed-worker.service",
+         "TimeoutStopSec=45s", "TimeoutStopSec=20s",
+         (UNITS,), "the worker unit's stop timeout is above its grace: handlers finish, the rest is released"),
+    Edit("unit-worker-grace-cuts-jobs", "deploy/systemd/jobfeed-worker.service",
+         "--grace 30s", "--grace 1s",
+         (UNITS + "::test_the_units_commands_run_jobfeed_and_stop_cleanly",),
+         "a job under way when the worker unit stops finishes"),
+    Edit("unit-sweeper-restarts-bad-settings", "deploy/systemd/jobfeed-sweeper.service",
+         "RestartPreventExitStatus=2\n", "",
+         (UNITS,), "a unit whose settings are wrong (exit 2) is not restarted in a loop"),
+    Edit("unit-worker-misses-its-file", "deploy/systemd/jobfeed-worker.service",
+         "EnvironmentFile=/etc/jobfeed/worker.env\n", "",
+         (UNITS,), "each unit reads its own file (its login role) after the shared one"),
+    Edit("unit-placeholder-token-runs", "deploy/systemd/jobfeed.env",
+         "JOBFEED_ADMIN_TOKEN=\n", "JOBFEED_ADMIN_TOKEN=change-me-to-a-long-token\n",
+         (UNITS + "::test_files_as_shipped_refuse_to_start",), "files left as shipped never run"),
 ]
