@@ -132,6 +132,32 @@ async def test_one_jobs_position_agrees_with_the_batch_count_and_the_claim(pool,
     assert sorted(single.values()) == [n for n in range(len(ids) + 1) if n != 5]
 
 
+async def test_expired_leases_stand_ahead_of_the_line(pool, queue, line):
+    """A running job whose lease expired with attempts left (its worker died) is
+    claimed again before any queued job, so every due job counts it; one with
+    no attempts left is failed by the claim, not taken, and counts for nothing."""
+    for target in ("dead1", "dead2", "spent"):
+        await queue.submit("line", target)
+    held = await queue.claim(["line"], 3, "gone")
+    spent = next(job.id for job in held if job.target == "spent")
+    await pool.execute("update jobfeed.jobs set max_attempts = attempts where id = $1", spent)
+    await pool.execute("update jobfeed.jobs set lease_until = now() - interval '1 second' where kind = 'line'")
+    await queue.submit("other", "x")  # another kind's expired lease is not this line's
+    (other,) = await queue.claim(["other"], 1, "gone")
+    await pool.execute("update jobfeed.jobs set lease_until = now() - interval '1 second' where id = $1", other.id)
+    high = (await queue.submit("line", "high", priority=5)).id
+    ids = [high] + [(await queue.submit("line", f"q{n}")).id for n in range(6)]
+    single = {str(job_id): await position(queue, job_id) for job_id in ids}
+    assert list(single.values()) == [2, 3, 4, 5, 6, 7, 8]  # two reclaimable ahead of all
+    assert await queue.positions(ids[:3]) == {str(i): single[str(i)] for i in ids[:3]}  # counted each
+    assert await queue.positions(ids) == single  # in one pass
+    order = []
+    while claimed := await queue.claim(["line"], 1, "w"):
+        order.append(str(claimed[0].id))
+    assert order[2:] == [str(i) for i in ids] and len(order) == 9, order  # the two reclaimed first
+    assert (await queue.admin_get_job(spent))["state"] == "failed"
+
+
 async def test_sse_sends_position_updates_under_the_same_id(dsn, queue):
     import httpx
     from servers import Watcher, serve
@@ -146,7 +172,9 @@ async def test_sse_sends_position_updates_under_the_same_id(dsn, queue):
                 await asyncio.wait_for(watcher.opened.wait(), 5)
                 await eventually(lambda: asyncio.sleep(0, watcher.views), timeout=5, what="the first view")
                 assert watcher.views[0]["position"] == 2
-                await queue.claim(["demo"], 1, "w")  # the one ahead goes: 1 ahead
+                # the one ahead goes: 1 ahead (a lease that outlasts the test: an
+                # expired one would put the job back at the head of the line)
+                await queue.claim(["demo"], 1, "w", lease=3600)
 
                 async def moved():
                     return [v["position"] for v in watcher.views][-1:] == [1]
@@ -155,8 +183,7 @@ async def test_sse_sends_position_updates_under_the_same_id(dsn, queue):
                 assert [e.json()["position"] for e in events] == [2, 1]
                 assert {e.id for e in events} == {"1"}  # the version never moved
                 assert events[-1].json()["version"] == 1
-                # its own start: a new version, position null (the limit leaves room for the
-                # first job, should its short test lease have expired meanwhile)
+                # its own start: a new version, position null
                 claimed = await queue.claim(["demo"], 10, "w")
                 assert jobs[2]["id"] in {str(job.id) for job in claimed}
 

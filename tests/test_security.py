@@ -158,6 +158,7 @@ CALLS = {
     "queue_positions_walk": "select * from jobfeed.queue_positions_walk(array[gen_random_uuid()], now())",
     "with_position": "select jobfeed.with_position('{}', gen_random_uuid())",
     "queue_position": "select jobfeed.queue_position(gen_random_uuid(), now())",
+    "reclaimable": "select * from jobfeed.reclaimable('k', now())",
     "take_duplicate": "select jobfeed.take_duplicate(gen_random_uuid(), 'rerun', '{}', now())",
     "start_rerun": "select jobfeed.start_rerun(gen_random_uuid(), 1, 'completed', null, null, now())",
     "check_duplicate": "select jobfeed.check_duplicate('k', gen_random_uuid(), '{}')",

@@ -70,24 +70,37 @@ returns jsonb language sql stable as $$
         'payload', j.payload)
 $$;
 
+-- How many running jobs of a kind have a lease that expired with attempts left:
+-- the claim takes them again before any queued job, so they stand at the head
+-- of the line (a range of jobs_running_lease up to now; a dead worker's few).
+-- A table, so that a FROM inlines it (a scalar would be a call of its own).
+create or replace function jobfeed.reclaimable(p_kind text, p_now timestamptz)
+returns table (n int) language sql stable as $$
+    select count(*)::int from jobfeed.jobs e
+     where e.kind = p_kind and e.state = 'running' and e.lease_until < p_now and e.attempts < e.max_attempts
+$$;
+
 -- One job's queue position (see queue_positions; null unless due and never
--- started), for the answers about one job and a few watched ones: two counts
--- of the claim index's entries, the higher priorities' and those before it in
--- its own priority, each a range of the index that ends where the count does
--- (the jobs behind it are not read).
+-- started), for the answers about one job and a few watched ones: the expired
+-- leases the claim takes first, then two counts of the claim index's entries,
+-- the higher priorities' and those before it in its own priority, each a range
+-- of the index that ends where the count does (the jobs behind it are not read).
 create or replace function jobfeed.queue_position(p_id uuid, p_now timestamptz)
 returns int language sql stable as $$
-    select (select count(*)::int from jobfeed.jobs q
+    select r.n
+         + (select count(*)::int from jobfeed.jobs q
              where q.kind = m.kind and q.state = 'queued' and q.priority > m.priority and q.run_after <= p_now)
          + (select count(*)::int from jobfeed.jobs q
              where q.kind = m.kind and q.state = 'queued' and q.priority = m.priority
                and (q.run_after, q.id) < (m.run_after, m.id))
       from jobfeed.jobs m
+     cross join lateral jobfeed.reclaimable(m.kind, p_now) r
      where m.id = p_id and m.state = 'queued' and m.generation = 0 and m.run_after <= p_now
 $$;
 
 -- The positions of many jobs (queue_positions): per kind, its due queued jobs
--- in the claim's order (jobs_queued_priority), numbered as read, up to the
+-- in the claim's order (jobs_queued_priority), numbered as read after the
+-- kind's expired leases (reclaimable), up to the
 -- watched job the claim takes last and no further: the higher priorities,
 -- then that job's own priority up to it (a row comparison), two ranges of the
 -- index read one after the other (an Append reads its parts in turn: no
@@ -119,8 +132,9 @@ begin
     end if;
     -- a job walked is due and queued; if asked about and never started, it has a position
     return query execute $walk$
-        select u.id, u."position"
+        select u.id, u."position" + r.n
           from jobfeed.jobs b
+         cross join lateral jobfeed.reclaimable(b.kind, $3) r  -- once per kind
          cross join lateral (
             select x.id, (row_number() over () - 1)::int as "position"
               from ((select q.id from jobfeed.jobs q
