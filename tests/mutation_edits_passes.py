@@ -456,4 +456,10 @@ PASS_EDITS: list[Edit] = [
          "            scope.pop(BODY_SEND, None)\n", "            pass\n",
          ("tests/test_api_misc.py::test_a_request_leaves_nothing_to_the_garbage_collector",),
          "a request leaves no reference cycle through its scope"),
+    # ------------------------------------------------------------ black-box passes of 2026-12-07 (stop 63)
+    Edit("bulk-sql-empty-ids-is-a-filter", "sql/functions/60_admin.sql",
+         "coalesce(cardinality(p_ids), 0) = 0 then", "p_ids is null then",
+         ("tests/test_flow_admin.py::test_bulk_sql_refuses_an_empty_filter",
+          "tests/test_flow_admin.py::test_bulk_bad_filters_change_nothing"),
+         "a bulk action naming only an empty id list is 422 filter_required (the SQL decides)"),
 ]

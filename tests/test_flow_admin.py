@@ -143,6 +143,8 @@ async def test_bulk_cancel_queued_and_running(client, queue, pool):
 @pytest.mark.parametrize("body, code", [
     ({}, "filter_required"),
     ({"state": None, "kind": None}, "filter_required"),
+    ({"ids": []}, "filter_required"),  # names no job
+    ({"ids": [], "state": None}, "filter_required"),
     ({"state": "sleeping"}, "invalid_request"),
     ({"ids": ["not-an-id"]}, "invalid_request"),
     ({"ids": "x"}, "invalid_request"),
@@ -174,8 +176,22 @@ async def test_bulk_without_a_body_is_the_empty_filter(client, pool):
     assert await states(pool) == before
 
 
-async def test_bulk_sql_refuses_an_empty_filter(pool):
+async def test_an_empty_id_list_beside_a_filter_matches_nothing(client, pool):
+    # alone it is the empty filter (below); beside a kind it must not widen to
+    # the whole kind (a dashboard's empty selection): all given must match
+    await plant(pool, 2, "failed", code="x")
+    await plant(pool, 2, "queued")
+    before = await states(pool)
+    for action in ("retry", "cancel"):
+        r = await client.post(f"/api/admin/jobs/{action}", json={"ids": [], "kind": "demo"}, headers=BEARER)
+        assert r.status_code == 200 and r.json() == {"count": 0}, r.text
+    assert await states(pool) == before
+
+
+@pytest.mark.parametrize("ids", [None, []])
+async def test_bulk_sql_refuses_an_empty_filter(pool, ids):
     import asyncpg
-    with pytest.raises(asyncpg.PostgresError) as err:
-        await pool.fetch("select * from jobfeed.bulk_cancel(null, null, null, null)")
-    assert err.value.hint == "filter_required"
+    for action in ("cancel", "retry"):
+        with pytest.raises(asyncpg.PostgresError) as err:
+            await pool.fetch(f"select * from jobfeed.bulk_{action}(null, null, null, $1::uuid[])", ids)
+        assert err.value.hint == "filter_required"

@@ -132,7 +132,8 @@ create or replace function jobfeed.bulk_problem(
     p_state jobfeed.job_state, p_kind text, p_error_code text, p_ids uuid[])
 returns void language plpgsql immutable as $$
 begin
-    if p_state is null and p_kind is null and p_error_code is null and p_ids is null then
+    -- an empty id list names no job: alone it is no filter
+    if p_state is null and p_kind is null and p_error_code is null and coalesce(cardinality(p_ids), 0) = 0 then
         perform jobfeed.raise_error('JF422', 'filter_required',
                                     'name at least one of state, kind, error_code or ids');
     end if;
