@@ -294,6 +294,12 @@ async def read_events(response: httpx.Response) -> AsyncIterator[Event]:
             yield event
 
 
+async def stream_statuses(http: httpx.AsyncClient, job_id: str) -> list[str]:
+    """The statuses a job's stream sends, read until the server ends it."""
+    async with http.stream("GET", f"/api/jobs/{job_id}/events") as response:
+        return [event.json()["status"] async for event in read_events(response) if event.event == "job"]
+
+
 class Watcher:
     """One client watching a job's stream until it ends."""
 

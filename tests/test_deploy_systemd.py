@@ -11,7 +11,6 @@ exit code the units do not restart on."""
 from __future__ import annotations
 
 import asyncio
-import json
 import shlex
 import shutil
 import signal
@@ -26,7 +25,7 @@ import pytest
 
 from conftest import skip_or_fail
 from migration_dbs import as_user, empty_db  # noqa: F401  (a fixture)
-from servers import Process, free_port
+from servers import Process, free_port, stream_statuses
 from jobfeed.worker.settings import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,11 +191,7 @@ async def test_the_units_commands_run_jobfeed_and_stop_cleanly(empty_db, logins)
             quick = await http.post("/api/jobs", json={"kind": "demo", "target": "quick",
                                                        "payload": {"steps": 2, "step_ms": 20}})
             assert quick.status_code == 201, quick.text
-            statuses = []
-            async with http.stream("GET", f"/api/jobs/{quick.json()['id']}/events") as events:
-                async for line in events.aiter_lines():
-                    if line.startswith("data:"):
-                        statuses.append(json.loads(line[5:])["status"])
+            statuses = await stream_statuses(http, quick.json()["id"])
             assert statuses[-1] == "completed", statuses
             # each of the worker's children serves its own metrics (port + i)
             children = int(units["worker"].argv()[units["worker"].argv().index("--processes") + 1])

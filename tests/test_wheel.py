@@ -21,7 +21,7 @@ import asyncpg
 import httpx
 import pytest
 
-from servers import free_port
+from servers import free_port, stream_statuses
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "wheel-test-admin-token"
@@ -185,11 +185,7 @@ async def test_the_installed_wheel_runs_as_three_roles(installed, fresh_db, logi
             assert made.status_code == 201, made.text
             job_id = made.json()["id"]
             # Followed over SSE: the API role's LISTEN hears the worker role's changes.
-            statuses = []
-            async with http.stream("GET", f"/api/jobs/{job_id}/events") as events:
-                async for line in events.aiter_lines():
-                    if line.startswith("data:"):
-                        statuses.append(json.loads(line[5:])["status"])
+            statuses = await stream_statuses(http, job_id)
             assert statuses[-1] == "completed", statuses
             admin_view = await http.get(f"/api/admin/jobs/{job_id}",
                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
