@@ -85,6 +85,48 @@ async def test_reuse_for_answers_with_the_recent_completion(pool, queue, k):
     assert (await queue.submit("k", "x", request=True)).created
 
 
+@pytest.mark.parametrize("path", ["one", "batch", "batch of two"])
+async def test_a_submission_racing_the_completion_gets_its_result_not_a_second_run(dsn, pool, queue, k, path):
+    """The target's job completes after the submission looked for a recent
+    result, before it wrote its own (its write waits on the completion, held
+    open here): it gets that result, reused, and no second run is made. Before,
+    a new job ran the work again (found by a black-box pass: 10 of 30 bursts of
+    12 sequential POSTs made two jobs)."""
+    from waiting import eventually
+    first = await queue.submit("cached", "race", request=True)
+    (job,) = await queue.claim(["cached"], 1, "w")
+    worker, submitter = await db.connect(dsn), await db.connect(dsn)
+    try:
+        completing = worker.transaction()
+        await completing.start()
+        assert await Queue(worker).complete(job.id, job.generation, {"n": 1})
+        q = Queue(submitter)
+        targets = ["race"] * (2 if path == "batch of two" else 1)
+        if path == "one":
+            call = asyncio.ensure_future(q.submit("cached", "race", request=True))
+        else:
+            call = asyncio.ensure_future(q.submit_many_requests_json(
+                "cached", [(t, None) for t in targets], requesters=[None] * len(targets),
+                notify_urls=[None] * len(targets)))
+
+        async def waits_on_the_completion():
+            return await pool.fetchval("select wait_event_type = 'Lock' from pg_stat_activity where pid = $1",
+                                       submitter.get_server_pid())
+        await eventually(waits_on_the_completion, timeout=10, what="the submission waiting on the completion")
+        await completing.commit()
+        got = await asyncio.wait_for(call, 10)
+    finally:
+        await worker.close()
+        await submitter.close()
+    answers = [(got.id, got.created, got.reused)] if path == "one" else [(i, c, r) for i, c, _, _, r in got]
+    assert answers == [(first.id, False, True)] * len(targets), answers
+    assert await pool.fetchval("select count(*) from jobfeed.jobs where target = 'race'") == 1
+    assert await queue.claim(["cached"], 1, "w") == []  # nothing to run again
+    # each answer is a request of the completed job, inactive
+    assert await pool.fetchval("select count(*) from jobfeed.requests where job_id = $1", first.id) == \
+        1 + len(targets)
+
+
 async def test_http_force_reused_and_payload_conflict(dsn, pool, queue):
     import httpx
     from servers import serve

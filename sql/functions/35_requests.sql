@@ -85,8 +85,12 @@ end $$;
 -- could have shared (same dedupe scope: under dedupe="requester" only the same
 -- identity's, none for an anonymous one); null when the kind reuses nothing,
 -- or when an unfinished job holds the target (the submission joins it).
+-- p_made: a job this submission has just written, which holds nothing here
+-- (see submit_request).
 drop function if exists jobfeed.reusable(text, text, timestamptz);
-create or replace function jobfeed.reusable(p_kind text, p_target text, p_requester text, p_now timestamptz)
+drop function if exists jobfeed.reusable(text, text, text, timestamptz);
+create or replace function jobfeed.reusable(p_kind text, p_target text, p_requester text, p_now timestamptz,
+                                            p_made uuid default null)
 returns uuid language sql stable as $$
     select j.id from jobfeed.jobs j, jobfeed.kinds k
      where k.kind = p_kind and k.reuse_for is not null
@@ -96,7 +100,8 @@ returns uuid language sql stable as $$
        -- a newer run under way (a forced one) is the target's job: joined, not passed over
        and not exists (select from jobfeed.jobs u
                         where u.kind = p_kind and u.target = p_target and u.dedupe_scope = j.dedupe_scope
-                          and u.state not in ('completed', 'failed', 'canceled'))
+                          and u.state not in ('completed', 'failed', 'canceled')
+                          and u.id is distinct from p_made)
      order by j.finished_at desc
      limit 1
 $$;
@@ -201,13 +206,41 @@ language plpgsql security definer set search_path = jobfeed, pg_temp as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := jobfeed.clock(p_now);
+    v_reuses boolean := not coalesce(p_force, false);
     v_id uuid;
     v_created boolean;
+    v_made uuid;
     v_job jobfeed.jobs;
     v_request uuid;
 begin
-    v_id := case when not coalesce(p_force, false) then jobfeed.reusable(p_kind, p_target, p_requester, v_now) end;
-    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests, never capped
+    v_id := case when v_reuses then jobfeed.reusable(p_kind, p_target, p_requester, v_now) end;
+    if v_id is null then
+        perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
+        loop
+            select s.id, s.created into v_id, v_created
+              from jobfeed.submit_v3(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
+                                     p_priority, p_concurrency_key, p_requester) s;
+            -- The target's job may have completed since reusable() looked: its
+            -- entry left the dedupe index as this job was written (or just below,
+            -- and this is the loop's second round). That is the recent result
+            -- this submission gets; the job it made goes, unseen by anyone.
+            if v_created and v_reuses then
+                v_made := v_id;
+                v_id := coalesce(jobfeed.reusable(p_kind, p_target, p_requester, v_now, v_made), v_made);
+                if v_id <> v_made then
+                    delete from jobfeed.jobs j where j.id = v_made;
+                    exit;
+                end if;
+            end if;
+            -- The row lock a leave also takes: if the last requester left and the
+            -- job was canceled meanwhile, it is no longer unfinished: submit again.
+            update jobfeed.jobs j set requesters = j.requesters + 1, notify = j.notify or p_notify_url is not null
+             where j.id = v_id and j.state not in ('completed', 'failed', 'canceled')
+            returning j.* into v_job;
+            exit when found;
+        end loop;
+    end if;
+    if v_job.id is null then  -- a recent result: this request is one of its (inactive) requests, never capped
         insert into jobfeed.requests (job_id, requester, notify_url, created_at)
         values (v_id, p_requester, p_notify_url, v_now)
         returning requests.id into v_request;
@@ -218,18 +251,6 @@ begin
                             v_request, true;
         return;
     end if;
-    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);
-    loop
-        select s.id, s.created into v_id, v_created
-          from jobfeed.submit_v3(p_kind, p_target, p_payload, p_run_after, p_max_payload, p_now,
-                                 p_priority, p_concurrency_key, p_requester) s;
-        -- The row lock a leave also takes: if the last requester left and the
-        -- job was canceled meanwhile, it is no longer unfinished: submit again.
-        update jobfeed.jobs j set requesters = j.requesters + 1, notify = j.notify or p_notify_url is not null
-         where j.id = v_id and j.state not in ('completed', 'failed', 'canceled')
-        returning j.* into v_job;
-        exit when found;
-    end loop;
     if not v_created then
         perform jobfeed.check_duplicate(p_kind, v_id, p_payload);
     end if;
@@ -426,6 +447,23 @@ begin
         -- abandoned and canceled since submit_many saw them: again
         v_pending := array(select k from unnest(v_pending) k where not v_counted ? v_ids[k]::text);
     end loop;
+    -- As in submit_request: a job this batch made for an item not forced,
+    -- while the target's job completed since reusable() looked, goes; every
+    -- item it answered gets that recent result instead.
+    if v_kind.reuse_for is not null then
+        for v_round in
+            select m.made, jobfeed.reusable(p_kind, p_targets[m.k], p_requesters[m.k], v_now, m.made) as id
+              from (select distinct on (v_ids[k]) v_ids[k] as made, k from generate_series(1, v_count) k
+                     where v_created[k] and not coalesce(p_forces[k], false) order by v_ids[k], k) m
+        loop
+            continue when v_round.id is null;
+            delete from jobfeed.jobs j where j.id = v_round.made;
+            v_reused := array(select v_reused[k] or v_ids[k] = v_round.made from generate_series(1, v_count) k);
+            v_created := array(select v_created[k] and v_ids[k] <> v_round.made from generate_series(1, v_count) k);
+            v_ids := array(select case when v_ids[k] = v_round.made then v_round.id else v_ids[k] end
+                             from generate_series(1, v_count) k);
+        end loop;
+    end if;
 
     v_requests := jobfeed.uuid_v7_batch(v_count);
     insert into jobfeed.requests (id, job_id, requester, notify_url, created_at)
