@@ -11,6 +11,7 @@ from mutation_edit import (
 
 PRODUCER = "tests/test_producer_checks.py"
 STUCK = "tests/test_runner_stuck.py"
+REUSE_RACE = "tests/test_requests_reuse.py::test_a_submission_racing_the_completion_gets_its_result_not_a_second_run"
 
 PASS_EDITS: list[Edit] = [
     # ------------------------------------------------------------ a contract audit (2026-12-07)
@@ -462,4 +463,18 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_flow_admin.py::test_bulk_sql_refuses_an_empty_filter",
           "tests/test_flow_admin.py::test_bulk_bad_filters_change_nothing"),
          "a bulk action naming only an empty id list is 422 filter_required (the SQL decides)"),
+    Edit("reuse-race-runs-again", "sql/functions/35_requests.sql",
+         "            if v_created and v_reuses then\n", "            if false then\n",
+         (REUSE_RACE + "[one]",),
+         "a submission whose target's job completed as it wrote its own gets that result, not a second run"),
+    Edit("reuse-race-runs-again-in-a-batch", "sql/functions/35_requests.sql",
+         "            continue when v_round.id is null;\n", "            continue;\n",
+         (REUSE_RACE + "[batch]",), "so does a batch's item (the API's group commit)"),
+    Edit("reuse-race-leaves-items-on-the-dropped-job", "sql/functions/35_requests.sql",
+         "then v_round.id else v_ids[k] end", "then v_ids[k] else v_ids[k] end",
+         (REUSE_RACE + "[batch of two]",), "every item of the batch the dropped job answered gets the result"),
+    Edit("handler-lease-lost-trusted", "worker/attempts.py",
+         "            if entry.ctx.lost.is_set():  # its context said so", "            if True:  # its context said so",
+         ("tests/test_worker_runner.py::test_exceptions_map_to_outcomes",),
+         "a LeaseLost the handler raises itself while its lease holds is an error like any other"),
 ]

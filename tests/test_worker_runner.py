@@ -138,16 +138,20 @@ async def test_exceptions_map_to_outcomes(queue, pool, run):
             raise SystemExit(3)
         if what == "interrupt" and job.generation == 1:
             raise KeyboardInterrupt
+        # jobfeed's own exception, raised by the handler while its lease holds:
+        # an error like any other, not a lost lease left to run out
+        if what == "lost" and job.generation == 1:
+            raise LeaseLost("mine")
         return {"generation": job.generation}
 
     runner = await run(spec("mapped", handler))
     perm, _ = await queue.submit("mapped", "p", {"raise": "permanent"})
     rel, _ = await queue.submit("mapped", "r", {"raise": "release"})
     bug, _ = await queue.submit("mapped", "b", {"raise": "bug"})
-    ended = [(await queue.submit("mapped", what, {"raise": what})).id for what in ("exit", "interrupt")]
+    ended = [(await queue.submit("mapped", what, {"raise": what})).id for what in ("exit", "interrupt", "lost")]
     for job_id in (perm, rel, bug, *ended):
         await wait_state(pool, job_id, "completed", "failed")
-    for job_id, message in zip(ended, ("SystemExit: 3", "KeyboardInterrupt: ")):
+    for job_id, message in zip(ended, ("SystemExit: 3", "KeyboardInterrupt: ", "LeaseLost: mine"), strict=True):
         e = await queue.admin_get_job(job_id)
         assert [a["outcome"] for a in e["attempts_log"]] == ["transient", "completed"]
         assert e["attempts_log"][0]["error"] == {"code": "internal_error", "message": message}

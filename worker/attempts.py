@@ -126,8 +126,13 @@ class Attempts:
             # the handler's own: a task it awaited was canceled
             self._log_raised(entry)
             return ("error", redact.unexpected(exc))
-        except LeaseLost:
-            return ("lost", None)
+        except LeaseLost as exc:
+            if entry.ctx.lost.is_set():  # its context said so: the job is another's now
+                return ("lost", None)
+            # raised by the handler itself while the lease holds: an error like
+            # any other (as "lost", nothing would be written until the lease ran out)
+            self._log_raised(entry)
+            return ("error", redact.unexpected(exc))
         except Abandon:
             return ("abandoned", None)
         except JobError as exc:
