@@ -178,9 +178,8 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_workflows_children.py::test_a_run_past_its_timeout_is_a_transient_failure",),
          "an error raised after blocking past the timeout is the timeout"),
     Edit("reuse-capped", "sql/functions/35_requests.sql",
-         "    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests, never capped\n",
-         "    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);\n"
-         "    if v_id is not null then  -- a recent result: this request is one of its (inactive) requests, never capped\n",
+         "    if v_id is null then\n        perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);\n",
+         "    perform jobfeed.check_requester_cap(p_requester, 1, p_max_active);\n    if v_id is null then\n",
          ("tests/test_requests_access.py::test_a_submission_that_reuses_a_recent_result_is_not_capped",),
          "a submission that reuses a recent result is not refused by the per-requester cap"),
     Edit("reuse-capped-in-batches", "sql/functions/35_requests.sql",
