@@ -214,7 +214,7 @@ OPERATIONS_EDITS: list[Edit] = [
          "KillMode=mixed\n", "",
          (UNITS,), "systemd signals the worker's parent alone, which stops its children gracefully"),
     Edit("unit-worker-killed-within-grace", "deploy/systemd/jobfeed-worker.service",
-         "TimeoutStopSec=45s", "TimeoutStopSec=20s",
+         "TimeoutStopSec=60s", "TimeoutStopSec=45s",
          (UNITS,), "the worker unit's stop timeout is above its grace: handlers finish, the rest is released"),
     Edit("unit-worker-grace-cuts-jobs", "deploy/systemd/jobfeed-worker.service",
          "--grace 30s", "--grace 1s",

@@ -26,6 +26,7 @@ import pytest
 from conftest import skip_or_fail
 from migration_dbs import as_user, empty_db  # noqa: F401  (a fixture)
 from servers import Process, free_port, stream_statuses
+from jobfeed.worker.run_context import CANCEL_WAIT
 from jobfeed.worker.settings import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,10 +129,12 @@ def test_stop_and_restart_settings_fit_jobfeed():
     worker = Unit("worker")
     argv = worker.argv()
     grace = parse_duration(argv[argv.index("--grace") + 1], "--grace")
-    # its children get SIGTERM from it alone (KillMode=mixed), and the grace
-    # and the release after it end before systemd kills
+    # its children get SIGTERM from it alone (KillMode=mixed), and the grace and
+    # what follows end before systemd kills: the give-up on handlers that ignore
+    # their cancellation, then Runner._shutdown's two 10 s bounds (the tasks'
+    # end, the completions' writes)
     assert worker.one("KillMode") == "mixed"
-    assert worker.stop_timeout() >= grace + 10, (worker.stop_timeout(), grace)
+    assert worker.stop_timeout() >= grace + CANCEL_WAIT + 20, (worker.stop_timeout(), grace)
     for process in ("api", "worker", "sweeper"):
         # a setting or the schema wrong (exit 2) is not restarted in a loop
         assert Unit(process).one("RestartPreventExitStatus") == "2"
