@@ -215,7 +215,7 @@ OPERATIONS_EDITS: list[Edit] = [
          (UNITS,), "systemd signals the worker's parent alone, which stops its children gracefully"),
     Edit("unit-worker-killed-within-grace", "deploy/systemd/jobfeed-worker.service",
          "TimeoutStopSec=60s", "TimeoutStopSec=45s",
-         (UNITS,), "the worker unit's stop timeout is above its grace: handlers finish, the rest is released"),
+         (UNITS,), "the worker unit's stop timeout covers its grace and the shutdown's bounds after it"),
     Edit("unit-worker-grace-cuts-jobs", "deploy/systemd/jobfeed-worker.service",
          "--grace 30s", "--grace 1s",
          (UNITS + "::test_the_units_commands_run_jobfeed_and_stop_cleanly",),
