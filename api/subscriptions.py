@@ -59,8 +59,8 @@ class View:
     @classmethod
     def parse(cls, text: str) -> "View":
         data = json.loads(text)
-        return cls(data["id"], int(data["version"]), data["status"] in TERMINAL, text,
-                   (data.get("requesters"), data.get("position")), changed_at(data), data["status"] == "queued")
+        return cls.of_row((text, data["id"], int(data["version"]), data["status"], data.get("requesters"),
+                           data.get("position"), changed_at(data)))
 
     @classmethod
     def of_row(cls, row) -> "View":
