@@ -157,6 +157,19 @@ async def test_progress_of_a_waiting_parent_never_goes_backwards(queue, pool, k)
     assert (await public(pool, p))["progress"] == {"done": 2, "total": 2, "message": None}
 
 
+async def test_a_job_named_twice_in_wait_for_is_one_child_in_its_first_place(queue, pool, k):
+    p, _ = await queue.submit("k", "parent")
+    got = await claim(queue, p)
+    a = await queue.child_id(p, got.generation, "k", "a", None)
+    b = await queue.child_id(p, got.generation, "k", "b", None)
+    assert await queue.wait_for(p, got.generation, [child(a, "a"), child(b, "b")], [b, a, b])
+    assert (await public(pool, p))["progress"] == {"done": 0, "total": 2, "message": None}
+    for job in await queue.claim(["k"], 2, "w"):
+        assert await queue.complete(job.id, job.generation, job.target)
+    again = await claim(queue, p)
+    assert [(c["id"], c["result"]) for c in again.children] == [(str(b), "b"), (str(a), "a")]
+
+
 async def test_wait_for_nothing_or_jobs_already_final_is_due_at_once(queue, pool, k):
     done, _ = await queue.submit("k", "done")
     got = await claim(queue, done)
