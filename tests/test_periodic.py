@@ -130,6 +130,13 @@ async def test_only_the_latest_missed_slot_runs_after_an_outage(pool, queue):
     late = Periodic("late", every=3600)
     await register(pool, "late", since=T0 + dt.timedelta(hours=10))
     assert await schedules.tick(queue, [late], T0 + dt.timedelta(hours=10, minutes=5)) == []
+    # not even one that came a moment before (a worker starting just after a slot); one at that instant runs
+    slot = dt.datetime(2026, 12, 1, 14, tzinfo=UTC)
+    for since, runs in ((slot + dt.timedelta(milliseconds=400), False), (slot + dt.timedelta(hours=1), True)):
+        kind = f"edge{int(runs)}"
+        await register(pool, kind, since=since)
+        made = await schedules.tick(queue, [Periodic(kind, every=3600)], since + dt.timedelta(seconds=1))
+        assert len(made) == runs, (since, made)
 
 
 async def test_jobfeed_schedules_lists_last_and_next(dsn, pool, queue):

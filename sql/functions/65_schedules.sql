@@ -35,7 +35,7 @@ declare
     v_created boolean;
     v_version bigint;
 begin
-    if not exists (select from jobfeed.schedules s where s.kind = p_kind and s.since <= p_slot + interval '1 second') then
+    if not exists (select from jobfeed.schedules s where s.kind = p_kind and s.since <= p_slot) then
         return null;
     end if;
     insert into jobfeed.schedule_slots (kind, slot, created_at) values (p_kind, p_slot, jobfeed.clock(p_now))
