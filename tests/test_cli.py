@@ -165,6 +165,17 @@ async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, v
     assert await job_count(pool) == 0
 
 
+def test_a_flag_replaces_its_setting_which_is_then_not_read():
+    env = {"JOBFEED_PORT": "abc", "JOBFEED_HOST": "not..a..host"}
+    settings = Settings.from_env(env, host="127.0.0.1", port=8777)
+    assert (settings.host, settings.port) == ("127.0.0.1", 8777)
+    with pytest.raises(SettingError, match="JOBFEED_PORT"):
+        Settings.from_env(env, host="127.0.0.1")
+    with pytest.raises(SettingError, match="JOBFEED_HOST"):
+        Settings.from_env(env, port=8777)
+    assert Settings.from_env({"JOBFEED_PORT": "8778"}, port=8777).port == 8777
+
+
 def test_durations_at_their_least_are_taken():
     settings = Settings.from_env({"JOBFEED_LEASE": "150ms", "JOBFEED_BACKOFF": "1ms,2ms", "JOBFEED_RETENTION": "1ms"})
     assert (settings.lease, settings.backoff, settings.retention) == (0.15, (0.001, 0.002), 0.001)

@@ -201,17 +201,27 @@ def test_an_unknown_log_format_is_refused_at_start():
     assert done.returncode == 2 and "JOBFEED_LOG_FORMAT" in done.stderr
 
 
-def test_a_fatal_error_is_a_json_line_in_json_mode():
+@pytest.mark.parametrize("args, named", [
+    (["sweeper", "--once"], "JOBFEED_LEASE"),  # a bad setting
+    (["api", "--port", "abc"], "--port"),  # a bad flag, which argparse refuses
+    (["bogus"], "invalid choice"),
+])
+def test_a_fatal_error_is_a_json_line_in_json_mode(args, named):
     import os
     import subprocess
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBFEED_")}
     env.update(JOBFEED_LOG_FORMAT="json", JOBFEED_LEASE="soon")
-    done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", "sweeper", "--once"], env=env,
+    done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", *args], env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     entry = json.loads(line)
-    assert entry["level"] == "error" and entry["logger"] == "jobfeed" and "JOBFEED_LEASE" in entry["message"]
+    assert entry["level"] == "error" and entry["logger"] == "jobfeed" and named in entry["message"]
+    if named != "JOBFEED_LEASE":  # text mode keeps argparse's usage and error
+        env["JOBFEED_LOG_FORMAT"] = "text"
+        done = subprocess.run([sys.executable, "-m", "jobfeed.worker.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2 and done.stderr.startswith("usage: jobfeed") and named in done.stderr
 
 
 def test_show_of_an_unknown_job_is_a_json_line_in_json_mode(dsn):

@@ -156,3 +156,19 @@ async def test_migrate_through_a_pooler_connects_to_the_server(pg_admin_url, poo
     finally:
         await admin.execute(f"drop database if exists {name} with (force)")
         await admin.close()
+
+
+async def test_without_the_direct_url_a_transaction_pooler_is_named_not_a_traceback(dsn, pooled):
+    """Unsupported (the README asks for JOBFEED_DIRECT_URL), but it must say so:
+    the server connections a pooler keeps still hold the named statements an
+    earlier command prepared, so a later command's collide. Each command either
+    works or stops with exit 2 and one line naming the setting."""
+    env = worker_env(pooled)
+    results = [subprocess.run(JOBFEED + ["schedules"], env=env, capture_output=True, text=True, timeout=60)
+               for _ in range(6)]
+    failed = [r for r in results if r.returncode != 0]
+    assert failed, [r.returncode for r in results]  # the collision happens: else this proves nothing
+    for r in failed:
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "JOBFEED_DIRECT_URL" in lines[0], r.stderr

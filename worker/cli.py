@@ -8,7 +8,7 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import asyncpg
 
@@ -47,8 +47,19 @@ def _log_level(args) -> str:
     return parse_choice(os.environ.get("JOBFEED_LOG_LEVEL") or "info", "JOBFEED_LOG_LEVEL", LOG_LEVELS)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage and error on stderr, or in json mode one fatal JSON
+    line like any other bad setting's (subcommands' parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        if logs.fatal_lines_are_json():
+            print(logs.fatal_line(f"{self.prog}: {message}"), file=sys.stderr)
+            sys.exit(2)
+        super().error(message)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jobfeed", description="A PostgreSQL job service with live progress.")
+    p = _Parser(prog="jobfeed", description="A PostgreSQL job service with live progress.")
     p.add_argument("--log-level", help=f"{', '.join(LOG_LEVELS)} (JOBFEED_LOG_LEVEL, default info)")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -165,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         # e.g. "\u0000" or a lone surrogate in a payload or a name, which the
         # API refuses with 422 for the same reason
         return _fail(f"invalid_input: PostgreSQL cannot store it ({exc})", 2)
+    except db.POOLER_ERRORS as exc:
+        # asyncpg's own multi-line hint after the message is about its pool, not ours
+        return _fail(f"{str(exc).splitlines()[0]}: {db.POOLER_HINT}", 2)
     except asyncpg.InsufficientPrivilegeError as exc:
         return _fail(f"{exc}: the login role of DATABASE_URL may not do this (jobfeed migrate needs the"
                      " schema's owner, jobfeed worker a member of jobfeed_worker, jobfeed sweeper of"

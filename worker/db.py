@@ -48,6 +48,14 @@ def _statement_cache(dsn: str) -> int:
     return 0 if dsn in _DIRECT else STATEMENT_CACHE
 
 
+# What a transaction pooler makes of the named statements asyncpg prepares
+# when nobody said it was one (JOBFEED_DIRECT_URL unset): another session's
+# statement of that name, or none of ours.
+POOLER_ERRORS = (asyncpg.DuplicatePreparedStatementError, asyncpg.InvalidSQLStatementNameError)
+POOLER_HINT = ("DATABASE_URL seems to reach a pooler in transaction mode: set JOBFEED_DIRECT_URL to the"
+               " server itself (README, \"Behind a pooler in transaction mode\")")
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Pooled connections hold no session state (LISTEN and migrations use
     connections of their own), so the default reset (RESET ALL, UNLISTEN *, ...:

@@ -87,11 +87,15 @@ def formatter(log_format: str) -> logging.Formatter:
     return JsonFormatter() if log_format == "json" else TextFormatter()
 
 
+def fatal_lines_are_json() -> bool:
+    return os.environ.get("JOBFEED_LOG_FORMAT", "").strip().lower() == "json"
+
+
 def fatal_line(message: str) -> str:
     """A command's last word on stderr: `error: ...`, or a JSON line when
     JOBFEED_LOG_FORMAT=json (read as given: the error may be that a setting,
     this one among them, is bad), so a log collector parses it too."""
-    if os.environ.get("JOBFEED_LOG_FORMAT", "").strip().lower() == "json":
+    if fatal_lines_are_json():
         return JsonFormatter().format(logging.makeLogRecord(
             {"name": "jobfeed", "levelname": "ERROR", "levelno": logging.ERROR, "msg": message}))
     return f"error: {message}"

@@ -284,9 +284,10 @@ class Settings:
             values["direct_url"] = env["JOBFEED_DIRECT_URL"]
         if env.get("JOBFEED_DATA_DIR"):
             values["data_dir"] = parse_folder(env["JOBFEED_DATA_DIR"], "JOBFEED_DATA_DIR")
-        if env.get("JOBFEED_HOST"):
+        # a flag overrides its setting: the environment's value is then not read
+        if env.get("JOBFEED_HOST") and overrides.get("host") is None:
             values["host"] = parse_host(env["JOBFEED_HOST"], "JOBFEED_HOST")
-        if env.get("JOBFEED_PORT"):
+        if env.get("JOBFEED_PORT") and overrides.get("port") is None:
             values["port"] = parse_port(env["JOBFEED_PORT"], "JOBFEED_PORT")
         for key in SECRETS:
             if env.get(key) == "":
