@@ -7,6 +7,7 @@ cannot pass for one."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from starlette.requests import Request
@@ -57,11 +58,18 @@ async def read_json(request: Request, limit: int, *, if_empty: Any = _REQUIRED) 
         raise _unsupported("")
     if not size and if_empty is not _REQUIRED:
         return if_empty
+    return decode_json(b"".join(chunks), "the body")
+
+
+def decode_json(data: bytes, what: str) -> Any:
+    """JSON in any of its encodings, as json.loads reads it; refused with a
+    fixed message (the parser's own text describes our internals)."""
     try:
-        data = b"".join(chunks)
-        return JSON_DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))  # as json.loads does
-    except ValueError:  # UnicodeDecodeError is one
-        # A fixed message: the parser's own text describes our internals.
-        raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
+        return JSON_DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+    except ValueError as exc:  # UnicodeDecodeError is one
+        if "integer string conversion" in str(exc):  # valid, but Python reads no such integer
+            raise ApiError(400, "invalid_json", f"a number in {what} has more than "
+                                                f"{sys.get_int_max_str_digits()} digits") from None
+        raise ApiError(400, "invalid_json", f"{what} is not valid JSON") from None
     except RecursionError:
-        raise ApiError(400, "invalid_json", "the body's JSON is nested too deeply") from None
+        raise ApiError(400, "invalid_json", f"{what}'s JSON is nested too deeply") from None

@@ -72,23 +72,34 @@ def _refused(exc: TooManyStreams) -> ApiError:
     return ApiError(429, "too_many_streams", message, {"Retry-After": "5"})
 
 
+async def _read(svc: Services, job_id) -> View:
+    text = await svc.queue.get_job_json(job_id)
+    if text is None:
+        raise ApiError(404, "not_found", "no such job")
+    return View.parse(text)
+
+
+def _has_the_end(request: Request, view: View) -> bool:
+    """The client has the final view and nothing will follow: 204 tells an
+    EventSource to stop reconnecting."""
+    return view.terminal and last_event_id(request) == view.version
+
+
 async def job_stream(request: Request, job_id) -> Response | JobStream:
     svc = services(request)
     try:
         sub = svc.feed.subscribe(str(job_id), **_caps(request))  # LISTEN is already up: subscribe, then read
     except TooManyStreams as exc:
+        # the answers that would hold no stream come first, as below the cap
+        if _has_the_end(request, await _read(svc, job_id)):
+            return Response(status_code=204)
         raise _refused(exc) from None
     try:
-        text = await svc.queue.get_job_json(job_id)
-        if text is None:
-            raise ApiError(404, "not_found", "no such job")
-        view = View.parse(text)
+        view = await _read(svc, job_id)
+        if _has_the_end(request, view):
+            sub.close()
+            return Response(status_code=204)
         if last_event_id(request) == view.version:
-            if view.terminal:
-                # The client has the final view and nothing will follow. 204 tells an
-                # EventSource to stop reconnecting.
-                sub.close()
-                return Response(status_code=204)
             sub.skip_to(view.version, view.extra)
         else:
             svc.feed.seed(sub, view)

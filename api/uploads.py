@@ -14,7 +14,6 @@ group commit: a batch must never wait for a slow body."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Callable
 
@@ -25,11 +24,10 @@ from starlette.responses import Response
 
 from jobfeed.worker import files
 from jobfeed.worker.queue import Queue
-from jobfeed.worker.submission import JSON_DECODER
 
 from . import jobs
 from .auth import own_origin
-from .body import too_large
+from .body import decode_json, too_large
 from .errors import ApiError
 from .parse import digits
 from .state import Services, services
@@ -164,20 +162,13 @@ class _Upload:
 
     async def end(self) -> None:
         if self._job is not None:
-            body = _decode(bytes(self._job))
+            body = decode_json(bytes(self._job), "the job part")
             await jobs.demo_checks(body, self.svc)
             self.sub = jobs.check_body(body, self.svc)
             self._job = None
         elif self._in_file:
             await self.staging.end()
             self._in_file = False
-
-
-def _decode(data: bytes):
-    try:
-        return JSON_DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
-    except (ValueError, RecursionError):
-        raise ApiError(400, "invalid_json", "the job part is not valid JSON") from None
 
 
 def _slots(request: Request, svc: Services) -> asyncio.Semaphore:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 import httpx
 import pytest
@@ -68,6 +69,7 @@ async def test_requests_without_a_body_need_no_content_type(client):
     (b"{", "the body is not valid JSON"), (b'{"kind": "demo",', "the body is not valid JSON"),
     (b"\xff\xfe", "the body is not valid JSON"), (b'{"a": NaN}', "the body is not valid JSON"),
     (b"[" * 30_000 + b"]" * 30_000, "the body's JSON is nested too deeply"),  # valid, but past the parser
+    (b'{"a": ' + b"9" * 5000 + b"}", f"a number in the body has more than {sys.get_int_max_str_digits()} digits"),
 ])
 async def test_invalid_json_says_so_without_parser_internals(client, body, message):
     response = await client.post("/api/jobs", content=body, headers={"content-type": "application/json"})

@@ -121,6 +121,14 @@ async def test_one_client_cannot_hold_more_streams_than_its_cap(dsn):
         assert refused.json()["error"]["code"] == "too_many_streams"
         assert refused.headers["retry-after"]
         assert (await http.get("/api/admin/events", headers=BEARER)).status_code == 429
+        # answers that hold no stream stay what they are below the cap
+        assert (await http.get(f"/api/jobs/{uuid.uuid4()}/events")).status_code == 404
+        done = (await http.post("/api/jobs", json={"kind": "demo", "target": "cap-done"})).json()["id"]
+        assert (await http.post(f"/api/admin/jobs/{done}/cancel", headers=BEARER)).status_code == 200
+        final = (await http.get(f"/api/jobs/{done}")).json()["version"]
+        has_it = await http.get(f"/api/jobs/{done}/events", headers={"Last-Event-ID": str(final)})
+        assert has_it.status_code == 204, has_it.text
+        assert (await http.get(f"/api/jobs/{done}/events")).status_code == 429  # its final view: a stream
 
         tasks[0].cancel()  # one leaves: room for one more
         await asyncio.gather(tasks[0], return_exceptions=True)
