@@ -161,10 +161,13 @@ def test_a_scrape_skips_a_metrics_file_not_yet_written(tmp_path, monkeypatch):
 
 
 async def api_processes(dsn: str, port: int) -> Process:
-    """`jobfeed api --workers 2` on port, its metrics in a directory of the command's own."""
-    env = worker_env(dsn, JOBFEED_PORT=str(port), JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN)
+    """`jobfeed api --workers 2 --port port`, its metrics in a directory of the
+    command's own. A bad JOBFEED_PORT beside the flag: the flag replaces it, in
+    the processes too (they build the app from the environment)."""
+    env = worker_env(dsn, JOBFEED_PORT="not-a-port", JOBFEED_ADMIN_TOKEN=ADMIN_TOKEN)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    return await Process(JOBFEED + ["api", "--workers", "2"], env).start(ready=r"Uvicorn running", timeout=60)
+    return await Process(JOBFEED + ["api", "--workers", "2", "--port", str(port)], env).start(
+        ready=r"Uvicorn running", timeout=60)
 
 
 async def scrape(url: str) -> dict:

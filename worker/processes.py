@@ -95,6 +95,9 @@ def cmd_api(settings: Settings, args) -> int:
     # register the kinds they know, as every API process does).
     os.environ["DATABASE_URL"] = dsn
     os.environ["JOBFEED_ADMIN_TOKEN"] = admin_token(settings)
+    for flag, key in ((args.host, "JOBFEED_HOST"), (args.port, "JOBFEED_PORT")):
+        if flag is not None:  # replaced by the flag, not read: nor by them
+            os.environ.pop(key, None)
     # Several processes behind one port: each keeps its metrics in files of a
     # directory they share, so any of them answers /metrics for all (see
     # api/metrics.py). Set before uvicorn starts them; removed when they end.
