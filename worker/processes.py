@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 from . import db, migrate as migrations, tasks
 from .queue import Queue
-from .settings import Settings
+from .settings import FLAG_SETTINGS, Settings
 from .startup import admin_token, budget_mode, make_runner, make_sweeper, on_signals, prepare, run, runner_specs, settle_gc
 from .supervisor import supervise
 
@@ -95,8 +95,8 @@ def cmd_api(settings: Settings, args) -> int:
     # register the kinds they know, as every API process does).
     os.environ["DATABASE_URL"] = dsn
     os.environ["JOBFEED_ADMIN_TOKEN"] = admin_token(settings)
-    for flag, key in ((args.host, "JOBFEED_HOST"), (args.port, "JOBFEED_PORT")):
-        if flag is not None:  # replaced by the flag, not read: nor by them
+    for field, key in FLAG_SETTINGS.items():
+        if getattr(args, field) is not None:
             os.environ.pop(key, None)
     # Several processes behind one port: each keeps its metrics in files of a
     # directory they share, so any of them answers /metrics for all (see

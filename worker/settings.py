@@ -191,6 +191,10 @@ def parse_port(text: str, name: str, *, free: bool = False) -> int:
     return port
 
 
+# The settings a command-line flag replaces (Settings field: variable): given
+# the flag, the variable is not read, by this process nor by those it starts.
+FLAG_SETTINGS = {"host": "JOBFEED_HOST", "port": "JOBFEED_PORT"}
+
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -277,6 +281,9 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
         env = dict(os.environ if env is None else env)
+        for field, key in FLAG_SETTINGS.items():
+            if overrides.get(field) is not None:
+                env.pop(key, None)
         values: dict = {}
         if env.get("DATABASE_URL"):
             values["database_url"] = env["DATABASE_URL"]
@@ -284,10 +291,9 @@ class Settings:
             values["direct_url"] = env["JOBFEED_DIRECT_URL"]
         if env.get("JOBFEED_DATA_DIR"):
             values["data_dir"] = parse_folder(env["JOBFEED_DATA_DIR"], "JOBFEED_DATA_DIR")
-        # a flag overrides its setting: the environment's value is then not read
-        if env.get("JOBFEED_HOST") and overrides.get("host") is None:
+        if env.get("JOBFEED_HOST"):
             values["host"] = parse_host(env["JOBFEED_HOST"], "JOBFEED_HOST")
-        if env.get("JOBFEED_PORT") and overrides.get("port") is None:
+        if env.get("JOBFEED_PORT"):
             values["port"] = parse_port(env["JOBFEED_PORT"], "JOBFEED_PORT")
         for key in SECRETS:
             if env.get(key) == "":
