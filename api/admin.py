@@ -14,7 +14,7 @@ from jobfeed.worker.states import STATES
 from jobfeed.worker.submission import storable
 
 from . import auth, streams
-from .body import read_json
+from .body import json_object, read_json
 from .errors import ApiError, dumps, json_text
 from .parse import digits
 from .state import services
@@ -115,8 +115,7 @@ async def session(request: Request) -> Response:
 async def sign_in(request: Request) -> Response:
     """Trade the admin token for an HttpOnly cookie (EventSource cannot send headers)."""
     svc = services(request)
-    body = await read_json(request, 4096)
-    token = body.get("token") if isinstance(body, dict) else None
+    token = json_object(await read_json(request, 4096), {"token"}, '{"token": "..."}').get("token")
     if not isinstance(token, str):
         raise ApiError(422, "invalid_request", 'the body must be {"token": "..."}')
     if svc.settings.admin_token is None:
@@ -173,11 +172,7 @@ MAX_BULK_IDS = 10_000
 def _bulk_filter(body) -> dict:
     """{"state"?, "kind"?, "error_code"?, "ids"?} -> Queue.bulk's filter; an
     empty one is refused (it would touch every job)."""
-    if not isinstance(body, dict):
-        raise ApiError(422, "invalid_request", "the body must be a JSON object")
-    unknown = sorted(set(body) - _BULK_FIELDS)
-    if unknown:
-        raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
+    body = json_object(body, _BULK_FIELDS, "a JSON object")
     found = {k: v for k, v in body.items() if v is not None}
     if not found:
         raise ApiError(422, "filter_required", "name at least one of state, kind, error_code or ids")

@@ -61,6 +61,17 @@ async def read_json(request: Request, limit: int, *, if_empty: Any = _REQUIRED) 
     return decode_json(b"".join(chunks), "the body")
 
 
+def json_object(body: Any, fields: set[str], shape: str) -> dict:
+    """body as a JSON object of the given fields only: 422 invalid_request for
+    anything else (shape says what the body must be), an unknown field named."""
+    if not isinstance(body, dict):
+        raise ApiError(422, "invalid_request", f"the body must be {shape}")
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
+    return body
+
+
 def decode_json(data: bytes, what: str) -> Any:
     """JSON in any of its encodings, as json.loads reads it; refused with a
     fixed message (the parser's own text describes our internals)."""

@@ -16,7 +16,7 @@ from jobfeed.worker.submission import (InvalidSubmission, Schedule, check_notify
                                        check_signal_name, check_submission, parse_after, parse_signals)
 
 from . import access, auth, streams, uploads, waiting
-from .body import read_json
+from .body import json_object, read_json
 from .errors import ApiError, json_text
 from .jobstream import JobStream
 from .parse import seconds
@@ -50,11 +50,7 @@ def _fields(body) -> dict:
     """The body's fields, known ones only; an optional field given as null is
     taken as absent (as serializers write a None). Not kind and target, nor
     payload, which the contract wants a JSON object when given."""
-    if not isinstance(body, dict):
-        raise ApiError(422, "invalid_request", "the body must be a JSON object with kind, target and payload")
-    unknown = sorted(set(body) - _FIELDS)
-    if unknown:
-        raise ApiError(422, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
+    body = json_object(body, _FIELDS, "a JSON object with kind, target and payload")
     return {k: v for k, v in body.items() if v is not None or k in NOT_NULLABLE}
 
 

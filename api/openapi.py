@@ -152,6 +152,7 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "responses": {
             "200": _json(_ref("SignalResult"), "the job's public view; first: whether this delivery counted"),
             **_BODY_ERRORS,
+            "413": _err("the body, or its JSON text, is over JOBFEED_MAX_PAYLOAD (payload_too_large)"),
             "401": _err("the API token (or, with none set, admin rights) is missing"),
             "404": _err("no such job"),
             "409": _err("not_awaited: the job does not await this signal"),

@@ -19,7 +19,7 @@ select id, created, view::text, request_id, reused
                                  $13, $14, $15);
 
 -- name: signal
-select first, view::text from jobfeed.signal($1, $2, $3::jsonb);
+select first, view::text from jobfeed.signal_v2($1, $2, $3::jsonb, $4);
 
 -- name: submit_many
 select id, created from jobfeed.submit_many_v2($1, $2, $3::jsonb[], $4, $5, null, $6, $7);

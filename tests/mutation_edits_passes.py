@@ -476,4 +476,15 @@ PASS_EDITS: list[Edit] = [
          "            if entry.ctx.lost.is_set():  # its context said so", "            if True:  # its context said so",
          ("tests/test_worker_runner.py::test_exceptions_map_to_outcomes",),
          "a LeaseLost the handler raises itself while its lease holds is an error like any other"),
+    # ------------------------------------------------------------ black-box passes of stop 65
+    Edit("signal-data-unlimited", "sql/functions/45_workflows.sql",
+         "    if octet_length(coalesce(p_data, 'null')::text) > p_max_payload then",
+         "    if false then",
+         ("tests/test_workflows_signals.py::test_due_when_every_signal_arrived_first_delivery_wins",
+          "tests/test_workflows_signals.py::test_http_signals_need_the_api_token_or_admin"),
+         "a signal's data over JOBFEED_MAX_PAYLOAD is 413 and delivers nothing"),
+    Edit("sign-in-unknown-field-ignored", "api/admin.py",
+         """{"token"}, '{"token": "..."}'""", """{"token", "remember"}, '{"token": "..."}'""",
+         ("tests/test_api_admin.py::test_session_cookie_signs_in_and_out",),
+         "the admin sign-in refuses a field it does not know, as every JSON body does"),
 ]

@@ -33,10 +33,13 @@ async def test_due_when_every_signal_arrived_first_delivery_wins(queue, pool, k)
     with pytest.raises(QueueError) as err:
         await queue.signal(uuid.uuid4(), "paid", {})
     assert err.value.status == 404
-    await queue.signal(d, "shipped", "parcel 7")
+    with pytest.raises(QueueError) as err:  # JOBFEED_MAX_PAYLOAD, counted as a payload is
+        await queue.signal(d, "shipped", "x" * queue.max_payload)
+    assert (err.value.code, err.value.status) == ("payload_too_large", 413)
+    await queue.signal(d, "shipped", "x" * (queue.max_payload - 2))  # its quotes make it the limit exactly
     assert await state(pool, d) == "queued"
     (job,) = await queue.claim(["k"], 1, "w")
-    assert job.id == d and job.signals == {"paid": {"amount": 5}, "shipped": "parcel 7"}
+    assert job.id == d and job.signals == {"paid": {"amount": 5}, "shipped": "x" * (queue.max_payload - 2)}
 
 
 async def test_signal_timeout_fails_the_job(queue, pool, k):
@@ -81,6 +84,10 @@ async def test_http_signals_need_the_api_token_or_admin(dsn, queue, pool, k):
         assert (nul.status_code, nul.json()["error"]["code"]) == (422, "invalid_payload"), nul.text
         nul_name = await client.post(f"/api/jobs/{job_id}/signals/pa%00id", json={}, headers=admin)
         assert (nul_name.status_code, nul_name.json()["error"]["code"]) == (409, "not_awaited")
+        # data over the payload limit (a handler reads it as it reads a payload) is refused,
+        # and the name still awaits its first delivery
+        big = await client.post(url, json={"ref": "x" * 65536}, headers=admin)
+        assert (big.status_code, big.json()["error"]["code"]) == (413, "payload_too_large"), big.text
         ok = await client.post(url, json={"ref": 1}, headers=admin)
         assert ok.status_code == 200 and ok.json()["first"] is True
         again = await client.post(url, json={"ref": 2}, headers=admin)

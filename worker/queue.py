@@ -219,7 +219,7 @@ class Queue(LeaseCalls, AdminCalls):
         (first, public view). Only the first delivery of a name counts; a
         repeat answers first=False and changes nothing. QueueError not_found
         (404), not_awaited (409), invalid_payload (422: data PostgreSQL cannot
-        store), as over HTTP."""
+        store), payload_too_large (413: data over JOBFEED_MAX_PAYLOAD), as over HTTP."""
         if (jid := _as_id(job_id)) is None:
             raise QueueError("not_found", "no such job", 404)
         first, view = await self.signal_json(jid, producer.signal_name(name), data)
@@ -227,7 +227,7 @@ class Queue(LeaseCalls, AdminCalls):
 
     async def signal_json(self, job_id: uuid.UUID, name: str, data: Any = None) -> tuple[bool, str]:
         try:
-            rows = await self._fetch("signal", job_id, name, json.dumps(data))
+            rows = await self._fetch("signal", job_id, name, json.dumps(data), self.max_payload)
         except UNSTORABLE:  # a NUL, a lone surrogate, NaN (json.dumps writes it; PostgreSQL refuses it)
             raise QueueError("invalid_payload", "the signal holds JSON that PostgreSQL cannot store", 422) from None
         return rows[0]["first"], rows[0]["view"]

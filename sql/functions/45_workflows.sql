@@ -207,10 +207,12 @@ language sql security definer set search_path = jobfeed, pg_temp as $$
 $$;
 
 -- Deliver signal p_name to job p_id. The first delivery wins; a repeat changes
--- nothing (first = false). 404 not_found; 409 not_awaited for a name the job
--- does not await. Returns the job's public view. One generic plan, by key (as
--- settle_waiting).
-create or replace function jobfeed.signal(p_id uuid, p_name text, p_data jsonb, p_now timestamptz default null)
+-- nothing (first = false). 413 payload_too_large for data over p_max_payload
+-- bytes (the handler reads it as it reads a payload; null: no limit), looked at
+-- first; 404 not_found; 409 not_awaited for a name the job does not await.
+-- Returns the job's public view. One generic plan, by key (as settle_waiting).
+create or replace function jobfeed.signal_v2(p_id uuid, p_name text, p_data jsonb, p_max_payload int,
+                                             p_now timestamptz default null)
 returns table (first boolean, view jsonb)
 language plpgsql security definer set search_path = jobfeed, pg_temp
 set plan_cache_mode = force_generic_plan set enable_seqscan = off as $$
@@ -219,6 +221,10 @@ declare
     v_now timestamptz := jobfeed.clock(p_now);
     v_first boolean;
 begin
+    if octet_length(coalesce(p_data, 'null')::text) > p_max_payload then
+        perform jobfeed.raise_error('JF413', 'payload_too_large',
+                                    format('the signal''s data is over %s bytes', p_max_payload));
+    end if;
     -- the job's row first: settle_waiting locks it too, and so does every
     -- other path that ends the wait
     perform from jobfeed.jobs j where j.id = p_id for update;
@@ -236,6 +242,13 @@ begin
     end if;
     return query select v_first, jobfeed.with_position(jobfeed.public_view(j), j.id) from jobfeed.jobs j where j.id = p_id;
 end $$;
+
+-- The first release's signal: signal_v2 without a limit on the data.
+create or replace function jobfeed.signal(p_id uuid, p_name text, p_data jsonb, p_now timestamptz default null)
+returns table (first boolean, view jsonb)
+language sql security definer set search_path = jobfeed, pg_temp as $$
+    select s.first, s.view from jobfeed.signal_v2(p_id, p_name, p_data, null, p_now) s
+$$;
 
 -- Fail waiting jobs whose signals did not all arrive by their deadline
 -- (signal_timeout). Called by the sweeper (sweep_expired), whose session keeps

@@ -14,7 +14,8 @@ grant execute on function
     jobfeed.submit_waiting(text, text, jsonb, uuid[], text[], interval, int, timestamptz),
     jobfeed.submit_waiting_v2(text, text, jsonb, uuid[], text[], interval, int, timestamptz, timestamptz, int, text,
                               boolean, text, text, int, boolean),
-    jobfeed.signal(uuid, text, jsonb, timestamptz)
+    jobfeed.signal(uuid, text, jsonb, timestamptz),
+    jobfeed.signal_v2(uuid, text, jsonb, int, timestamptz)
 to jobfeed_api, jobfeed_worker;
 
 -- granted as submit_v2 is (it falls back on it)
