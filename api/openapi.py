@@ -102,7 +102,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
             "413": _err("payload or body too large, or an upload over JOBFEED_MAX_UPLOAD (payload_too_large)"),
             "422": _err("invalid_request, unknown_kind, invalid_target, invalid_payload, invalid_run_at, "
                         "invalid_delay, invalid_priority, invalid_concurrency_key, notify_url_not_allowed, "
-                        "unknown_dependency, invalid_file_name, invalid_content_type or too_many_files"),
+                        "unknown_dependency, invalid_file_name, invalid_content_type, too_many_files or "
+                        "invalid_requester (an identity over 512 bytes)"),
             "429": _err("this requester already waits for JOBFEED_MAX_ACTIVE_PER_REQUESTER jobs "
                         "(too_many_jobs); see Retry-After"),
         }},

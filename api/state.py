@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.settings import Settings
+from jobfeed.worker.submission import InvalidSubmission, check_requester
 
 from .batching import SubmitBatcher
 from .errors import ApiError
@@ -52,12 +53,21 @@ class Services:
 
     def requester(self, request: Request) -> str | None:
         """Who sent this request: the host's identify hook, else the header a
-        trusted proxy sets (JOBFEED_REQUESTER_HEADER); None for nobody known."""
+        trusted proxy sets (JOBFEED_REQUESTER_HEADER); None (or "") for nobody
+        known. 422 invalid_requester for one too long to store; a hook that
+        answers no string is the host's bug (a TypeError, a 500)."""
         if self.identify is not None:
-            return self.identify(request)
-        if self.settings.requester_header is not None:
-            return request.headers.get(self.settings.requester_header) or None
-        return None
+            who = self.identify(request)
+            if who is not None and not isinstance(who, str):
+                raise TypeError(f"identify(request) must return a str or None, not {type(who).__name__}")
+        elif self.settings.requester_header is not None:
+            who = request.headers.get(self.settings.requester_header)
+        else:
+            return None
+        try:
+            return check_requester(who)
+        except InvalidSubmission as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
 
 
 NOT_RUNNING = ("jobfeed's lifespan is not running: a host app that mounts jobfeed.api.create_app() enters "

@@ -11,6 +11,8 @@ from mutation_edit import (
 
 PRODUCER = "tests/test_producer_checks.py"
 STUCK = "tests/test_runner_stuck.py"
+UNSTORABLE_ERROR = "tests/test_worker_runner.py::test_an_error_postgresql_cannot_hold_is_still_recorded"
+IDENTITY = "tests/test_embedding.py::test_an_identity_is_a_short_string_or_nobody"
 REUSE_RACE = "tests/test_requests_reuse.py::test_a_submission_racing_the_completion_gets_its_result_not_a_second_run"
 
 PASS_EDITS: list[Edit] = [
@@ -193,9 +195,9 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_wheel.py",), "the wheel's data folders are named packages: setuptools builds it without a warning"),
     # ------------------------------------------------------------ the producer refuses what HTTP refuses (stop 39, fixA)
     Edit("producer-priority-unchecked", "worker/queue.py",
-         "        producer.submission(kind, target, payload)  # first, as POST /api/jobs checks\n"
+         "        producer.flags(request=request, force=force)\n"
          "        run_after = producer.due_at(run_after)\n        priority = producer.priority(priority)\n",
-         "        producer.submission(kind, target, payload)  # first, as POST /api/jobs checks\n"
+         "        producer.flags(request=request, force=force)\n"
          "        run_after = producer.due_at(run_after)\n",
          (PRODUCER + "::test_what_http_refuses_the_producer_refuses",),
          "Queue.submit refuses a priority HTTP refuses (1.5, True, out of range)"),
@@ -220,7 +222,7 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_workflows_signals.py::test_http_signals_need_the_api_token_or_admin",),
          "a signal over HTTP holding JSON PostgreSQL cannot store is a 422, not a 500"),
     Edit("wait-nan-forever", "worker/queue.py",
-         "        if not timeout >= 0:", "        if timeout < 0:",
+         " or not timeout >= 0:  # NaN too", " or timeout < 0:  # NaN too",
          (PRODUCER + "::test_wait_refuses_a_timeout_that_is_no_duration",),
          "Queue.wait refuses a NaN timeout rather than waiting for ever"),
     Edit("status-error-unredacted", "worker/http_helpers.py",
@@ -487,4 +489,35 @@ PASS_EDITS: list[Edit] = [
          """{"token"}, '{"token": "..."}'""", """{"token", "remember"}, '{"token": "..."}'""",
          ("tests/test_api_admin.py::test_session_cookie_signs_in_and_out",),
          "the admin sign-in refuses a field it does not know, as every JSON body does"),
+    Edit("error-text-unstorable-kept", "worker/redact.py",
+         '    return _UNSTORABLE.sub("\\ufffd", text[:limit])', "    return text[:limit]",
+         (UNSTORABLE_ERROR,), "an error holding a NUL or a lone surrogate is still recorded, at once"),
+    Edit("unreadable-exception-unrecorded", "worker/redact.py",
+         "    except Exception:  # an exception whose __str__ fails: its class must do",
+         "    except ZeroDivisionError:",
+         (UNSTORABLE_ERROR,), "an exception whose text cannot be read is still recorded, by its class"),
+    Edit("job-error-code-of-any-type", "worker/job_errors.py",
+         "        if not isinstance(code, str) or not isinstance(message, str):", "        if False:",
+         (UNSTORABLE_ERROR,), "a job error's code that is no string ends the attempt as internal_error"),
+    Edit("requester-unbounded", "worker/submission.py",
+         '            or len(requester.encode("utf-8")) > MAX_TARGET_BYTES:', "            or False:",
+         (f"{PRODUCER}::test_what_http_refuses_the_producer_refuses", IDENTITY),
+         "an identity over 512 bytes is 422 invalid_requester, not the database's index error"),
+    Edit("empty-identity-is-someone", "worker/submission.py",
+         '    if requester is None or requester == "":', "    if requester is None:",
+         (f"{PRODUCER}::test_an_empty_requester_is_nobody", IDENTITY), "an empty identity is nobody"),
+    Edit("identify-of-any-type", "api/state.py",
+         "            if who is not None and not isinstance(who, str):", "            if False:",
+         (IDENTITY,), "a hook that answers no string is the host's 500, not the client's 422"),
+    Edit("submit-flags-of-any-type", "worker/producer.py",
+         "        if not isinstance(value, bool):", "        if False:",
+         (f"{PRODUCER}::test_what_http_refuses_the_producer_refuses",), "request= and force= are True or False"),
+    Edit("reserve-alone-ignored", "worker/startup.py",
+         "        if reserve is not None:\n            raise UsageError", "        if False:\n            raise UsageError",
+         ("tests/test_worker_process.py::test_a_reserve_that_could_not_work_is_refused",),
+         "--reserve without --budget or --max-jobs is refused, not ignored"),
+    Edit("task-decorator-untyped", "worker/tasks.py",
+         ' dedupe: Dedupe = "global") -> Callable[[HandlerT], HandlerT]:', ' dedupe: Dedupe = "global"):',
+         ("tests/test_lint.py::test_a_users_handlers_type_check_strictly",),
+         "@task keeps a handler's type under mypy --strict"),
 ]

@@ -100,10 +100,36 @@ async def test_a_host_mounts_jobfeed_under_a_prefix_with_its_pool(dsn, queue):
         # identify is the host's hook, kept for the requests feature
         assert svc.requester(Request({"type": "http", "headers": [(b"x-user", b"ada")]})) == "ada"
         assert svc.requester(Request({"type": "http", "headers": []})) is None
+        assert svc.requester(Request({"type": "http", "headers": [(b"x-user", b"")]})) is None  # "" is nobody
         pool = state["pool"]
     # The host closed its pool; jobfeed gave its LISTEN connection back first
     # (asyncpg's close would otherwise wait for it) and closed nothing itself.
     assert pool.is_closing()
+
+
+async def test_an_identity_is_a_short_string_or_nobody(dsn, pool):
+    """"" is nobody, from the hook as from JOBFEED_REQUESTER_HEADER (it counted
+    against the per-requester cap and shared a requesters-only job among
+    everyone the hook named so); one too long to store is 422
+    invalid_requester (it was the database's index error), and a hook that
+    answers no string is the host's bug, a 500, not the client's 422."""
+    answers = {"empty": "", "long": "u" * 513, "number": 5}
+    app = jobfeed.api.create_app(make_settings(dsn, max_active_per_requester=1),
+                                 identify=lambda request: answers.get(request.headers.get("x-user", ""), "ada"))
+    async with ThreadServer(app) as server, httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        async def post(who: str, target: str) -> httpx.Response:
+            return await client.post("/api/jobs", json={"kind": "demo", "target": target}, headers={"x-user": who})
+
+        for n in range(3):  # nobody: no cap
+            assert (await post("empty", f"e{n}")).status_code == 201
+        assert await pool.fetchval("select count(*) from jobfeed.requests where requester is not null") == 0
+        long = await post("long", "l")
+        assert (long.status_code, long.json()["error"]["code"]) == (422, "invalid_requester"), long.text
+        number = await post("number", "n")
+        assert number.status_code == 500 and number.json()["error"]["code"] == "internal_error"
+        assert await pool.fetchval("select count(*) from jobfeed.jobs where target in ('l', 'n')") == 0
+        assert (await post("ada", "a")).status_code == 201
+        assert (await post("ada", "b")).status_code == 429  # a named requester is capped
 
 
 async def test_jobfeed_leaves_the_host_pool_open_and_whole(dsn):

@@ -45,3 +45,37 @@ def test_mypy_finds_nothing():
               "-p", "jobfeed", cwd=home, env={**os.environ, "MYPYPATH": str(home)})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Success" in out.stdout
+
+
+USER_MODULE = '''
+from jobfeed import Context, Job, Permanent, task
+
+
+@task("fetch", max_attempts=3, on_duplicate="rerun", dedupe="requester", on_abandon="keep")
+async def fetch(job: Job, ctx: Context) -> dict[str, int]:
+    if not job.payload:
+        raise Permanent("empty", "no payload")
+    return {"n": 1}
+
+
+async def direct(job: Job, ctx: Context) -> None:
+    kept: dict[str, int] = await fetch(job, ctx)  # @task hands back the handler, typed as it was
+    del kept
+
+
+@task("misspelt", on_duplicate="rejoin")
+async def misspelt(job: Job, ctx: Context) -> None:
+    return None
+'''
+
+
+def test_a_users_handlers_type_check_strictly(tmp_path):
+    """A user's module under mypy --strict: @task keeps the handler's type
+    (it returned Any: an untyped-decorator error at every handler) and a
+    misspelt choice is caught before any worker starts."""
+    home = _package_link()
+    (tmp_path / "user_tasks.py").write_text(USER_MODULE)
+    out = run("mypy", "--strict", "--follow-imports=silent", "--cache-dir", str(home / "cache-user"),
+              str(tmp_path / "user_tasks.py"), cwd=tmp_path, env={**os.environ, "MYPYPATH": str(home)})
+    errors = [line for line in out.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and '"on_duplicate"' in errors[0] and "rejoin" in errors[0], out.stdout + out.stderr

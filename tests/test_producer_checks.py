@@ -74,6 +74,11 @@ async def test_a_refused_submission_is_a_queue_error_and_writes_nothing(pool, ca
       for field in ("after", "await_signals") for value in ("", 0, False, {}, {"go": 1}, {"go"})),
     *(pytest.param({"concurrency_key": key}, "invalid_concurrency_key", id=f"concurrency-key-{n}")
       for n, key in enumerate(("", "k" * 513, 7, "a\x00", "\ud800"))),
+    # an identity indexed as a target is: a long one was the database's index error
+    *(pytest.param({"requester": who}, "invalid_requester", id=f"requester-{n}")
+      for n, who in enumerate(("r" * 513, 5, "a\x00", "\ud800", b"me"))),
+    *(pytest.param({flag: value}, "invalid_request", id=f"{flag}-{value!r}")
+      for flag in ("request", "force") for value in ("yes", "no", 1, None)),
 ])
 async def test_what_http_refuses_the_producer_refuses(pool, kw, code):
     """As POST /api/jobs answers 422: a priority that is no whole number in
@@ -125,7 +130,17 @@ async def test_a_signal_http_refuses_is_a_queue_error(pool, name, data, code, st
     assert (await queue.signal(job.id, "go", {"ok": 1}))[0]  # nothing was delivered before
 
 
-@pytest.mark.parametrize("timeout", [float("nan"), -1])
+async def test_an_empty_requester_is_nobody(pool):
+    """As an empty JOBFEED_REQUESTER_HEADER is: no request row of its own, no cap, no dedupe by it."""
+    queue = Queue(pool, settings=Settings())
+    made = await queue.submit("checked", "t", requester="")
+    assert made.request_id is None
+    assert await pool.fetchval("select count(*) from jobfeed.requests") == 0
+    long = await queue.submit("checked", "u", requester="r" * 512)  # the limit itself
+    assert await pool.fetchval("select requester from jobfeed.requests where id = $1", long.request_id) == "r" * 512
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, "5", True])
 async def test_wait_refuses_a_timeout_that_is_no_duration(pool, timeout):
     queue = Queue(pool, settings=Settings())
     job = await queue.submit("checked", "t")

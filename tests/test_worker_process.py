@@ -177,11 +177,15 @@ async def test_budget_mode_defaults_to_three_jobs(dsn, queue, pool):
     assert sorted(states) == ["completed"] * 3 + ["queued"] * 2, out
 
 
-def test_a_reserve_no_shorter_than_the_budget_is_refused(dsn):
-    proc = start_worker(dsn, "--budget", "20s", "--reserve", "30s")
+@pytest.mark.parametrize("flags, said", [
+    (("--budget", "20s", "--reserve", "30s"), "--reserve 30s is no shorter than --budget 20s"),
+    (("--reserve", "1s"), "--reserve is part of budget mode"),  # alone it was ignored: no budget ran
+])
+def test_a_reserve_that_could_not_work_is_refused(dsn, flags, said):
+    proc = start_worker(dsn, *flags)
     out = run_to_exit(proc, 15)
     assert proc.returncode == 2 and out.strip().splitlines() == [out.strip()], out
-    assert "--reserve 30s is no shorter than --budget 20s" in out
+    assert said in out
 
 
 async def test_budget_mode_exits_when_nothing_is_due(dsn):

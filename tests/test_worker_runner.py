@@ -8,7 +8,7 @@ import asyncio
 import json
 import uuid
 
-from jobfeed.worker import metrics
+from jobfeed.worker import metrics, redact
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
 from waiting import eventually, wait_state
 
@@ -166,6 +166,43 @@ async def test_exceptions_map_to_outcomes(queue, pool, run):
     assert [a["outcome"] for a in b["attempts_log"]] == ["transient", "transient", "completed"]
     # code internal_error (issue 9: users see only errors raised on purpose); the class for admins
     assert b["attempts_log"][0]["error"] == {"code": "internal_error", "message": "KeyError: 'oops'"}
+
+
+async def test_an_error_postgresql_cannot_hold_is_still_recorded(queue, pool, run):
+    """A NUL or a lone surrogate in an error (the handler's or any exception's),
+    or a code that is no string, never leaves the outcome unwritten and the job
+    running until its lease expires: each is written at once, made storable."""
+    async def handler(job, ctx):
+        what = job.payload["raise"]
+        if what == "nul":
+            raise Permanent("bad\x00code", "a\x00b \ud800 " + "m" * 5000)
+        if what == "bug":
+            raise ValueError("x\x00y")
+        if what == "mute":
+            raise Unreadable()
+        raise Permanent(5, "a number for a code")  # TypeError, in the handler's traceback
+
+    class Unreadable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("a library's broken __str__")
+
+    await run(spec("unstorable", handler, lease=60.0))  # its end would be the only way on
+    nul, bug, num, mute = [(await queue.submit("unstorable", what, {"raise": what})).id
+                           for what in ("nul", "bug", "num", "mute")]
+    await wait_state(pool, nul, "failed")  # well before the lease's end
+    for job_id in (bug, num, mute):
+        await wait_state(pool, job_id, "failed", "queued")  # retried, or failed
+    e = await queue.admin_get_job(nul)
+    assert (e["state"], e["last_error"]["code"]) == ("failed", "bad\ufffdcode")
+    assert e["last_error"]["message"] == "a\ufffdb \ufffd " + "m" * (redact.MAX_MESSAGE - 6)
+    assert (await queue.get_job(nul))["error"] == e["last_error"]  # the public view shows it the same
+    e = await queue.admin_get_job(bug)
+    assert e["attempts_log"][0]["error"] == {"code": "internal_error", "message": "ValueError: x\ufffdy"}
+    e = await queue.admin_get_job(num)
+    assert e["attempts_log"][0]["error"]["code"] == "internal_error"
+    assert e["attempts_log"][0]["error"]["message"].startswith("TypeError: a job error's code and message are strings")
+    e = await queue.admin_get_job(mute)
+    assert e["attempts_log"][0]["error"] == {"code": "internal_error", "message": "Unreadable (its text could not be read)"}
 
 
 async def test_progress_after_losing_the_lease_raises_lease_lost(queue, pool, run):

@@ -16,6 +16,10 @@ class JobError(Exception):
 
     # retry_after may be given by position too: the contract reads "code, message, optional retry_after"
     def __init__(self, code: str, message: str = "", retry_after: float | None = None):
+        # refused here, in the handler's traceback: as stored, a number or None would
+        # be a code no filter finds
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise TypeError(f"a job error's code and message are strings, not {code!r} and {message!r}"[:300])
         super().__init__(message or code)
         self.code = code
         self.message = message or code

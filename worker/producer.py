@@ -3,7 +3,7 @@ producer's refusal is a QueueError as over HTTP: the kind and target, the
 payload and the kind's own validate() (when this process has loaded the kind),
 a batch's items, a run_after already past (due now, queued as a job submitted
 now), too far ahead, naive or no datetime, the priority, the concurrency key,
-the waiting fields, a notify_url's host, a signal's name, and (queue_calls.
+the requester, the flags, the waiting fields, a notify_url's host, a signal's name, and (queue_calls.
 payload_text) a payload JSON or jsonb cannot hold. The database checks the
 rest (whether the kind exists, the payload's size); anything else it cannot
 store is refused as `invalid_input` instead of asyncpg's own errors."""
@@ -94,6 +94,19 @@ def grace(value: float, most: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
         raise QueueError("invalid_query", f"grace: {value!r} is not a number of seconds, 0 or more", 422)
     return min(value, most)
+
+
+def requester(value: str | None) -> str | None:
+    """An identity as HTTP takes it: None, or "" (nobody, as an empty header
+    is), else a short string PostgreSQL can store."""
+    return _as_over_http("check_requester", value)
+
+
+def flags(**given: object) -> None:
+    """Keyword flags (request=, force=) are True or False, not anything truthy."""
+    for name, value in given.items():
+        if not isinstance(value, bool):
+            raise QueueError("invalid_request", f"{name} must be True or False, not {value!r}"[:200], 422)
 
 
 def concurrency_key(key: str | None) -> str | None:

@@ -87,6 +87,8 @@ class Queue(LeaseCalls, AdminCalls):
         Checked as over HTTP (worker/producer.py): a run_after already past is
         now; max_payload defaults to JOBFEED_MAX_PAYLOAD; refusals are QueueError."""
         producer.submission(kind, target, payload)  # first, as POST /api/jobs checks
+        requester = producer.requester(requester)
+        producer.flags(request=request, force=force)
         run_after = producer.due_at(run_after)
         priority = producer.priority(priority)
         concurrency_key = producer.concurrency_key(concurrency_key)
@@ -318,7 +320,7 @@ class Queue(LeaseCalls, AdminCalls):
         Not on a pool through a pooler in transaction mode (PgBouncer), whose
         sessions do not stay with a client: LISTEN needs the server's own.
         timeout: seconds from 0 (inf: until final); ValueError for NaN or less."""
-        if not timeout >= 0:  # NaN too, which would wait for ever
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:  # NaN too
             raise ValueError(f"timeout must be seconds from 0, not {timeout!r}")
         if (jid := _as_id(job_id)) is None:
             return None

@@ -199,10 +199,13 @@ def budget_mode(args) -> tuple[float | None, float, int | None]:
     set (what is not given takes the contract's default). The reserve, unless
     given, is RESERVE_SECONDS, or an eighth of a budget shorter than the
     default one (a 20 s budget would otherwise claim nothing). UsageError for a
-    reserve given no shorter than the budget: the worker would claim nothing."""
+    reserve given no shorter than the budget (the worker would claim nothing),
+    or given alone (a reserve of no budget, which the worker would ignore)."""
     budget, reserve, max_jobs = args.budget, args.reserve, args.max_jobs
     if budget is None and max_jobs is None:
-        return None, RESERVE_SECONDS if reserve is None else reserve, None
+        if reserve is not None:
+            raise UsageError("--reserve is part of budget mode: give --budget or --max-jobs with it")
+        return None, RESERVE_SECONDS, None
     budget = BUDGET_SECONDS if budget is None else budget
     if reserve is None:
         reserve = min(RESERVE_SECONDS, budget / 8)

@@ -166,6 +166,18 @@ def check_target(target: object) -> str:
     return target
 
 
+def check_requester(requester: object) -> str | None:
+    """An identity (JOBFEED_REQUESTER_HEADER's value, the host's identify(),
+    Queue.submit's requester=): None or "" is nobody; else a string of at most
+    MAX_TARGET_BYTES bytes PostgreSQL can store (it is indexed as a target is)."""
+    if requester is None or requester == "":
+        return None
+    if not isinstance(requester, str) or not storable(requester) \
+            or len(requester.encode("utf-8")) > MAX_TARGET_BYTES:
+        raise InvalidSubmission(422, "invalid_requester", f"a requester is a string of at most {MAX_TARGET_BYTES} bytes")
+    return requester
+
+
 def run_validate(kind: str, validate: Callable[[dict], None], payload: dict) -> None:
     """The kind's validate(): ValueError or TypeError refuse the payload; any
     other exception is a bug in the hook."""

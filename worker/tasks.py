@@ -10,7 +10,7 @@ import logging
 import os
 import traceback
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Collection, Sequence
+from typing import Any, Awaitable, Callable, Collection, Literal, Sequence, TypeVar, get_args
 
 from .queue import Job  # noqa: F401  (handlers import it from here)
 from .limits import INT_MAX
@@ -27,6 +27,9 @@ from .context import Context  # noqa: F401  (the handler's ctx, in a module of i
 log = logging.getLogger("jobfeed.worker")
 
 Handler = Callable[["Job", "Context"], Awaitable[Any]]
+# @task hands back the very function it registered, typed as it was (not Any,
+# which mypy --strict reports at every decorated handler)
+HandlerT = TypeVar("HandlerT", bound=Handler)
 
 
 def parse_rate(text: str, name: str = "rate") -> tuple[int, float]:
@@ -51,10 +54,14 @@ def _whole(value: object, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and least <= value <= INT_MAX
 
 
-# A kind's choices, as the kinds table's CHECKs allow them (GET /api/kinds shows them).
-ON_ABANDON = ("cancel", "keep")
-DEDUPE = ("global", "requester")
-ON_DUPLICATE = ("join", "reject_different", "rerun", "replace")
+# A kind's choices, as the kinds table's CHECKs allow them (GET /api/kinds shows them);
+# as types, a type checker refuses a misspelt one in @task.
+OnAbandon = Literal["cancel", "keep"]
+Dedupe = Literal["global", "requester"]
+OnDuplicate = Literal["join", "reject_different", "rerun", "replace"]
+ON_ABANDON: tuple[str, ...] = get_args(OnAbandon)
+DEDUPE: tuple[str, ...] = get_args(Dedupe)
+ON_DUPLICATE: tuple[str, ...] = get_args(OnDuplicate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +101,11 @@ class Registry:
 
     def task(self, kind: str, *, max_attempts: int | None = None, lease: float | str | None = None,
              backoff: Sequence[float | str] | str | None = None, jitter: float = 0.1, description: str = "",
-             validate: Callable[[dict], None] | None = None, on_abandon: str = "cancel",
-             on_duplicate: str = "join", reuse_for: float | str | None = None, priority: int = 0,
+             validate: Callable[[dict], None] | None = None, on_abandon: OnAbandon = "cancel",
+             on_duplicate: OnDuplicate = "join", reuse_for: float | str | None = None, priority: int = 0,
              max_running: int | None = None, max_running_per_key: int | None = None, rate: str | None = None,
              schedule: str | None = None, timezone: str | None = None, every: str | float | None = None,
-             timeout: str | float | None = None, dedupe: str = "global"):
+             timeout: str | float | None = None, dedupe: Dedupe = "global") -> Callable[[HandlerT], HandlerT]:
         """Decorator: @task("fetch_email", max_attempts=5, lease=300, backoff=(60, 300)).
         `validate(payload)` raising ValueError makes a submission a 422.
         `on_abandon`: what happens to an unfinished job when its last requester
@@ -137,7 +144,7 @@ class Registry:
         if timeout_seconds is not None and timeout_seconds <= 0:
             raise ValueError(f"@task({kind!r}): timeout must be longer than zero")
 
-        def register(handler: Handler) -> Handler:
+        def register(handler: HandlerT) -> HandlerT:
             _check_handler(kind, handler)
             earlier = self._specs.get(kind)
             if earlier is not None and earlier.handler is not handler:
