@@ -195,9 +195,9 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_wheel.py",), "the wheel's data folders are named packages: setuptools builds it without a warning"),
     # ------------------------------------------------------------ the producer refuses what HTTP refuses (stop 39, fixA)
     Edit("producer-priority-unchecked", "worker/queue.py",
-         "        producer.flags(request=request, force=force)\n"
+         "            producer.flags(request=request, force=force)\n"
          "        run_after = producer.due_at(run_after)\n        priority = producer.priority(priority)\n",
-         "        producer.flags(request=request, force=force)\n"
+         "            producer.flags(request=request, force=force)\n"
          "        run_after = producer.due_at(run_after)\n",
          (PRODUCER + "::test_what_http_refuses_the_producer_refuses",),
          "Queue.submit refuses a priority HTTP refuses (1.5, True, out of range)"),

@@ -87,8 +87,10 @@ class Queue(LeaseCalls, AdminCalls):
         Checked as over HTTP (worker/producer.py): a run_after already past is
         now; max_payload defaults to JOBFEED_MAX_PAYLOAD; refusals are QueueError."""
         producer.submission(kind, target, payload)  # first, as POST /api/jobs checks
-        requester = producer.requester(requester)
-        producer.flags(request=request, force=force)
+        if requester is not None:  # None, most submissions' value, costs nothing
+            requester = producer.requester(requester)
+        if type(request) is not bool or type(force) is not bool:
+            producer.flags(request=request, force=force)
         run_after = producer.due_at(run_after)
         priority = producer.priority(priority)
         concurrency_key = producer.concurrency_key(concurrency_key)
