@@ -15,6 +15,7 @@ import pytest
 from plan_reads import finished, heavy_lines, most_rows_one_node_read, planned_small_then_grown, rows_returned
 from queue_sql import T0, explained, register
 from jobfeed.worker import db
+from jobfeed.worker.limits import MAX_PAYLOAD_BYTES
 from jobfeed.worker.sql import query
 
 
@@ -253,7 +254,7 @@ async def test_a_signal_looks_at_its_jobs_missing_signals_by_key_under_kept_plan
     # read every job's missing signals.
     await register(pool, "k")
     job: list = []
-    calls = {"signal": (query("signal"), lambda: (job[0], "a", "{}"))}
+    calls = {"signal": (query("signal"), lambda: (job[0], "a", "{}", MAX_PAYLOAD_BYTES))}
 
     def took(name: str, rows) -> None:
         assert rows[0]["first"] is True, name
