@@ -11,7 +11,9 @@ reaches one of them: there prometheus-client's multiprocess mode
 histograms and gauges in files, and any process answers with all of them
 summed (open streams: over live processes). The figures read at scrape time
 (_Live) come from the answering process: jobs by state are the database's
-anyway; the feed's counters are that process's own."""
+anyway; the feed's and the group commit's counters are that process's own,
+labelled pid there (so each series only grows: unlabelled, two processes'
+counts taking turns would read as counter resets)."""
 
 from __future__ import annotations
 
@@ -61,24 +63,26 @@ class _Live(Collector):
             yield GaugeMetricFamily("jobfeed_oldest_due_seconds", "Age of the oldest queued job that is due "
                                     "(0 when none is).", value=self.stats.get("oldest_due_seconds") or 0)
         feed, batcher = self.feed, self.batcher
+        own = ["pid"] if os.environ.get("PROMETHEUS_MULTIPROC_DIR") else []
+
+        def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, documentation, labels=own)
+            family.add_metric([str(os.getpid())] if own else [], value)
+            return family
+
         if feed is not None:
             yield GaugeMetricFamily("jobfeed_feed_connected", "1 while the feed's LISTEN connection is up.",
                                     value=1 if feed.connected else 0)
             yield GaugeMetricFamily("jobfeed_feed_watched_jobs", "Jobs with at least one open stream here.",
                                     value=feed.watched_jobs)
-            yield CounterMetricFamily("jobfeed_feed_notifications", "Change notifications received.",
-                                      value=feed.notifications)
-            yield CounterMetricFamily("jobfeed_feed_rereads", "Batched re-reads of changed jobs.",
-                                      value=feed.rereads)
-            yield CounterMetricFamily("jobfeed_feed_connects", "(Re)connects of the feed's listener.",
-                                      value=feed.reconnects)
+            yield counter("jobfeed_feed_notifications", "Change notifications received.", feed.notifications)
+            yield counter("jobfeed_feed_rereads", "Batched re-reads of changed jobs.", feed.rereads)
+            yield counter("jobfeed_feed_connects", "(Re)connects of the feed's listener.", feed.reconnects)
         if batcher is not None:
-            yield CounterMetricFamily(
-                "jobfeed_submit_statements",
-                "Statements that wrote POST /api/jobs submissions (several per statement under load).",
-                value=batcher.batches)
-            yield CounterMetricFamily("jobfeed_submit_items", "Submissions written by those statements.",
-                                      value=batcher.items)
+            yield counter("jobfeed_submit_statements",
+                          "Statements that wrote POST /api/jobs submissions (several per statement under load).",
+                          batcher.batches)
+            yield counter("jobfeed_submit_items", "Submissions written by those statements.", batcher.items)
 
 
 class _WrittenFiles(MultiProcessCollector):

@@ -206,6 +206,11 @@ async def test_api_processes_answer_metrics_for_all_of_them(dsn):
             found = await scrape(url)
             assert len(api_pids(found)) == 2
             assert total(found, "jobfeed_http_requests_total", method="GET", route="/api/kinds") == 20
+            # a process's own counters name it: unlabelled, the processes' counts taking turns
+            # from scrape to scrape read as counter resets
+            own = [dict(ls).get("pid") for (n, ls) in found
+                   if n in ("jobfeed_submit_statements_total", "jobfeed_feed_notifications_total")]
+            assert len(own) == 2 and len(set(own)) == 1 and int(own[0]) in api_pids(found), own
     finally:
         assert await proc.stop(timeout=15) == 0, proc.log
 

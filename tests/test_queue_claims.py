@@ -5,10 +5,12 @@ database: one kind straight, but an expired lease of it still first."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import pytest
 
+from waiting import eventually
 from queue_sql import (T0, register, value_and_count_around, value_and_index_entries_read,
                        value_and_index_entries_read_on)
 
@@ -77,8 +79,14 @@ async def test_the_workers_claim_of_one_kind_reclaims_expired_leases_first(pool,
     await pool.execute("update jobfeed.jobs set lease_until = now() - interval '1 second' where id = any ($1)",
                        [lost.id, spent.id])
     await pool.execute("update jobfeed.jobs set max_attempts = 1 where id = $1", spent.id)
-    jobs = {j.id: j for j in await queue.claim(["k"], 2, "w2")}
+    ended = await pool.fetchval("select lease_until from jobfeed.jobs where id = $1", lost.id)
+    claimed, times = await queue.claim_timed(["k"], 2, "w2")
+    jobs = {j.id: j for j in claimed}
     assert len(jobs) == 2 and jobs[lost.id].attempt == 2 and spent.id not in jobs
+    # due again when its lease ran out: the wait the dashboard's chart shows counts from there
+    # (it counted from the job's first due time, the dead attempt's whole lease included)
+    assert await pool.fetchval("select run_after from jobfeed.jobs where id = $1", lost.id) == ended
+    assert 0.9 < next(t.wait for t in times if t.id == lost.id) < 5  # the worker's histogram: from there too
     assert await pool.fetchval("select state::text from jobfeed.jobs where id = $1", spent.id) == "failed"
     view = await queue.admin_get_job(lost.id)
     assert [a["outcome"] for a in view["attempts_log"]] == ["lease_expired", None]  # and the one running
@@ -110,6 +118,39 @@ async def test_the_workers_claim_says_how_long_each_job_waited_and_who_submitted
     [again], [(_, _, generation, wait, age, _)] = await queue.claim_timed(kinds, 5, "w")
     assert again.id == job_id and again.generation == generation == 2
     assert 3 <= wait < 8 and 60 <= age < 65
+
+
+async def claimer_start(pool) -> dt.datetime:
+    """The waiting claim's transaction start, less a second."""
+    return await pool.fetchval("select xact_start - interval '1 second' from pg_stat_activity "
+                               "where query like '%claim_v3%' and pid <> pg_backend_pid()")
+
+
+async def test_a_job_submitted_while_a_claim_waits_for_its_turn_has_its_times(pool):
+    """Several kinds: claim_v3's statement began before the job was there
+    (here it waits for a capped kind's turn, held by another claimer), and
+    what the claim took it read again from that statement's snapshot, which
+    has no such job: its wait and age came back null, and the worker's wait
+    histogram skipped it (the jobs claimed soonest after their submission)."""
+    await register(pool, "k")
+    await register(pool, "capped")
+    await pool.execute("update jobfeed.kinds set max_running = 10 where kind = 'capped'")
+    async with pool.acquire() as holder, pool.acquire() as claimer:
+        turn = holder.transaction()
+        await turn.start()
+        await holder.execute("select jobfeed.limits_lock('capped')")
+        claim = asyncio.create_task(claimer.fetch("select id, wait, age from jobfeed.claim_v3($1, 5, 'w')",
+                                                  ["capped", "k"]))
+        await eventually(lambda: pool.fetchval("select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
+                                               "and query like '%claim_v3%' and pid <> pg_backend_pid()"),
+                         what="the claim waiting for the capped kind's turn")
+        # committed after the claim's statement began, by a submission that began before it
+        # (so due by the claim's clock, which is its transaction's start)
+        job_id = await pool.fetchval("insert into jobfeed.jobs (kind, target, created_at, run_after) "
+                                     "values ('k', 'late', $1, $1) returning id", await claimer_start(pool))
+        await turn.rollback()
+        [(claimed, wait, age)] = await claim
+    assert claimed == job_id and wait is not None and age is not None and 0 <= wait < 5 and 0 <= age < 5
 
 
 async def test_the_workers_claim_commits_unflushed_unless_a_job_may_run_only_once(pool):

@@ -148,6 +148,7 @@ CALLS = {
     "notify_pairs": "select jobfeed.notify_pairs('jobfeed_fenced', array[gen_random_uuid()], array[1::bigint])",
     "notify_fenced": "select jobfeed.notify_fenced(array[gen_random_uuid()], array[1])",
     "sample_depth_from": "select jobfeed.sample_depth_from('{}', now())",
+    "claim_kinds": "select * from jobfeed.claim_kinds(array['nothing'], 1, 'w')",
     "claim_kind_v2": "select * from jobfeed.claim_kind_v2('nothing', 1, 'w', null, now(), false)",
     "notify_requesters": "select jobfeed.notify_requesters(array[gen_random_uuid()], array[1::bigint])",
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",

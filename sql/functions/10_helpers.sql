@@ -259,8 +259,11 @@ create or replace function jobfeed.end_expired_attempts(p_ids uuid[], p_now time
 returns void language sql as $$
     select jobfeed.finish_attempts(p_ids, null, 'lease_expired', 'lease_expired',
                                    'the worker stopped renewing its lease', p_now);
+    -- due again since its lease ran out: what the next claim's wait counts from
+    -- (the worker's histogram, the dashboard's chart)
     update jobfeed.jobs j
-       set last_error_code = 'lease_expired', last_error_message = 'the worker stopped renewing its lease'
+       set last_error_code = 'lease_expired', last_error_message = 'the worker stopped renewing its lease',
+           run_after = j.lease_until
      where j.id = any (p_ids);
 $$;
 

@@ -109,12 +109,16 @@ end $$;
 -- its share leaves the game, and what it left is shared in the next round. A
 -- backlog in one kind thus never starves another. One kind per statement; at
 -- most one round more than there are kinds. Fails first the expired jobs with
--- no attempts left. Returns each job with the lease it was granted.
-create or replace function jobfeed.claim_v2(
+-- no attempts left. Returns each job with the lease it was granted, and what
+-- the worker's timings and spans read (claim_kind_v2's last three columns, as
+-- the claim wrote them: a job inserted after the caller's statement began is
+-- not in that statement's snapshot, so claim_v3 cannot read them again).
+create or replace function jobfeed.claim_kinds(
     p_kinds text[], p_limit int, p_worker text, p_lease interval default null,
     p_now timestamptz default null)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
-               generation int, lease_until timestamptz, checkpoint jsonb, lease interval)
+               generation int, lease_until timestamptz, checkpoint jsonb, lease interval,
+               run_after timestamptz, created_at timestamptz, traceparent text)
 -- enable_seqscan off: the plan a session keeps for the expired-lease probe,
 -- made on a small table, may be a scan of it (PostgreSQL 15 made one)
 language plpgsql security definer set search_path = jobfeed, pg_temp set enable_seqscan = off as $$
@@ -156,8 +160,7 @@ begin
         foreach v_kind in array v_kinds loop
             exit when v_left < 1;
             v_want := least(v_share, v_left);
-            return query select c.id, c.kind, c.target, c.payload, c.attempts, c.max_attempts, c.generation,
-                                c.lease_until, c.checkpoint, c.lease
+            return query select *
                            from jobfeed.claim_kind_v2(v_kind, v_want, p_worker, p_lease, v_now, v_expired) c;
             get diagnostics v_got = row_count;
             v_left := v_left - v_got;
@@ -168,6 +171,18 @@ begin
         v_kinds := v_more;
     end loop;
 end $$;
+
+-- claim_kinds without the last three columns (workers before claim_v3 call it).
+create or replace function jobfeed.claim_v2(
+    p_kinds text[], p_limit int, p_worker text, p_lease interval default null,
+    p_now timestamptz default null)
+returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
+               generation int, lease_until timestamptz, checkpoint jsonb, lease interval)
+language sql security definer set search_path = jobfeed, pg_temp as $$
+    select c.id, c.kind, c.target, c.payload, c.attempts, c.max_attempts, c.generation, c.lease_until,
+           c.checkpoint, c.lease
+      from jobfeed.claim_kinds(p_kinds, p_limit, p_worker, p_lease, p_now) c
+$$;
 
 -- The worker's claim: claim_v2's jobs, each with the signals it awaited
 -- (signals_of), its children (children_of) and what job_timings reads (how
@@ -214,16 +229,8 @@ begin
           from jobfeed.claim_kind_v2(p_kinds[1], p_limit, p_worker, p_lease, now(), false) v
          where exists (select from one)
         union all
-        -- t: each row as it was before the claim (the statement's snapshot; the
-        -- claim changes none of these columns), probed by key (the LIMIT keeps the
-        -- planner from joining the whole table instead); a job reclaimed from an
-        -- expired lease has been due since the lease ran out
-        select v.id, v.kind, v.target, v.payload, v.attempts, v.max_attempts, v.generation, v.lease_until,
-               v.checkpoint, v.lease, t.due, t.created_at, t.traceparent, v.ordinality
-          from jobfeed.claim_v2(p_kinds, p_limit, p_worker, p_lease) with ordinality v
-          left join lateral (select case when j.state = 'running' then j.lease_until else j.run_after end as due,
-                                    j.created_at, j.traceparent from jobfeed.jobs j
-                              where j.id = v.id limit 1) t on true
+        select v.*
+          from jobfeed.claim_kinds(p_kinds, p_limit, p_worker, p_lease) with ordinality v
          where not exists (select from one)
     ), ids as materialized (
         select array(select c.id from c) as a
