@@ -35,6 +35,17 @@ def _unsupported(content_type: str) -> ApiError:
                     f"the body must be JSON (Content-Type: application/json), not {content_type[:100]!r}")
 
 
+def check_coding(request: Request) -> None:
+    """415 for a body sent compressed (Content-Encoding other than identity):
+    jobfeed reads bodies as they come, so one would be read as its compressed
+    bytes, or, marked but not compressed, taken although its sender meant
+    something else."""
+    coding = request.headers.get("content-encoding")
+    if coding is not None and coding.strip().lower() not in ("", "identity"):
+        raise ApiError(415, "unsupported_media_type",
+                       f"Content-Encoding {coding[:40]!r} is not supported: send the body uncompressed")
+
+
 _REQUIRED: Any = object()
 
 
@@ -44,6 +55,7 @@ async def read_json(request: Request, limit: int, *, if_empty: Any = _REQUIRED) 
     content_type = request.headers.get("content-type")
     if content_type is not None and not is_json(content_type):
         raise _unsupported(content_type)
+    check_coding(request)
     declared = digits(request.headers.get("content-length", "").strip(), 19)
     if declared is not None and declared > limit:
         raise too_large(f"the request body is over {limit} bytes")

@@ -27,7 +27,7 @@ from jobfeed.worker.queue import Queue
 
 from . import jobs
 from .auth import own_origin
-from .body import decode_json, too_large
+from .body import check_coding, decode_json, too_large
 from .errors import ApiError
 from .parse import digits
 from .state import Services, services
@@ -184,6 +184,7 @@ def _slots(request: Request, svc: Services) -> asyncio.Semaphore:
 
 async def submit_with_files(request: Request, svc: Services) -> Response:
     _check_origin(request)
+    check_coding(request)
     limit = svc.settings.max_upload
     _, params = parse_options_header(request.headers.get("content-type"))
     boundary = params.get(b"boundary")

@@ -44,6 +44,23 @@ async def test_json_routes_refuse_other_content_types_with_415(client, pool, con
     assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
 
 
+@pytest.mark.parametrize("coding", ["gzip", "br, gzip", "deflate"])
+async def test_a_compressed_body_is_refused_with_415(client, pool, coding):
+    """Before: the header was ignored, so a body marked gzip was taken as it
+    came (and a body really compressed called invalid JSON)."""
+    job = json.dumps({"kind": "demo", "target": "z"}).encode()
+    for body, content_type in ((job, "application/json"),
+                               (b'--b\r\nContent-Disposition: form-data; name="job"\r\n\r\n' + job + b"\r\n--b--\r\n",
+                                "multipart/form-data; boundary=b")):
+        response = await client.post("/api/jobs", content=body,
+                                     headers={"content-type": content_type, "content-encoding": coding})
+        assert (response.status_code, response.json()["error"]["code"]) == (415, "unsupported_media_type"), response.text
+    assert await pool.fetchval("select count(*) from jobfeed.jobs") == 0
+    plain = await client.post("/api/jobs", content=job, headers={"content-type": "application/json",
+                                                                 "content-encoding": "identity"})
+    assert plain.status_code == 201
+
+
 async def test_a_body_without_content_type_is_refused(client, pool):
     response = await client.post("/api/jobs", content=GOOD_JOB)
     assert response.status_code == 415
