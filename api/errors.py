@@ -84,7 +84,9 @@ async def _database_gone(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     # Starlette's ServerErrorMiddleware sends this answer, outside SecurityHeaders: its headers are given here.
-    return error_response(500, "internal_error", "internal error", HEADERS)
+    # It then raises the exception on, and the server drops the connection: Connection: close tells the
+    # client not to send its next request on it.
+    return error_response(500, "internal_error", "internal error", {**HEADERS, "Connection": "close"})
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {  # Starlette types each handler by its exception
