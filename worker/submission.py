@@ -174,7 +174,8 @@ def check_requester(requester: object) -> str | None:
         return None
     if not isinstance(requester, str) or not storable(requester) \
             or len(requester.encode("utf-8")) > MAX_TARGET_BYTES:
-        raise InvalidSubmission(422, "invalid_requester", f"a requester is a string of at most {MAX_TARGET_BYTES} bytes")
+        raise InvalidSubmission(422, "invalid_requester",
+                                f"a requester is a string of at most {MAX_TARGET_BYTES} bytes PostgreSQL can store")
     return requester
 
 

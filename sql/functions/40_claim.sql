@@ -184,12 +184,12 @@ language sql security definer set search_path = jobfeed, pg_temp as $$
       from jobfeed.claim_kinds(p_kinds, p_limit, p_worker, p_lease, p_now) c
 $$;
 
--- The worker's claim: claim_v2's jobs, each with the signals it awaited
+-- The worker's claim: claim_kinds' jobs, each with the signals it awaited
 -- (signals_of), its children (children_of) and what job_timings reads (how
 -- long it waited once due and how old it is, by the database's clock, for the
 -- workers' histograms; the submitter's traceparent, for the run's span), in
 -- one call. One kind with no expired lease (the common claim) goes straight
--- to claim_kind_v2, which leaves claim_v2's set-up out: sharing among kinds, the
+-- to claim_kind_v2, which leaves claim_kinds' set-up out: sharing among kinds, the
 -- look for expired leases and the limited kinds' locks (claim_limited_v2 takes
 -- its kind's own). Each function layer costs more than the claim of a job
 -- itself when every claim is a transaction of its own: so one statement with
