@@ -16,6 +16,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from jobfeed.worker.queue import QueueError
+from jobfeed.worker.submission import InvalidSubmission
 
 from .headers import HEADERS
 
@@ -41,7 +42,9 @@ async def _api_error(request: Request, exc: ApiError) -> Response:
     return error_response(exc.status, exc.code, exc.message, exc.headers)
 
 
-async def _queue_error(request: Request, exc: QueueError) -> Response:
+async def _refused(request: Request, exc: QueueError | InvalidSubmission) -> Response:
+    """The queue's refusal, or a submission's check (worker/submission.py, shared
+    with Queue.submit), answered with its own status and code."""
     return error_response(exc.status, exc.code, exc.message)
 
 
@@ -91,7 +94,8 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {  # Starlette types each handler by its exception
     ApiError: _api_error,
-    QueueError: _queue_error,
+    QueueError: _refused,
+    InvalidSubmission: _refused,
     HTTPException: _http_error,
     ClientDisconnect: _client_gone,
     **{kind: _database_gone for kind in DATABASE_GONE},

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from jobfeed.worker import tasks, tracing
 from jobfeed.worker.startup import DEMO_KIND, load_demo_checks
 from jobfeed.worker.queue import Queue, QueueError
-from jobfeed.worker.submission import (InvalidSubmission, Schedule, check_notify_url, check_schedule,
+from jobfeed.worker.submission import (Schedule, check_notify_url, check_schedule,
                                        check_signal_name, check_submission, parse_after, parse_signals)
 
 from . import access, auth, streams, uploads, waiting
@@ -40,10 +40,7 @@ def _notify_url(body, hosts: tuple[str, ...]) -> str | None:
     url = body.get("notify_url")
     if url is None:
         return None
-    try:
-        return check_notify_url(url, hosts)
-    except InvalidSubmission as exc:
-        raise ApiError(exc.status, exc.code, exc.message) from None
+    return check_notify_url(url, hosts)
 
 
 def _fields(body) -> dict:
@@ -55,12 +52,9 @@ def _fields(body) -> dict:
 
 
 def _check_submission(body: dict) -> tuple[str, str, dict, Schedule]:
-    try:
-        kind, target, payload = check_submission(body.get("kind"), body.get("target"), body.get("payload", {}))
-        return kind, target, payload, check_schedule(body.get("run_at"), body.get("delay"), body.get("priority"),
-                                                     body.get("concurrency_key"))
-    except InvalidSubmission as exc:
-        raise ApiError(exc.status, exc.code, exc.message) from None
+    kind, target, payload = check_submission(body.get("kind"), body.get("target"), body.get("payload", {}))
+    return kind, target, payload, check_schedule(body.get("run_at"), body.get("delay"), body.get("priority"),
+                                                 body.get("concurrency_key"))
 
 
 async def submit(request: Request) -> Response:
@@ -91,11 +85,8 @@ def check_body(body, svc) -> Submitting:
     kind, target, payload, schedule = _check_submission(body)
     force = _force(body)
     notify_url = _notify_url(body, svc.settings.webhook_hosts)
-    try:
-        after = parse_after(body.get("after", []))
-        signals, signal_timeout = parse_signals(body.get("await_signals", []), body.get("signal_timeout"))
-    except InvalidSubmission as exc:
-        raise ApiError(exc.status, exc.code, exc.message) from None
+    after = parse_after(body.get("after", []))
+    signals, signal_timeout = parse_signals(body.get("await_signals", []), body.get("signal_timeout"))
     return Submitting(kind, target, payload, schedule, force, notify_url, after, signals, signal_timeout)
 
 
@@ -226,10 +217,7 @@ async def signal(request: Request) -> Response:
     else:
         await auth.require_admin(request, svc.settings.admin_token, svc.pool)
     job_id = parse_job_id(request.path_params["job_id"])
-    try:
-        name = check_signal_name(request.path_params["name"])
-    except InvalidSubmission as exc:
-        raise ApiError(exc.status, exc.code, exc.message) from None
+    name = check_signal_name(request.path_params["name"])
     data = await read_json(request, svc.body_limit) if await _has_body(request) else None
     first, text = await svc.queue.signal_json(job_id, name, data)  # QueueError invalid_payload: a 422
     return json_text(with_flag(text, "first", first))

@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.settings import Settings
-from jobfeed.worker.submission import InvalidSubmission, check_requester
+from jobfeed.worker.submission import check_requester
 
 from .batching import SubmitBatcher
 from .errors import ApiError
@@ -64,10 +64,7 @@ class Services:
             who = request.headers.get(self.settings.requester_header)
         else:
             return None
-        try:
-            return check_requester(who)
-        except InvalidSubmission as exc:
-            raise ApiError(exc.status, exc.code, exc.message) from None
+        return check_requester(who)  # InvalidSubmission: a 422 (api/errors.py)
 
 
 NOT_RUNNING = ("jobfeed's lifespan is not running: a host app that mounts jobfeed.api.create_app() enters "
