@@ -96,6 +96,8 @@ READS = "tests/test_queue_reads.py"
 BULK = "tests/test_queue_bulk.py"
 CLAIMS = "tests/test_queue_claims.py"
 WAITS = "tests/test_waits.py"
+PRODUCER = "tests/test_producer_checks.py"
+IDENTITY = "tests/test_embedding.py::test_an_identity_is_a_short_string_or_nobody"
 # The batch writes' plan settings (complete_many and extend_many share them),
 # without the sequential scans' line, and the lines after them, which tell the
 # two functions apart by their first variable.

@@ -8,8 +8,9 @@ from mutation_edits_http import HTTP_EDITS
 from mutation_edits_operations import OPERATIONS_EDITS
 from mutation_edits_passes import PASS_EDITS
 from mutation_edits_plans import PLAN_EDITS
+from mutation_edits_producer import PRODUCER_EDITS
 from mutation_edits_service import SERVICE_EDITS
 
 __all__ = ["EDITS", "Edit"]
 
-EDITS: list[Edit] = QUEUE_EDITS + SERVICE_EDITS + PLAN_EDITS + PASS_EDITS + HTTP_EDITS + OPERATIONS_EDITS
+EDITS: list[Edit] = QUEUE_EDITS + SERVICE_EDITS + PLAN_EDITS + PASS_EDITS + PRODUCER_EDITS + HTTP_EDITS + OPERATIONS_EDITS
