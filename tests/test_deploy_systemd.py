@@ -26,6 +26,7 @@ import pytest
 from conftest import skip_or_fail
 from migration_dbs import as_user, empty_db  # noqa: F401  (a fixture)
 from servers import Process, free_port, stream_statuses
+from waiting import eventually
 from jobfeed.worker.run_context import CANCEL_WAIT
 from jobfeed.worker.settings import parse_duration
 
@@ -198,9 +199,15 @@ async def test_the_units_commands_run_jobfeed_and_stop_cleanly(empty_db, logins)
             assert statuses[-1] == "completed", statuses
             # each of the worker's children serves its own metrics (port + i)
             children = int(units["worker"].argv()[units["worker"].argv().index("--processes") + 1])
+            async def scraped(i: int) -> httpx.Response | None:
+                try:
+                    return await http.get(f"http://127.0.0.1:{metrics + i}/metrics")
+                except httpx.ConnectError:  # that child may still be starting: another ran the job
+                    return None
+
             for i in range(children):
-                got = await http.get(f"http://127.0.0.1:{metrics + i}/metrics")
-                assert got.status_code == 200 and "jobfeed_" in got.text, (i, got.status_code)
+                got = await eventually(lambda i=i: scraped(i), timeout=30, what=f"child {i}'s metrics")
+                assert got.status_code == 200 and "jobfeed_" in got.text, (i, got.status_code, procs["worker"].log)
 
             # A job under way when the worker is stopped finishes within the
             # grace: no job is left to wait out its lease after a deploy.
