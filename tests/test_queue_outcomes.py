@@ -168,6 +168,26 @@ async def test_retry_resets_attempts_and_keeps_generation_growing(pool, queue, k
     assert await pool.fetchval("select jobfeed.complete($1, 1, '{}')", jid) is False
 
 
+async def test_retry_of_a_job_canceled_before_its_first_start_keeps_its_time(pool, queue, k):
+    """An admin retry undoes the cancel of a job that never started: one asked
+    for later is due at that time again (scheduled_for shows it), not now; one
+    whose time has passed, or that ran (its backoff is not kept), is due at once."""
+    later = await pool.fetchval("select id from jobfeed.submit('k', 'later', '{}', $1, 65536, $2)", T0 + 60 * M, T0)
+    passed = await pool.fetchval("select id from jobfeed.submit('k', 'passed', '{}', $1, 65536, $2)", T0 + S, T0)
+    backed_off = await submit(pool, "backed-off")
+    assert await fail_transient(pool, await claim_one(pool)) is True
+    assert (await job(pool, backed_off))["run_after"] == T0 + M
+    for jid in (later, passed, backed_off):
+        await pool.fetchval("select jobfeed.cancel($1, $2)", jid, T0)
+        await pool.fetchval("select jobfeed.retry($1, $2)", jid, T0 + 2 * S)
+    assert (await job(pool, later))["run_after"] == T0 + 60 * M
+    assert (await job(pool, passed))["run_after"] == T0 + 2 * S
+    assert (await job(pool, backed_off))["run_after"] == T0 + 2 * S
+    assert dt.datetime.fromisoformat((await public(pool, later))["scheduled_for"]) == T0 + 60 * M
+    assert {r["id"] for r in await claim(pool, 5, now=T0 + 2 * S)} == {passed, backed_off}
+    assert later in {r["id"] for r in await claim(pool, 5, now=T0 + 60 * M)}
+
+
 async def test_retry_and_cancel_refuse_wrong_state_and_unknown_id(pool, queue, k):
     jid = await submit(pool, "t")
     with pytest.raises(QueueError) as e:  # queued: not retryable

@@ -35,7 +35,8 @@ end $$;
 -- One retry of a failed or canceled job the caller has locked, after its
 -- dependencies (hold_dependencies): the order in which a dependency that
 -- finishes settles its dependents, so neither waits for the other, and none
--- finishes unseen. Attempts back to 0, and due now; but waiting again while
+-- finishes unseen. Attempts back to 0, and due now (or, never started, at its
+-- run_at if that is still ahead); but waiting again while
 -- something it waits for (after, ctx.wait_for, a signal) is unfinished, unless
 -- that wait is what failed it (dependency_failed, signal_timeout): the retry
 -- then runs it without. Its requests ended when it was final: one leaving
@@ -52,7 +53,10 @@ begin
     select j.state = 'failed' and j.last_error_code in ('dependency_failed', 'signal_timeout') into v_waited
       from jobfeed.jobs j where j.id = p_id;
     update jobfeed.jobs j
-       set state = 'queued', attempts = 0, run_after = p_now, lease_until = null, finished_at = null,
+       set state = 'queued', attempts = 0, lease_until = null, finished_at = null,
+           -- a job that never started keeps the time it was asked for, if still ahead:
+           -- the retry undoes its cancel (a run's backoff is never kept)
+           run_after = case when j.generation = 0 then greatest(j.run_after, p_now) else p_now end,
            result = null, updated_at = p_now, version = j.version + 1, requesters = 0
      where j.id = p_id
     returning j.version, j.kind into o_version, o_kind;
