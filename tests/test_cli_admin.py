@@ -46,6 +46,9 @@ async def test_a_filter_retries_or_cancels_every_job_it_matches(dsn, queue, pool
     await queue.submit("demo", "e")
     nothing = jobfeed(dsn, "retry")
     assert nothing.returncode == 2 and "name job ids, or a filter" in nothing.stderr
+    for flag in ("--error-code", "--kind"):  # an empty value is a mistake, not "no filter"
+        empty = jobfeed(dsn, "retry", str(uuid.uuid4()), flag, "")
+        assert empty.returncode == 2 and f"{flag} must be a non-empty string" in empty.stderr, empty.stderr
     assert await states(pool) == {"a": "failed", "b": "failed", "c": "failed", "d": "failed", "e": "queued"}
     retried = jobfeed(dsn, "retry", "--error-code", "http_404", "--json")
     assert retried.returncode == 0 and json.loads(retried.stdout) == {"count": 3}

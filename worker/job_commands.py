@@ -161,6 +161,9 @@ async def _admin_action(settings: Settings, args, action: str) -> int:
     job the ids and filters all match, as the bulk route does."""
     ids = [_uuid(text, "job id") for text in args.ids]
     filters = {"state": args.state, "kind": args.kind, "error_code": args.error_code}
+    for name, value in filters.items():  # as the bulk route says of an empty filter value
+        if value == "":
+            raise UsageError(f"jobfeed {action}: --{name.replace('_', '-')} must be a non-empty string")
     if len(ids) == 1 and not any(filters.values()):
         view = await _one_call(settings, f"jobfeed-{action}",
                                lambda queue: queue.retry(ids[0]) if action == "retry" else queue.cancel(ids[0]))
