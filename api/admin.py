@@ -37,9 +37,20 @@ def _limit(value: str | None) -> int:
     return limit
 
 
+# A filter the list does not know is refused, not dropped: an admin trying the
+# bulk actions' error_code here would otherwise be shown every job.
+LIST_PARAMS = ("state", "kind", "limit", "cursor")
+
+
 async def list_jobs(request: Request) -> Response:
     await _admin(request)
     params = request.query_params
+    for key in params.keys():
+        if key not in LIST_PARAMS:
+            raise ApiError(422, "invalid_query",
+                           f"unknown query parameter {key!r}; the list takes {', '.join(LIST_PARAMS)}")
+        if len(params.getlist(key)) > 1:
+            raise ApiError(422, "invalid_query", f"{key} given more than once")
     state = params.get("state") or None
     if state is not None and state not in STATES:
         raise ApiError(422, "invalid_query", f"state must be one of {', '.join(STATES)}")

@@ -202,6 +202,8 @@ BAD_PARAMS = [
     {"cursor": base64.urlsafe_b64encode(b'["2026-01-01T00:00:00", "8f4c3b9e-2d4a-4c55-9b0e-0a3d1f2e9c11"]').decode()},
     {"cursor": base64.urlsafe_b64encode(b'{"a": 1}').decode()},
     {"kind": "a\x00b"},
+    {"error_code": "http_404"}, {"state": "failed", "Kind": "demo"},  # not list filters: never dropped
+    [("state", "queued"), ("state", "failed")],
 ]
 
 
