@@ -65,6 +65,14 @@ def test_bad_schedules_are_refused_when_declared(args):
         periodic("k", **args)
 
 
+@pytest.mark.parametrize("zone", ["", " ", "localtime", 5, b"UTC"])
+def test_a_timezone_that_names_no_one_zone_is_refused_naming_the_task(zone):
+    """Not UTC for "", nor each host's own zone for "localtime"; a non-string
+    is refused as the other @task mistakes are, not as a TypeError."""
+    with pytest.raises(ValueError, match=r"^@task\('k'\): timezone .* is not an IANA zone name"):
+        periodic("k", schedule="0 3 * * *", timezone=zone, every=None)  # type: ignore[arg-type]
+
+
 def test_every_takes_utc_as_its_timezone():
     """every= runs in UTC: saying so (the timezone's default) is no error."""
     p = periodic("k", schedule=None, timezone="UTC", every=300.0)

@@ -86,7 +86,12 @@ def periodic(kind: str, schedule: str | None, timezone: str | None, every: float
         if every < 1 or every != int(every):
             raise ValueError(f"@task({kind!r}): every must be a whole number of seconds, at least 1s")
         return Periodic(kind, every=every)
-    tz = timezone or "UTC"
+    tz = "UTC" if timezone is None else timezone
+    # "" is no zone, not UTC; "localtime" is each host's own, so two workers'
+    # slots could differ
+    if not isinstance(tz, str) or tz.strip() in ("", "localtime"):
+        raise ValueError(f"@task({kind!r}): timezone {str(tz)[:64]!r} is not an IANA zone name "
+                         "(write e.g. 'UTC', 'Europe/Berlin')")
     try:
         zone = ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
