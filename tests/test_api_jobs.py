@@ -130,6 +130,8 @@ BAD = [
     # past what a date holds, or the longest duration: refused, not an overflow
     (b'{"kind": "demo", "target": "a", "delay": "99999999999d"}', 422, "invalid_delay"),
     (b'{"kind": "demo", "target": "a", "delay": "3000000d"}', 422, "invalid_delay"),
+    ('{"kind": "demo", "target": "a", "delay": "\u0665s"}'.encode(), 422, "invalid_delay"),  # digits: ASCII
+    ('{"kind": "demo", "target": "a", "run_at": "\u0662030-01-01T00:00:00Z"}'.encode(), 422, "invalid_run_at"),
     (b'{"kind": "demo", "target": "a", "delay": "99999999999999999999ms"}', 422, "invalid_delay"),
     (b'{"kind": "demo", "target": "a", "await_signals": ["go"], "signal_timeout": "99999999999d"}', 422,
      "invalid_request"),

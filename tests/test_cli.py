@@ -183,6 +183,17 @@ def test_durations_at_their_least_are_taken():
         Settings.from_env({"JOBFEED_LEASE": "0.1s"})
 
 
+@pytest.mark.parametrize("key, value", [
+    ("JOBFEED_RETENTION", "\uff17d"), ("JOBFEED_LEASE", "\u0665s"), ("JOBFEED_MAX_ATTEMPTS", "\uff15"),
+    ("JOBFEED_MAX_ATTEMPTS", "5_0"), ("JOBFEED_MAX_ATTEMPTS", "+5"), ("JOBFEED_PORT", "\uff18\uff10"),
+    ("JOBFEED_MAX_PAYLOAD", "\u0666\u0664KiB")])
+def test_numbers_in_settings_are_ascii_digits(key, value):
+    """Fullwidth or Arabic-Indic digits, int()'s "5_0" and "+5": each a typo
+    more likely than a number meant, refused naming the setting."""
+    with pytest.raises(SettingError, match=f"^{key}: "):
+        Settings.from_env({key: value})
+
+
 @pytest.mark.parametrize("args, flag", [
     (["--log-level", "bogus", "sweeper", "--once"], "--log-level"),
     (["api", "--host", "not..a..host"], "--host"),

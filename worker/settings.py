@@ -18,7 +18,7 @@ from typing import Mapping
 from .limits import INT_MAX, MAX_PAYLOAD_BYTES
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)\s*$")  # ASCII digits: \d takes '٥' too
 
 
 class SettingError(ValueError):
@@ -116,11 +116,19 @@ def check_webhook_secret(text: str) -> str:
     return text.strip()
 
 
+def digits(text: str | None, max_len: int = 18) -> int | None:
+    """The whole number `text` spells in ASCII digits (at most max_len), else
+    None. int() also reads '７', '٣', '+5' and '5_000', and str.isdigit() takes
+    '²', on which int() raises; int() of a 5,000-digit string is slow."""
+    if not text or len(text) > max_len or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
 def parse_positive_int(text: str, name: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise SettingError(f"{name}: {text!r} is not a whole number") from None
+    value = digits(str(text).strip())
+    if value is None:
+        raise SettingError(f"{name}: {text!r} is not a whole number")
     if not 1 <= value <= INT_MAX:
         raise SettingError(f"{name}: {text!r} must be from 1 to {INT_MAX}")
     return value
@@ -128,7 +136,7 @@ def parse_positive_int(text: str, name: str) -> int:
 
 _SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3, "kb": 1000, "mb": 1000 ** 2,
                "gb": 1000 ** 3}
-_SIZE = re.compile(r"^\s*(\d{1,15})\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*([0-9]{1,15})\s*([a-zA-Z]*)\s*$")
 
 # Shorter admin tokens are refused: guessable, and "" once signed anyone in.
 MIN_ADMIN_TOKEN = 16
@@ -182,10 +190,9 @@ def check_token(token: str | None, name: str) -> None:
 
 def parse_port(text: str, name: str, *, free: bool = False) -> int:
     """A port number; free=True also takes 0, "any free port"."""
-    try:
-        port = int(str(text).strip())
-    except ValueError:
-        raise SettingError(f"{name}: {text!r} is not a port number") from None
+    port = digits(str(text).strip(), 5)
+    if port is None:
+        raise SettingError(f"{name}: {text!r} is not a port number")
     if not (0 if free else 1) <= port <= 65535:
         raise SettingError(f"{name}: {port} is not a port number")
     return port

@@ -238,7 +238,7 @@ class Schedule:
 
 # RFC 3339's date-time (section 5.6), "T" or "t" between date and time; what
 # datetime.fromisoformat also takes (week dates, hours alone, basic format) is not.
-_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
 
 
 def parse_run_at(value: object) -> dt.datetime | None:
