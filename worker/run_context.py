@@ -203,6 +203,9 @@ async def call_handler(spec: TaskSpec, job: Job, ctx: Context):
     # event loop past its deadline (no cancellation could reach it): its
     # outcome came past the timeout
     if past():
+        # not the worker's any more (given up on, or its lease lost): lost, and
+        # no word of a timeout, which its give-up already wrote and logged
+        ctx._held()
         raise timed_out(spec, job) from None
     return result
 
