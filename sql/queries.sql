@@ -226,6 +226,14 @@ select current_user::text as login, count(*) as missing, min(p.proname::text) as
    and has_function_privilege($1, p.oid, 'EXECUTE')
    and not has_function_privilege(p.oid, 'EXECUTE');
 
+-- name: database_identity
+-- Which database a connection reached, whatever address it went through (a
+-- pooler's or the server's own): the cluster's identifier, and the database's
+-- oid in it. Before the schema exists (a first migration), so not a function.
+select (select system_identifier from pg_control_system()) as cluster,
+       (select d.oid::int8 from pg_database d where d.datname = current_database()) as database,
+       current_database()::text as name;
+
 -- name: wake_all
 -- The kind alone: every worker of it wakes, whatever the seats (worker/seats.py).
 select pg_notify('jobfeed_due', k) from unnest($1::text[]) k;

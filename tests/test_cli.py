@@ -8,8 +8,10 @@ import os
 import re
 import socket
 import subprocess
+import urllib.parse
 import uuid
 
+import asyncpg
 import httpx
 import pytest
 
@@ -235,6 +237,28 @@ async def test_an_unreachable_direct_url_is_one_line_naming_it(dsn, pool, args):
     assert "JOBFEED_DIRECT_URL: cannot connect to postgresql://postgres:***@127.0.0.1:1/jobfeed" in line
     assert "s3cret" not in line
     assert await job_count(pool) == 0
+
+
+@pytest.mark.parametrize("args", [["worker"], ["migrate"], ["sweeper", "--once"]])
+async def test_a_direct_url_to_another_database_is_refused_naming_it(dsn, pool, args):
+    """Its listeners would hear nothing of the jobs written through DATABASE_URL,
+    and a migration would go to the other database: refused at start, before
+    any of it."""
+    other = f"direct_other_{uuid.uuid4().hex[:8]}"
+    await pool.execute(f"create database {other}")
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+        out = jobfeed(dsn, *args, JOBFEED_DIRECT_URL=parts._replace(path=f"/{other}").geturl())
+        assert out.returncode == 2, out.stderr
+        line = one_line(out)
+        assert f"JOBFEED_DIRECT_URL: reaches database '{other}', not the one DATABASE_URL reaches" in line, line
+        conn = await asyncpg.connect(parts._replace(path=f"/{other}").geturl())
+        try:  # nothing migrated there
+            assert await conn.fetchval("select to_regnamespace('jobfeed') is null")
+        finally:
+            await conn.close()
+    finally:
+        await pool.execute(f"drop database {other} with (force)")
 ANY_ID = str(uuid.UUID(int=1))
 
 

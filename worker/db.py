@@ -14,7 +14,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
-from . import logs
+from . import logs, sql
 from .settings import SettingError
 from .waits import cancel_and_wait, wait_event
 
@@ -166,7 +166,7 @@ async def connect_first(dsn: str, *, name: str, bounded: bool = True, session: b
     setting = "JOBFEED_DIRECT_URL" if url != dsn else "DATABASE_URL"
     try:
         urllib.parse.urlsplit(url).port  # noqa: B018  (raises ValueError for a port out of range)
-        return await connect(url, name=name, bounded=bounded)
+        conn = await connect(url, name=name, bounded=bounded)
     except ValueError as exc:  # asyncpg's ClientConfigurationError is one
         # Other ValueErrors (a port that is no number) may quote a piece of the
         # password: not repeated.
@@ -176,6 +176,33 @@ async def connect_first(dsn: str, *, name: str, bounded: bool = True, session: b
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:  # a timeout is an OSError
         raise DatabaseUnreachable(f"{setting}: cannot connect to {logs.without_password(url)}: "
                                   f"{str(exc) or type(exc).__name__}") from None
+    if url != dsn:
+        try:
+            await _same_database(conn, dsn, name=name)
+        except BaseException:
+            await conn.close()
+            raise
+    return conn
+
+
+async def _same_database(conn: asyncpg.Connection, dsn: str, *, name: str) -> None:
+    """JOBFEED_DIRECT_URL (conn) reaches the database DATABASE_URL (dsn) does,
+    else SettingError: its listeners would hear nothing of the jobs written
+    through the pooler, and a migration would go to the other database."""
+    other = await connect_first(dsn, name=f"{name}-pooler")
+    try:
+        query = sql.query("database_identity")
+        try:
+            direct_one, pooled = await conn.fetchrow(query), await other.fetchrow(query)
+        except asyncpg.PostgresError as exc:  # pg_control_system() withheld, on some hosted servers
+            log.warning("could not check that JOBFEED_DIRECT_URL reaches DATABASE_URL's database: %s", exc)
+            return
+    finally:
+        await other.close()
+    if (direct_one["cluster"], direct_one["database"]) != (pooled["cluster"], pooled["database"]):
+        where = "" if direct_one["cluster"] == pooled["cluster"] else " on another server"
+        raise SettingError(f"JOBFEED_DIRECT_URL: reaches database {direct_one['name']!r}, not the one DATABASE_URL "
+                           f"reaches ({pooled['name']!r}{where}); name the pooler's database, on the server itself")
 
 
 # ---------------------------------------------------------------- listening
