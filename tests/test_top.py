@@ -81,6 +81,30 @@ async def test_top_shows_the_queue_live_and_quits_cleanly_on_q(dsn, queue, pool,
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
 
+@pytest.mark.full
+@pytest.mark.parametrize("term", ["dumb", "xterm-nobody-knows", None])
+async def test_a_terminal_curses_cannot_draw_on_gets_the_view_printed_once(dsn, queue, demo_kind, term):
+    """TERM=dumb (no cursor addressing), a TERM terminfo lacks, or none: the
+    view printed once and exit 0, as without a terminal, not curses' traceback."""
+    await queue.submit("demo", "top-0")
+    session = f"jobfeed-top-{uuid.uuid4().hex[:8]}"
+    env = worker_env(dsn)
+    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in ("DATABASE_URL", "JOBFEED_TASKS", "PYTHONPATH")
+                       if k in env)
+    terminal = "-u TERM" if term is None else f"TERM={term}"
+    command = f"env {terminal} {exports} {shlex.join(JOBFEED)} top 2>&1; echo top-exited-$?; sleep 60"
+    tmux("new-session", "-d", "-s", session, "-x", "140", "-y", "30", "sh", "-c", command)
+    try:
+        async def exited():
+            text = tmux("capture-pane", "-p", "-t", session)
+            return text if "top-exited-" in text else None
+        out = await eventually(exited, what="top to exit")
+        assert "top-exited-0" in out and "Traceback" not in out, out
+        assert row(out, "demo") == [0, 1, 0, 0, 0, 0], out
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
 async def shows_async(shows, pool):
     return await shows(await db_row(pool, "demo"))
 

@@ -103,6 +103,17 @@ async def _run(screen, queue: Queue) -> None:
             await asyncio.sleep(0.05)
 
 
+def _drawable() -> bool:
+    """A terminal curses can draw on: one terminfo knows (TERM set, and not a
+    name it lacks) that can move its cursor (TERM=dumb cannot). Else the view
+    is printed once, as without a terminal, instead of curses' traceback."""
+    try:
+        curses.setupterm()
+        return curses.tigetstr("cup") is not None
+    except curses.error:
+        return False
+
+
 async def cmd_top(settings: Settings, args) -> int:
     dsn = await prepare(settings)
     pool = await db.create_pool(dsn, min_size=1, max_size=2, name="jobfeed-top")
@@ -110,8 +121,8 @@ async def cmd_top(settings: Settings, args) -> int:
         queue = Queue(pool)
         # curses needs a terminal to draw on and read keys from: without one
         # (a pipe, a file, cron, `watch`), the view is printed once, as
-        # `top -b -n 1` does.
-        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        # `top -b -n 1` does; so on a terminal curses cannot draw on.
+        if not (sys.stdin.isatty() and sys.stdout.isatty() and _drawable()):
             print("\n".join(await _snapshot(queue, SNAPSHOT_WIDTH, interactive=False)))
             return 0
         screen = curses.initscr()
