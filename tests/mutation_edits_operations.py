@@ -95,6 +95,12 @@ OPERATIONS_EDITS: list[Edit] = [
          "        if not (sys.stdin.isatty() and sys.stdout.isatty()):",
          ("tests/test_top.py::test_a_terminal_curses_cannot_draw_on_gets_the_view_printed_once",),
          "jobfeed top on TERM=dumb, an unknown TERM or none prints the view once, not a traceback"),
+    Edit("flush-raises-a-blip-into-the-handler", "worker/run_context.py",
+         "        self._held()\n        try:\n            await self.write_pending()\n        except RETRYABLE as exc:\n"
+         "            self._not_yet(exc, self.PROGRESS_INTERVAL)\n\n    async def write_pending",
+         "        self._held()\n        await self.write_pending()\n        return\n\n    async def write_pending",
+         ("tests/test_worker_runner.py::test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler_runs_on",),
+         "ctx.flush() with the database away keeps the report; the handler's attempt is not failed for it"),
     Edit("admin-list-drops-unknown-filter", "api/admin.py",
          "        if key not in LIST_PARAMS:", "        if False:",
          ("tests/test_api_admin.py::test_bad_list_parameters_are_422",),

@@ -41,8 +41,8 @@ PASS_EDITS: list[Edit] = [
          (POSITION + "::test_every_answer_about_one_job_carries_its_position",),
          "a request leaving is answered with the job's view and its position"),
     Edit("progress-blip-fails-the-attempt", "worker/run_context.py",
-         "        except RETRYABLE as exc:\n            self._not_yet(exc, self.PROGRESS_INTERVAL)\n",
-         "        except RETRYABLE:\n            raise\n",
+         "        except RETRYABLE as exc:\n            self._not_yet(exc, self.PROGRESS_INTERVAL)\n\n    def _plan",
+         "        except RETRYABLE:\n            raise\n\n    def _plan",
          (RUNNER + "::test_a_database_blip_costs_a_reporting_handler_nothing",),
          "a database blip while a handler reports progress costs it no attempt"),
     # ------------------------------------------------------------ stop 36's black-box passes

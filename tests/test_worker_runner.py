@@ -8,6 +8,8 @@ import asyncio
 import json
 import uuid
 
+import asyncpg
+
 from jobfeed.worker import metrics, redact
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
 from waiting import eventually, wait_state
@@ -342,6 +344,51 @@ async def test_a_database_blip_costs_a_reporting_handler_nothing(dsn, pool, queu
         runner.stop()
         await asyncio.wait_for(task, 10)
         await blip.close()
+
+
+async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler_runs_on(dsn, pool, queue):
+    """ctx.flush() while the database is away (its first writes fail as a
+    lost connection does): the report is kept and written later, as
+    progress() keeps one; the handler is not failed for it, and its attempt
+    completes with its last report written."""
+    from jobfeed.worker import db
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.runner import Runner
+
+    flushed = asyncio.Event()
+
+    async def reporting(job, ctx: Context):
+        await ctx.progress(1, 2, "first")
+        await ctx.progress(2, 2, "second")
+        await ctx.flush()
+        flushed.set()
+        return {"ok": True}
+
+    await queue.register_kind("reporting", max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0)
+    own = await db.create_pool(dsn, min_size=1, max_size=2)
+    own_queue = Queue(own)
+    real_progress, failures = own_queue.progress, [3]
+
+    async def progress(*args):
+        if failures[0]:
+            failures[0] -= 1
+            raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+        return await real_progress(*args)
+
+    own_queue.progress = progress  # type: ignore[method-assign]
+    runner = Runner(own_queue, dsn, [spec("reporting", reporting, lease=5.0)], poll_interval=0.2, grace=1.0)
+    task = asyncio.create_task(runner.run())
+    try:
+        job_id = (await queue.submit("reporting", "x")).id
+        await wait_state(pool, job_id, "completed", timeout=15)
+        assert flushed.is_set()
+        job = await pool.fetchrow("select attempts, progress from jobfeed.jobs where id = $1", job_id)
+        assert job["attempts"] == 1, "the flush cost the handler its attempt"
+        assert json.loads(job["progress"])["message"] == "second"
+    finally:
+        runner.stop()
+        await asyncio.wait_for(task, 10)
+        await own.close()
 
 
 async def test_a_release_without_retry_after_waits_the_kinds_first_backoff(queue, pool, run):

@@ -286,7 +286,7 @@ class Attempts:
         if not entry.ctx.unwritten:
             return  # most jobs: nothing reported, or all of it written
         try:
-            await retrying(entry.ctx.flush, until=time.monotonic() + entry.ctx.lease,
+            await retrying(entry.ctx.write_pending, until=time.monotonic() + entry.ctx.lease,
                            what=f"write job {entry.ctx.job.id}'s last progress")
         except LeaseLost:
             pass  # the outcome's write, fenced too, will say so

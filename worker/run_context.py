@@ -53,7 +53,7 @@ class RunContext(Context):
             self._plan(wait)
             return
         try:
-            await self.flush()
+            await self.write_pending()
         except RETRYABLE as exc:
             self._not_yet(exc, self.PROGRESS_INTERVAL)
 
@@ -61,7 +61,7 @@ class RunContext(Context):
         self._later = asyncio.create_task(self._write_later(wait), name=f"progress-{self.job.id}")
 
     def _not_yet(self, exc: BaseException, waited: float) -> None:
-        """flush() kept the report: try again later, twice as late each time."""
+        """write_pending() kept the report: try again later, twice as late each time."""
         wait = min(waited * 2, self.MAX_RETRY_WAIT)
         log.warning("job %s: could not write progress yet (%s: %s); trying again in %.2fs",
                     self.job.id, type(exc).__name__, exc, wait)
@@ -72,7 +72,7 @@ class RunContext(Context):
         await asyncio.sleep(wait)
         self._later = None
         try:
-            await self.flush()
+            await self.write_pending()
         except LeaseLost:
             pass  # the handler hears of it at its next call, or from the heartbeat
         except RETRYABLE as exc:
@@ -86,7 +86,19 @@ class RunContext(Context):
         return self._pending is not None or (self._writing is not None and self._writing.locked())
 
     async def flush(self) -> None:
-        """Write the report that waits, if any (LeaseLost if the job is gone)."""
+        """The handler's: write the report that waits now, if any (LeaseLost if
+        the job is gone). The database away for a moment, the report is kept and
+        tried again later, as progress() does: the handler runs on, and the
+        last report is still written before the outcome."""
+        self._held()
+        try:
+            await self.write_pending()
+        except RETRYABLE as exc:
+            self._not_yet(exc, self.PROGRESS_INTERVAL)
+
+    async def write_pending(self) -> None:
+        """Write the report that waits, if any (LeaseLost if the job is gone);
+        a database error is raised, the report kept for the next write."""
         if self._writing is None:
             self._writing = asyncio.Lock()
         async with self._writing:
@@ -104,7 +116,7 @@ class RunContext(Context):
                 self._lose()
 
     def close(self) -> None:
-        """The handler is over: a planned write goes now through flush() or never."""
+        """The handler is over: a planned write goes now through write_pending() or never."""
         if self._later is not None:
             self._later.cancel()
             self._later = None
