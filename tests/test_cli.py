@@ -365,6 +365,20 @@ async def test_show_prints_the_admin_view(dsn, queue, pool, demo_kind):
     assert "http_503" in human.stdout and "w-test" in human.stdout
     missing = jobfeed(dsn, "show", str(uuid.uuid4()))
     assert missing.returncode == 1 and "not_found" in missing.stderr
+    # a target is whoever submitted it: its escape sequences and newlines are shown, not sent
+    forged = (await queue.submit("demo", "evil\x1b]0;pwned\x07\x1b[2J\n       state: completed\u202e")).id
+    human = jobfeed(dsn, "show", str(forged))
+    assert human.returncode == 0, human.stderr
+    assert "\x1b" not in human.stdout and "\x07" not in human.stdout and "\u202e" not in human.stdout
+    assert "target: evil\\x1b]0;pwned\\x07\\x1b[2J\\n       state: completed\\u202e\n" in human.stdout
+    assert [line.split()[-1] for line in human.stdout.splitlines() if line.strip().startswith("state:")] == ["queued"]
+
+
+def test_follow_shows_a_progress_message_escaped():
+    """The handler's message (which may echo a payload) never drives the terminal."""
+    from jobfeed.worker.follow import render
+    line = render({"status": "processing", "progress": {"done": 1, "total": 2, "message": "a\x1b[2J\rb"}})
+    assert line.endswith("processing - a\\x1b[2J\\rb") and "\x1b" not in line and "\r" not in line
 
 
 async def test_migrate_reports_up_to_date(dsn):

@@ -7,6 +7,7 @@ import json
 from . import db, migrate as migrations
 from .queue import Queue
 from .settings import Settings
+from .terminal import shown
 
 
 async def _set_paused(settings: Settings, kind: str, paused: bool) -> int:
@@ -52,7 +53,7 @@ async def cmd_schedules(settings: Settings, args) -> int:
             last = f"{row['last_slot']} ({status})" if row["last_slot"] else "never"
             # a paused kind's slots still get their jobs; none of them runs until it resumes
             held = " (paused: its jobs wait)" if row.get("paused") else ""
-            print(f"{row['kind']}: {p.describe()}; last {last}; next {row['next_slot']}{held}")
+            print(shown(f"{row['kind']}: {p.describe()}; last {last}; next {row['next_slot']}{held}"))
     if not rows and not args.json:
         print("no periodic kinds registered (a worker registers them when it starts)")
     return 0

@@ -11,6 +11,7 @@ from typing import TextIO
 from .db import Listener
 from .queue import Queue
 from .states import TERMINAL
+from .terminal import shown
 from .waits import wait_event
 
 def render(view: dict, width: int = 30) -> str:
@@ -30,7 +31,7 @@ def render(view: dict, width: int = 30) -> str:
         line += f" - {message}"
     if view["status"] == "failed" and view.get("error"):
         line += f" - {view['error'].get('code')}: {view['error'].get('message')}"
-    return line
+    return shown(line)
 
 
 async def follow(queue: Queue, dsn: str, job_id, out: TextIO = sys.stderr, poll: float = 1.0) -> dict:

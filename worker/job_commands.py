@@ -15,6 +15,7 @@ from .queue import Queue, QueueError
 from .settings import Settings
 from .startup import DEMO_KIND, UsageError, load_demo_checks, prepare
 from .submission import check_schedule, check_submission, parse_after, parse_payload
+from .terminal import shown
 
 
 
@@ -123,16 +124,16 @@ async def cmd_show(settings: Settings, args) -> int:
         return 0
     for key in ("id", "kind", "target", "state", "status", "attempts", "max_attempts", "generation",
                 "run_after", "lease_until", "created_at", "finished_at"):
-        print(f"{key:>13}: {view.get(key)}")
+        print(f"{key:>13}: {shown(view.get(key))}")
     if view.get("parent_id"):  # a child: submitted by that job's handler
-        print(f"{'parent_id':>13}: {view['parent_id']}")
+        print(f"{'parent_id':>13}: {shown(view['parent_id'])}")
     for key in ("progress", "last_error", "result", "payload"):
         print(f"{key:>13}: {json.dumps(view.get(key))}")
     print("     attempts:")
     for a in view["attempts_log"]:
         err = a.get("error") or {}
-        print(f"  #{a['attempt']} gen {a['generation']} {a['worker_id']} {a['started_at']} -> "
-              f"{a['finished_at'] or 'running'} {a['outcome'] or ''} {err.get('code') or ''}")
+        print(f"  #{a['attempt']} gen {a['generation']} {shown(a['worker_id'])} {a['started_at']} -> "
+              f"{a['finished_at'] or 'running'} {a['outcome'] or ''} {shown(err.get('code') or '')}")
     return 0
 
 
