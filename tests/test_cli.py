@@ -154,6 +154,8 @@ def one_line(out: subprocess.CompletedProcess) -> str:
     # a secret that came out empty (a deploy template): as unset, submissions would be open
     ("JOBFEED_API_TOKEN", ""), ("JOBFEED_ADMIN_TOKEN", " "), ("JOBFEED_METRICS_TOKEN", ""),
     ("JOBFEED_WEBHOOK_SECRET", ""),
+    # nor a database URL: as unset, the command would run on an embedded server of its own
+    ("DATABASE_URL", ""),
     ("JOBFEED_CORS_ORIGINS", "not a url"), ("JOBFEED_CORS_ORIGINS", "https://a.example.com/path"),
     # shorter than the database's intervals hold, or than the heartbeat renews in time
     ("JOBFEED_LEASE", "0.0000001s"), ("JOBFEED_LEASE", "0.4ms"), ("JOBFEED_LEASE", "149ms"),
@@ -165,6 +167,12 @@ async def test_a_bad_setting_is_refused_at_start_naming_it(dsn, pool, setting, v
     assert out.returncode == 2
     assert setting in one_line(out) and "s3c" not in out.stderr
     assert await job_count(pool) == 0
+
+
+def test_an_empty_database_url_is_not_the_embedded_server():
+    with pytest.raises(SettingError, match="^DATABASE_URL is set but empty"):
+        Settings.from_env({"DATABASE_URL": ""})
+    assert Settings.from_env({}).database_url is None  # unset: the embedded server
 
 
 def test_a_flag_replaces_its_setting_which_is_then_not_read():

@@ -292,6 +292,11 @@ class Settings:
             if overrides.get(field) is not None:
                 env.pop(key, None)
         values: dict = {}
+        if env.get("DATABASE_URL") == "":
+            # a deploy template whose URL came out empty: taken as unset, the
+            # command would start an embedded server of its own, a database
+            # no other process sees
+            raise SettingError("DATABASE_URL is set but empty: give it a value, or unset it for the embedded server")
         if env.get("DATABASE_URL"):
             values["database_url"] = env["DATABASE_URL"]
         if env.get("JOBFEED_DIRECT_URL"):
