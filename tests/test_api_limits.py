@@ -274,6 +274,8 @@ async def test_limits_apply_to_an_api_process_started_from_the_command_line(dsn)
     ("JOBFEED_MAX_HEADER_BYTES", "64KiB", ("max_header_bytes", 65536)),
     ("JOBFEED_MAX_HEADER_BYTES", "100MiB", ("max_header_bytes", 100 * 1024 * 1024)),
     ("JOBFEED_MAX_HEADER_BYTES", "8000", ("max_header_bytes", 8000)),
+    ("JOBFEED_MAX_HEADER_BYTES", "1KiB", ("max_header_bytes", 1024)),
+    ("JOBFEED_REQUEST_TIMEOUT", "100ms", ("request_timeout", 0.1)),
     ("JOBFEED_REQUEST_TIMEOUT", "500ms", ("request_timeout", 0.5)),
     ("JOBFEED_MAX_STREAMS_PER_CLIENT", "7", ("max_streams_per_client", 7)),
     ("JOBFEED_MAX_STREAMS", "9", ("max_streams", 9)),
@@ -293,6 +295,9 @@ def test_cap_settings_are_read(name, value, expected):
     ("JOBFEED_REQUEST_TIMEOUT", "0s"), ("JOBFEED_MAX_STREAMS_PER_CLIENT", "0"),
     ("JOBFEED_MAX_STREAMS", "many"), ("JOBFEED_MAX_PAYLOAD", "64 parsecs"), ("JOBFEED_MAX_PAYLOAD", "0"),
     ("JOBFEED_MAX_PAYLOAD", "4GiB"),
+    # under what any request needs: every request would be refused
+    ("JOBFEED_MAX_HEADER_BYTES", "1"), ("JOBFEED_MAX_HEADER_BYTES", "1023"), ("JOBFEED_REQUEST_TIMEOUT", "1ms"),
+    ("JOBFEED_REQUEST_TIMEOUT", "99ms"),
 ])
 def test_bad_cap_settings_are_refused_naming_the_setting(name, value):
     with pytest.raises(SettingError, match=name):

@@ -55,7 +55,7 @@ def test_short_or_empty_token_file_is_refused(tmp_path):
     data_dir = str(tmp_path)
     with open(os.path.join(data_dir, "admin_token"), "w") as f:
         f.write("")
-    with pytest.raises(UsageError, match="admin token"):
+    with pytest.raises(UsageError, match="admin token in .*: the token is empty: delete the file"):
         admin_token(Settings(data_dir=data_dir))
 
 

@@ -138,6 +138,11 @@ _SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3, "
                "gb": 1000 ** 3}
 _SIZE = re.compile(r"^\s*([0-9]{1,15})\s*([a-zA-Z]*)\s*$")
 
+# The least JOBFEED_MAX_HEADER_BYTES and JOBFEED_REQUEST_TIMEOUT: below them
+# every request is refused (a unit left off: "1" for 1KiB, "1ms" for 1s).
+MIN_HEADER_BYTES = 1024
+MIN_REQUEST_TIMEOUT = 0.1
+
 # Shorter admin tokens are refused: guessable, and "" once signed anyone in.
 MIN_ADMIN_TOKEN = 16
 
@@ -184,7 +189,9 @@ def check_token(token: str | None, name: str) -> None:
     """A token travels in an Authorization header, whose value loses the spaces
     around it and cannot carry control characters: a token with either could
     never be presented, so it is refused at start."""
-    if token is not None and (not token or any(not "!" <= c <= "~" for c in token)):
+    if token is not None and not token:
+        raise SettingError(f"{name}: the token is empty")
+    if token is not None and any(not "!" <= c <= "~" for c in token):
         raise SettingError(f"{name}: a token is printable ASCII without spaces")
 
 
@@ -358,10 +365,14 @@ class Settings:
                 values[field] = parse_positive_int(env[key], key)
         if env.get("JOBFEED_MAX_HEADER_BYTES"):
             values["max_header_bytes"] = parse_size(env["JOBFEED_MAX_HEADER_BYTES"], "JOBFEED_MAX_HEADER_BYTES")
+            if values["max_header_bytes"] < MIN_HEADER_BYTES:
+                raise SettingError(f"JOBFEED_MAX_HEADER_BYTES: {env['JOBFEED_MAX_HEADER_BYTES']!r} is under "
+                                   f"{MIN_HEADER_BYTES} bytes, which no browser's request fits in (sizes: 64KiB)")
         if env.get("JOBFEED_MAX_UPLOAD"):
             values["max_upload"] = parse_size(env["JOBFEED_MAX_UPLOAD"], "JOBFEED_MAX_UPLOAD")
         if env.get("JOBFEED_REQUEST_TIMEOUT"):
-            values["request_timeout"] = parse_duration(env["JOBFEED_REQUEST_TIMEOUT"], "JOBFEED_REQUEST_TIMEOUT")
+            values["request_timeout"] = parse_duration(env["JOBFEED_REQUEST_TIMEOUT"], "JOBFEED_REQUEST_TIMEOUT",
+                                                       least=MIN_REQUEST_TIMEOUT)
         if env.get("JOBFEED_METRICS_TOKEN"):
             values["metrics_token"] = env["JOBFEED_METRICS_TOKEN"]
         if env.get("JOBFEED_WEBHOOK_HOSTS"):
