@@ -158,6 +158,15 @@ async def test_jobfeed_schedules_lists_last_and_next(dsn, pool, queue):
     assert dt.datetime.fromisoformat(row["next_slot"]) > dt.datetime.now(UTC)
     text = jobfeed(dsn, "schedules")
     assert text.returncode == 0 and "hourly: every 3600s; last 2026-12-01T02:00:00Z (queued)" in text.stdout
+    # no worker runs it: said, until one beats; a lost one (two leases silent) counts for nothing
+    assert row["workers"] == 0 and "(no live worker runs it: no job comes until one does)" in text.stdout
+    await pool.execute("select jobfeed.worker_beat('w-gone:1', 'h', array['hourly'], 4, 0, '1 second')")
+    await pool.execute("update jobfeed.workers set last_seen = now() - interval '3 seconds'")
+    await pool.execute("select jobfeed.worker_beat('w-other:1', 'h', array['other'], 4, 0, '1 minute')")
+    assert [s["workers"] for s in await queue.list_schedules()] == [0]
+    await pool.execute("select jobfeed.worker_beat('w-live:1', 'h', array['other', 'hourly'], 4, 0, '1 minute')")
+    assert [s["workers"] for s in await queue.list_schedules()] == [1]
+    assert "no live worker" not in jobfeed(dsn, "schedules").stdout
     await pool.execute("delete from jobfeed.jobs where kind = 'hourly'")  # as the sweeper would, once final
     text = jobfeed(dsn, "schedules")
     assert "last 2026-12-01T02:00:00Z (its job since deleted by the sweeper)" in text.stdout, text.stdout

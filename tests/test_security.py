@@ -154,6 +154,7 @@ CALLS = {
     "check_requester_cap": "select jobfeed.check_requester_cap('x', 1, 1)",
     "reusable": "select jobfeed.reusable('k', 't', null, now())",
     "dedupe_scope": "select jobfeed.dedupe_scope('global', null)",
+    "worker_lost": "select jobfeed.worker_lost(w, null) from jobfeed.workers w",
     "batch_first_target_held": "select jobfeed.batch_first_target_held('k', array['t'])",
     "batch_problem": "select jobfeed.batch_problem(array['t'], null, 100, null)",
     "queue_positions": "select * from jobfeed.queue_positions(array[gen_random_uuid()], now())",

@@ -53,6 +53,8 @@ async def cmd_schedules(settings: Settings, args) -> int:
             last = f"{row['last_slot']} ({status})" if row["last_slot"] else "never"
             # a paused kind's slots still get their jobs; none of them runs until it resumes
             held = " (paused: its jobs wait)" if row.get("paused") else ""
+            if not row.get("workers"):  # a schedule outlives its workers: say nothing will come
+                held += " (no live worker runs it: no job comes until one does)"
             print(shown(f"{row['kind']}: {p.describe()}; last {last}; next {row['next_slot']}{held}"))
     if not rows and not args.json:
         print("no periodic kinds registered (a worker registers them when it starts)")

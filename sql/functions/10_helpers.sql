@@ -325,3 +325,11 @@ create or replace function jobfeed.dedupe_scope(p_dedupe text, p_requester text)
 returns text language sql immutable parallel safe as $$
     select case when p_dedupe = 'requester' then nullif(p_requester, '') else '' end
 $$;
+
+-- A worker is lost when it has not beaten for two of its leases (its jobs'
+-- leases have run out by then): the dashboard, `jobfeed top` and the schedules
+-- list count only the others.
+create or replace function jobfeed.worker_lost(w jobfeed.workers, p_now timestamptz)
+returns boolean language sql stable as $$
+    select w.last_seen < jobfeed.clock(p_now) - 2 * w.lease
+$$;

@@ -70,7 +70,11 @@ returns setof jsonb language sql stable security definer set search_path = jobfe
         'every_seconds', extract(epoch from s.every), 'since', s.since,
         'last_slot', l.slot, 'last_job', l.job_id,
         'last_status', (select jobfeed.public_status(j.state, j.generation) from jobfeed.jobs j where j.id = l.job_id),
-        'paused', coalesce((select k.paused from jobfeed.kinds k where k.kind = s.kind), false))
+        'paused', coalesce((select k.paused from jobfeed.kinds k where k.kind = s.kind), false),
+        -- the live workers that run the kind: none, and no slot gets its job
+        -- (a schedule stays listed until a worker runs the kind without one)
+        'workers', (select count(*) from jobfeed.workers w
+                     where s.kind = any (w.kinds) and not jobfeed.worker_lost(w, null)))
       from jobfeed.schedules s
       left join lateral (select t.slot, t.job_id from jobfeed.schedule_slots t
                           where t.kind = s.kind order by t.slot desc limit 1) l on true

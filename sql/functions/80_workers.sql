@@ -37,7 +37,7 @@ set plan_cache_mode = force_generic_plan as $$
     select coalesce(jsonb_agg(jsonb_build_object(
                'id', w.id, 'host', w.host, 'kinds', to_jsonb(w.kinds), 'concurrency', w.concurrency,
                'running', w.running, 'started_at', w.started_at, 'last_seen', w.last_seen,
-               'lost', w.last_seen < jobfeed.clock(p_now) - 2 * w.lease)
+               'lost', jobfeed.worker_lost(w, p_now))
              order by w.started_at desc, w.id), '[]'::jsonb)
       from jobfeed.workers w
      where w.last_seen > jobfeed.clock(p_now) - interval '1 hour'
