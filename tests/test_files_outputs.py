@@ -139,6 +139,22 @@ async def test_bad_output_names_are_refused(dsn, pool, demo_kind):
         await ctx.save_output("ok", b"x", "not a type\n")
 
 
+async def test_chunks_that_are_not_bytes_are_refused_not_stored_as_zeros(dsn, pool, demo_kind):
+    """bytes(104) is 104 NULs: iterating b"hello" (ints) stored 532 zero bytes."""
+    queue = Queue(pool)
+    job_id = (await queue.submit("demo", "t")).id
+    _, ctx = await claim_demo(pool, queue, job_id)
+
+    async def ints():
+        yield 1
+    for chunks in (iter(b"hello"), [1, 2], ["text"], ints()):
+        with pytest.raises(TypeError, match="an output's chunks are bytes"):
+            await ctx.save_output("hello.txt", chunks, "text/plain")
+    assert await pool.fetchval("select count(*) from jobfeed.job_files where job_id = $1", job_id) == 0
+    await ctx.save_output("ok.txt", [b"he", bytearray(b"ll"), memoryview(b"o")], "text/plain")
+    assert await pool.fetchval("select size from jobfeed.job_files where job_id = $1", job_id) == 5
+
+
 async def _job_with_output(pool, data: bytes, name: str = "out.bin", content_type: str = "application/x-test"):
     queue = Queue(pool)
     job_id = (await queue.submit("demo", "t")).id

@@ -133,16 +133,25 @@ async def read(db, f: StoredFile, start: int = 0, end: int | None = None) -> Asy
         yield data
 
 
+def _piece(piece: object) -> bytes:
+    """A chunk as bytes; anything else is a TypeError: bytes(5) is five NULs,
+    so iterating a bytes object (ints) would store zeros, silently."""
+    if not isinstance(piece, (bytes, bytearray, memoryview)):
+        raise TypeError(f"an output's chunks are bytes, not {type(piece).__name__} "
+                        "(iterating a bytes object gives ints: pass the bytes itself)")
+    return bytes(piece)
+
+
 async def _pieces(chunks: Any) -> AsyncIterator[bytes]:
     """bytes, an iterable or an async iterable of bytes -> its pieces."""
     if isinstance(chunks, (bytes, bytearray, memoryview)):
         yield bytes(chunks)
     elif hasattr(chunks, "__aiter__"):
         async for piece in chunks:
-            yield bytes(piece)
+            yield _piece(piece)
     else:
         for piece in chunks:
-            yield bytes(piece)
+            yield _piece(piece)
 
 
 async def save_output(db, job_id: uuid.UUID, generation: int, name: str,
