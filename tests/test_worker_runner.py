@@ -9,6 +9,7 @@ import json
 import uuid
 
 import asyncpg
+import pytest
 
 from jobfeed.worker import metrics, redact
 from jobfeed.worker.tasks import Context, LeaseLost, Permanent, Release, TaskSpec, Transient
@@ -389,6 +390,35 @@ async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler
         runner.stop()
         await asyncio.wait_for(task, 10)
         await own.close()
+
+
+async def test_a_bad_progress_report_is_refused_where_it_is_made(queue, pool, run):
+    """A report is coalesced and written later, where a database error reached
+    nobody: its numbers and message are checked in the handler's call, and the
+    message is stored as an error's is (cut, NUL and lone surrogates U+FFFD)."""
+    bad = [("3", 10, "TypeError"), (1, "10", "TypeError"), (True, 10, "TypeError"), (None, 10, "TypeError"),
+           (float("nan"), 1, "ValueError"), (1, float("inf"), "ValueError"), (-1, None, "ValueError"),
+           (10 ** 400, None, "ValueError")]
+    raised: list[str] = []
+
+    async def handler(job, ctx: Context):
+        for done, total, _ in bad:
+            try:
+                await ctx.progress(done, total)
+            except (TypeError, ValueError) as exc:
+                raised.append(type(exc).__name__)
+        with pytest.raises(TypeError, match="a progress message is a string"):
+            await ctx.progress(1, 2, 123)  # type: ignore[arg-type]
+        await ctx.progress(1, 2, "a\x00b\ud800" + "m" * 5000)
+        await ctx.flush()
+
+    await run(spec("reporter", handler))
+    job_id = (await queue.submit("reporter", "x")).id
+    await wait_state(pool, job_id, "completed")
+    assert raised == [error for _, _, error in bad]
+    progress = json.loads(await pool.fetchval("select progress from jobfeed.jobs where id = $1", job_id))
+    assert progress["message"] == "a\ufffdb\ufffd" + "m" * (redact.MAX_MESSAGE - 4)
+    assert (progress["done"], progress["total"]) == (1, 2)
 
 
 async def test_a_release_without_retry_after_waits_the_kinds_first_backoff(queue, pool, run):

@@ -10,6 +10,7 @@ import logging
 import time
 from typing import Any
 
+from .context import progress_report
 from .queue import Job
 from .retrying import RETRYABLE
 from .settings import MIN_LEASE
@@ -45,7 +46,7 @@ class RunContext(Context):
 
     async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         self._held()
-        self._pending = (done, total, message)
+        self._pending = progress_report(done, total, message)
         if self._later is not None:
             return  # a write is already planned; it takes this report
         wait = self._last_write + self.PROGRESS_INTERVAL - time.monotonic()
