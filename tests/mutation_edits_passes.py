@@ -323,7 +323,7 @@ PASS_EDITS: list[Edit] = [
          ("tests/test_requests_deferred.py::test_a_final_jobs_request_has_no_leave_to_defer_and_the_sweeper_counts_live_leaves_only",),
          "the sweeper counts only the leaves it applied, not those dropped with a final job"),
     Edit("batch-nan-unnamed", "worker/queue_calls.py",
-         "_PAYLOADS = json.JSONEncoder(allow_nan=False)", "_PAYLOADS = json.JSONEncoder()",
+         "_PAYLOADS = json.JSONEncoder(allow_nan=False, default=_plain)", "_PAYLOADS = json.JSONEncoder(default=_plain)",
          ("tests/test_producer_checks.py::test_a_payload_postgresql_cannot_store_is_refused_naming_its_item",),
          "NaN in a batch's payload is refused naming its item"),
     Edit("batch-nul-unnamed", "worker/queue_calls.py",

@@ -340,7 +340,7 @@ SERVICE_EDITS: list[Edit] = [
          (Q_FENCE + "::test_a_heartbeat_with_no_lease_to_renew_by_reports_the_job_lost",),
          "a heartbeat never leaves a running job with no lease (which nothing would reclaim)"),
     Edit("none-result-not-null", "worker/queue_calls.py",
-         'return "null" if value is None else _RESULTS.encode(value)', 'return "{}" if value is None else _RESULTS.encode(value)',
+         'return "null" if value is None else _PAYLOADS.encode(value)', 'return "{}" if value is None else _PAYLOADS.encode(value)',
          (RUNNER, Q_OUT), "a handler that returns None completes with a null result"),
     Edit("slot-freed-wakes-always", "worker/runner.py",
          "        if self._full or self._deadline is not None or self.max_jobs is not None:\n            self._wake.set()",

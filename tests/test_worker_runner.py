@@ -392,6 +392,30 @@ async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler
         await own.close()
 
 
+async def test_job_ids_go_into_checkpoints_and_payloads_as_strings(queue, pool, run):
+    """The ids jobfeed hands out (ctx.submit's, job.id) are uuid.UUID: a
+    checkpoint or a child's payload holding them is written as a result is,
+    each id as its string, not refused as a TypeError."""
+    async def parent(job, ctx: Context):
+        if job.payload.get("child"):
+            return {"parent": job.payload["parent"]}
+        child = await ctx.submit("ids", f"{job.target}-child", {"child": True, "parent": job.id})
+        await ctx.checkpoint({"child": child, "ids": [child, job.id]})
+        return {"child": child}
+
+    await run(spec("ids", parent))
+    job_id = (await queue.submit("ids", "x", {"about": uuid.UUID(int=7)})).id
+    await wait_state(pool, job_id, "completed")
+    row = await pool.fetchrow("select payload::text, checkpoint::text, result::text from jobfeed.jobs where id = $1",
+                              job_id)
+    child = json.loads(row["result"])["child"]
+    assert json.loads(row["payload"]) == {"about": str(uuid.UUID(int=7))}
+    assert json.loads(row["checkpoint"]) == {"child": child, "ids": [child, str(job_id)]}
+    await wait_state(pool, uuid.UUID(child), "completed")
+    assert json.loads(await pool.fetchval("select result::text from jobfeed.jobs where id = $1",
+                                          uuid.UUID(child))) == {"parent": str(job_id)}
+
+
 async def test_a_bad_progress_report_is_refused_where_it_is_made(queue, pool, run):
     """A report is coalesced and written later, where a database error reached
     nobody: its numbers and message are checked in the handler's call, and the

@@ -36,7 +36,15 @@ def _translate(exc: asyncpg.PostgresError) -> Exception:
     return exc
 
 
-_PAYLOADS = json.JSONEncoder(allow_nan=False)
+def _plain(value: Any) -> str:
+    if isinstance(value, uuid.UUID):  # job ids, as ctx.submit answers them
+        return str(value)
+    raise TypeError(f"a {type(value).__name__} is not JSON")
+
+
+# Payloads, results and checkpoints alike: a job id (uuid.UUID) written as its
+# string, as a handler most often keeps the ids ctx.submit gave it.
+_PAYLOADS = json.JSONEncoder(allow_nan=False, default=_plain)
 # a NUL written as JSON: jsonb refuses it (an escaped backslash before "u0000" is no NUL)
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
@@ -49,7 +57,7 @@ def payload_text(payload: dict | None) -> str:
     try:
         text = _PAYLOADS.encode(payload if payload is not None else {})
         if "\\ud" in text:  # surrogates: a pair (an emoji) passes, a lone one does not encode
-            json.dumps(payload, ensure_ascii=False).encode()
+            json.dumps(payload, ensure_ascii=False, default=_plain).encode()
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is one
         raise QueueError("invalid_payload", f"the payload is not JSON PostgreSQL can store: {_why(exc)}",
                          422) from None
@@ -84,19 +92,12 @@ UNSTORABLE = (asyncpg.DataError, asyncpg.ProgramLimitExceededError)
 UNSTORABLE_CODE = "invalid_result"
 
 
-def _plain(value: Any) -> str:
-    if isinstance(value, uuid.UUID):  # job ids, as ctx.submit answers them
-        return str(value)
-    raise TypeError(f"a {type(value).__name__} is not JSON")
-
-
 def result_json(value: Any) -> str:
     """A handler's result as JSON text; most return None, spared json.dumps.
     TypeError or ValueError for what JSON cannot hold (a set, NaN)."""
-    return "null" if value is None else _RESULTS.encode(value)
+    return "null" if value is None else _PAYLOADS.encode(value)
 
 
-_RESULTS = json.JSONEncoder(allow_nan=False, default=_plain)  # one, as json.dumps keeps its default one
 
 
 def _seconds(value: float | None) -> dt.timedelta | None:

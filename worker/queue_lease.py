@@ -70,7 +70,7 @@ class LeaseCalls(QueueCalls):
         return await self._fetchval("progress", job_id, generation, done, total, message)
 
     async def checkpoint(self, job_id: uuid.UUID, generation: int, state: Any) -> bool:
-        return await self._fetchval("checkpoint", job_id, generation, json.dumps(state))
+        return await self._fetchval("checkpoint", job_id, generation, result_json(state))
 
     async def complete(self, job_id: uuid.UUID, generation: int, result: Any) -> bool:
         return await self._fetchval("complete", job_id, generation, result_json(result))
