@@ -393,3 +393,19 @@ async def test_a_text_output_is_served_with_the_type_it_was_saved_with(dsn, pool
             assert r.headers["content-type"] == "text/csv", method
         assert r.status_code == 200
         assert (await client.get(f"/api/jobs/{plain}/outputs/out.csv")).content == csv
+
+
+@pytest.mark.parametrize("saved", ["text/javascript", "application/javascript; charset=utf-8", "Text/CSS",
+                                   "application/x-ecmascript", "text/jscript"])
+async def test_a_script_or_stylesheet_output_is_served_as_bytes(dsn, pool, demo_kind, saved):
+    """A page of this origin loads <script src> and <link rel=stylesheet> of a
+    JavaScript or CSS type whatever Content-Disposition says (nosniff lets
+    exactly those through, and the CSP's 'self' allows this origin): such an
+    output is served as bytes; the job's view still says what it was saved as."""
+    job_id = await _job_with_output(pool, b"window.pwned = true", "s.js", saved)
+    async with serve(dsn) as server, httpx.AsyncClient(base_url=server.url) as client:
+        r = await client.get(f"/api/jobs/{job_id}/outputs/s.js")
+        assert r.status_code == 200 and r.content == b"window.pwned = true"
+        assert r.headers["content-type"] == "application/octet-stream"
+        assert r.headers["cross-origin-resource-policy"] == "same-origin"
+        assert (await client.get(f"/api/jobs/{job_id}")).json()["outputs"][0]["content_type"] == saved
