@@ -62,6 +62,12 @@ def test_an_access_line_keeps_its_path_not_its_query(log_format):
     line = logs.formatter(log_format).format(record('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET",
                                                     "/api/jobs/j1/events?request=r-3&wait=1s", "1.1", 200))
     assert "r-3" not in line and "GET /api/jobs/j1/events?*** HTTP/1.1" in line
+    # and in a path: a request's leave or stay (navigator.sendBeacon's)
+    rid = "01a2b3c4-0000-7000-8000-000000000001"
+    for path in (f"/api/requests/{rid}/leave", f"/api/requests/{rid}", f"/api/requests/{rid}/stay?x=1"):
+        line = logs.formatter(log_format).format(record('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "POST",
+                                                        path, "1.1", 200))
+        assert rid not in line and "POST /api/requests/***" in line, line
 
 
 def test_a_database_url_is_printed_without_its_password():

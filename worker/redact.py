@@ -24,11 +24,15 @@ _CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"<>]*@")
 _QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?'\"<>]*)\?[^\s'\"<>)\]]*")
 # an HTTP request line's target, as in an access log: GET /path?query
 _TARGET_QUERY = re.compile(r"(\b(?:GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) /[^\s?'\"<>]*)\?[^\s'\"<>]*")
+# a request id in a path (POST /api/requests/{id}/leave): under requesters
+# access it opens its job, as ?request= does
+_REQUEST_PATH = re.compile(r"(/api/requests/)[^/\s?'\"<>]+")
 
 
 def redact(text: str) -> str:
     text = _CREDENTIALS.sub(r"\1***@", text)
     text = _QUERY.sub(r"\1?***", text)
+    text = _REQUEST_PATH.sub(r"\1***", text)
     return _TARGET_QUERY.sub(r"\1?***", text)
 
 
