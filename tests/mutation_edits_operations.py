@@ -144,6 +144,12 @@ OPERATIONS_EDITS: list[Edit] = [
          '    text = _REQUEST_PATH.sub(r"\\1***", text)\n', "",
          ("tests/test_logs.py::test_an_access_line_keeps_its_path_not_its_query",),
          "a request id in a path (a leave) is not written to the access log"),
+    Edit("download-link-carries-request-id", "static/js/job.js",
+         "    link.href = url(`api/jobs/${encodeURIComponent(jobId)}/outputs/${encodeURIComponent(o.name)}`);",
+         "    link.href = url(`api/jobs/${encodeURIComponent(jobId)}/outputs/${encodeURIComponent(o.name)}"
+         "${requestId ? `?request=${requestId}` : \"\"}`);",
+         ("tests/test_browser.py::test_a_private_jobs_download_link_does_not_carry_the_request_id",),
+         "a private job's download link never carries the tab's request id"),
     Edit("admin-list-drops-unknown-filter", "api/admin.py",
          "        if key not in LIST_PARAMS:", "        if False:",
          ("tests/test_api_admin.py::test_bad_list_parameters_are_422",),

@@ -292,6 +292,33 @@ async def test_the_job_page_lists_outputs_as_download_links(api, new_page, http,
     assert Path(await download.path()).read_bytes() == data
 
 
+@pytest.mark.parametrize("api", [{"JOBFEED_JOB_ACCESS": "requesters"}], indirect=True)
+async def test_a_private_jobs_download_link_does_not_carry_the_request_id(api, new_page, http, pool):
+    """Under requesters access the request id opens the job: the link put it in
+    its URL (?request=), so a copied file link opened the job, and its leave,
+    for anyone. The link is plain now; a click sends the id as a header."""
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.tasks import Context
+
+    page = await new_page()
+    job_url = await submit(page, "private-file")
+    job_id = JOB_URL.search(job_url).group(1)
+    queue = Queue(pool)
+    [job] = await queue.claim(["demo"], 1, "browser-test")
+    data = os.urandom(100_000)
+    await Context(queue, job, 30.0).save_output("report.bin", data, "application/octet-stream")
+    link = page.get_by_role("link", name="report.bin")
+    await expect(link).to_be_visible()
+    href = await link.get_attribute("href")
+    assert "request" not in href and href.endswith(f"/api/jobs/{job_id}/outputs/report.bin"), href
+    assert (await http.get(href)).status_code == 404  # the plain link alone opens nothing
+    async with page.expect_download() as info:
+        await link.click()
+    download = await info.value
+    assert download.suggested_filename == "report.bin"
+    assert Path(await download.path()).read_bytes() == data
+
+
 async def test_the_submit_form_uploads_files(api, new_page, pool, tmp_path):
     from jobfeed.worker import files
 

@@ -98,8 +98,25 @@ function formatSize(bytes) {
   return unit === 0 ? `${n} ${n === 1 ? "byte" : "bytes"}` : `${n.toFixed(1)} ${units[unit]}`;
 }
 
-// Files the handler saved: download links (with this tab's request id, which
-// JOBFEED_JOB_ACCESS=requesters asks for).
+// Files the handler saved: download links. The link itself never carries this
+// tab's request id (JOBFEED_JOB_ACCESS=requesters asks for it, and it opens the
+// job for whoever holds it: a copied link must not); a click sends it as the
+// X-Jobfeed-Request header and saves what comes back.
+async function downloadWithRequest(event, href, name) {
+  if (!requestId) return; // the plain link downloads
+  event.preventDefault();
+  const response = await fetch(href, { headers: { "X-Jobfeed-Request": requestId } });
+  if (!response.ok) {
+    setConnection("error", `Could not download ${name} (${response.status}).`);
+    return;
+  }
+  const saved = document.createElement("a");
+  saved.href = URL.createObjectURL(await response.blob());
+  saved.download = name;
+  saved.click();
+  setTimeout(() => URL.revokeObjectURL(saved.href), 60_000);
+}
+
 function renderOutputs(outputs) {
   const key = JSON.stringify(outputs);
   const list = $("outputs");
@@ -107,9 +124,9 @@ function renderOutputs(outputs) {
   list.dataset.key = key;
   list.replaceChildren(...outputs.map((o) => {
     const link = document.createElement("a");
-    const query = requestId ? `?request=${encodeURIComponent(requestId)}` : "";
-    link.href = url(`api/jobs/${encodeURIComponent(jobId)}/outputs/${encodeURIComponent(o.name)}${query}`);
+    link.href = url(`api/jobs/${encodeURIComponent(jobId)}/outputs/${encodeURIComponent(o.name)}`);
     link.download = o.name;
+    link.addEventListener("click", (event) => downloadWithRequest(event, link.href, o.name));
     link.textContent = o.name;
     const item = document.createElement("li");
     const about = document.createElement("span");
