@@ -16,29 +16,28 @@ from .redact import MAX_MESSAGE, fit_to_store
 from .retrying import retrying
 
 
+def _amount(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"progress {name} is a number, not {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = float("inf")
+    if not 0 <= number < float("inf"):  # NaN fails this too
+        raise ValueError(f"progress {name} must be finite and not negative, not {value!r}"[:200])
+    return number
+
+
 def progress_report(done: object, total: object, message: object) -> tuple[float, float | None, str | None]:
     """A progress report checked where the handler makes it (a coalesced one is
     written later, where an error would reach nobody): done, and total when
     given, finite numbers from 0; the message a string, stored as an error's
     message is (cut at MAX_MESSAGE, NUL and lone surrogates as U+FFFD: every
     watcher receives it with every change)."""
-    numbers = []
-    for name, value in (("done", done), ("total", total)):
-        if value is None and name == "total":
-            numbers.append(None)
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"progress {name} is a number, not {type(value).__name__}")
-        try:
-            number = float(value)
-        except OverflowError:
-            number = float("inf")
-        if not 0 <= number < float("inf"):  # NaN fails this too
-            raise ValueError(f"progress {name} must be finite and not negative, not {value!r}"[:200])
-        numbers.append(number)
     if message is not None and not isinstance(message, str):
         raise TypeError(f"a progress message is a string, not {type(message).__name__}")
-    return numbers[0], numbers[1], None if message is None else fit_to_store(message, MAX_MESSAGE)
+    return (_amount("done", done), None if total is None else _amount("total", total),
+            None if message is None else fit_to_store(message, MAX_MESSAGE))
 
 
 class Context:
