@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from jobfeed.worker.queue import Queue
 from jobfeed.worker.settings import Settings
-from jobfeed.worker.submission import check_requester
+from jobfeed.worker.submission import InvalidSubmission, check_requester
 
 from .batching import SubmitBatcher
 from .errors import ApiError
@@ -61,7 +61,12 @@ class Services:
             if who is not None and not isinstance(who, str):
                 raise TypeError(f"identify(request) must return a str or None, not {type(who).__name__}")
         elif self.settings.requester_header is not None:
-            who = request.headers.get(self.settings.requester_header)
+            given = request.headers.getlist(self.settings.requester_header)
+            if len(given) > 1:  # a proxy that added its header to the client's: whose is it?
+                raise InvalidSubmission(422, "invalid_requester",
+                                        f"{self.settings.requester_header} came more than once: the proxy "
+                                        "must replace the client's header, not add one")
+            who = given[0] if given else None
         else:
             return None
         return check_requester(who)  # InvalidSubmission: a 422 (api/errors.py)

@@ -42,6 +42,13 @@ async def test_requester_header_and_the_cap(dsn, pool):
             first = await pool.fetchval("select id from jobfeed.requests where requester = 'alice' limit 1")
             assert (await http.delete(f"/api/requests/{first}")).status_code == 200
             assert (await post("c", "alice")).status_code == 200  # joins bob's job
+            # the header twice (a proxy that added its own to the client's): whose? refused, nothing written
+            before = await pool.fetchval("select count(*) from jobfeed.requests")
+            twice = await http.post("/api/jobs", json={"kind": "demo", "target": "d"},
+                                    headers=[("X-User", "bob"), ("X-User", "alice")])
+            assert twice.status_code == 422 and twice.json()["error"]["code"] == "invalid_requester", twice.text
+            assert "came more than once" in twice.json()["error"]["message"]
+            assert await pool.fetchval("select count(*) from jobfeed.requests") == before
 
 
 async def test_the_cap_holds_under_concurrent_submissions(pool, queue, k):
