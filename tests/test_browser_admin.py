@@ -406,3 +406,20 @@ async def test_long_kind_names_and_errors_keep_the_dashboard_in_its_width(api, n
         box = await page.locator("#detail .long-text").first.bounding_box()
         assert box["height"] < 400, viewport
         await page.close()
+
+
+async def test_a_targets_bidi_controls_are_shown_written_out(api, new_page, http):
+    """U+202E reverses what follows it: "x\u202egnp.exe" read as "xexe.png" in
+    the list, the detail and the job page. Each control is written out."""
+    target = "x\u202egnp.exe"
+    job_id = (await http.post("/api/jobs", json={"kind": "demo", "target": target})).json()["id"]
+    page = await new_page(DESKTOP)
+    await page.goto(f"/admin#job={job_id}")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#detail-heading")).to_have_text("demo: x\\u202egnp.exe")
+    await expect(page.locator(f'#jobs tbody tr[data-job-id="{job_id}"]')).to_contain_text("x\\u202egnp.exe")
+    job_page = await new_page()
+    await job_page.goto(f"/jobs/{job_id}")
+    await expect(job_page.locator("#target")).to_have_text("x\\u202egnp.exe")
+    assert "\u202e" not in await job_page.title()

@@ -2,7 +2,7 @@
 // cancel. The selected job is in the address (#job=ID), so a link opens it.
 
 import { renderTimeline } from "./admin-timeline.js";
-import { clearMessage, h, prettyJson, showError, showNote, timeEl, url } from "./api.js";
+import { clearMessage, h, prettyJson, showError, showNote, shown, timeEl, url } from "./api.js";
 import { $, adminApi, badge, errorText, soon } from "./admin-shared.js";
 import { remember, renderJobs } from "./admin-list.js";
 import { loadStats } from "./admin-stats.js";
@@ -71,21 +71,21 @@ function childrenList(job) {
   if (!children.length) return "—";
   const more = (job.children_count || 0) - children.length;
   return h("ul", { class: "children" },
-    ...children.map((c) => h("li", {}, jobLink(c.id, `${c.kind}: ${c.target}`), " ", badge(c.state))),
+    ...children.map((c) => h("li", {}, jobLink(c.id, `${c.kind}: ${shown(c.target)}`), " ", badge(c.state))),
     ...(more > 0 ? [h("li", { class: "muted" }, `and ${more} more`)] : []));
 }
 
 function renderDetail() {
   const job = selected;
   $("detail").hidden = false;
-  $("detail-heading").textContent = `${job.kind}: ${job.target}`;
+  $("detail-heading").textContent = `${job.kind}: ${shown(job.target)}`;
   const p = job.progress;
   const facts = [
     ["Id", job.id],
     ["State", badge(job.state)],
     ["Public status", job.status],
     ["Attempts", `${job.attempts} of ${job.max_attempts} (generation ${job.generation})`],
-    ["Progress", p ? `${p.done} of ${p.total}${p.message ? ` · ${p.message}` : ""}` : "—"],
+    ["Progress", p ? `${p.done} of ${p.total}${p.message ? ` · ${shown(p.message)}` : ""}` : "—"],
     ["Last error", job.last_error ? h("span", { class: "error-text long-text" }, errorText(job.last_error)) : "—"],
     ["Run after", timeEl(job.run_after)],
     ["Lease until", timeEl(job.lease_until)],

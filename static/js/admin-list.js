@@ -1,7 +1,7 @@
 // Admin dashboard: the jobs table, newest first, with its state and kind
 // filters and paging; rows stay current from the live stream's events.
 
-import { api, clearMessage, h, showError, timeEl } from "./api.js";
+import { api, clearMessage, h, showError, shown, timeEl } from "./api.js";
 import { $, adminApi, badge, errorText } from "./admin-shared.js";
 import { openJob, selectedJobId } from "./admin-detail.js";
 import { STATES } from "./states.js";
@@ -71,9 +71,9 @@ export function renderJobs() {
       h("button", {
         type: "button",
         class: "link",
-        "aria-label": `Open ${job.kind} job ${job.target}`,
+        "aria-label": `Open ${job.kind} job ${shown(job.target)}`,
         onclick: () => openJob(job.id),
-      }, job.target),
+      }, shown(job.target)),
       h("div", { class: "small muted" }, job.kind))),
   h("td", { "data-label": "State" }, badge(job.state)),
   h("td", { class: "num", "data-label": "Attempts" }, `${job.attempts} / ${job.max_attempts}`),

@@ -1,7 +1,7 @@
 // What the admin dashboard's modules share: element lookup, throttling, admin
 // requests (a 401 hands over to the sign-in form) and small renderers.
 
-import { api, h } from "./api.js";
+import { api, h, shown } from "./api.js";
 
 export const $ = (id) => document.getElementById(id);
 
@@ -57,6 +57,6 @@ export function badge(state) {
 // "code: message"; at most `max` characters (a list row), the rest cut with
 // an ellipsis: a message may be any length, and the detail shows it whole.
 export function errorText(error, max = Infinity) {
-  const text = error ? `${error.code}: ${error.message}` : "";
+  const text = error ? shown(`${error.code}: ${error.message}`) : "";
   return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }

@@ -100,6 +100,14 @@ export function formatSeconds(seconds) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
+// Text a submitter chose (a target, a progress message, a file name), shown
+// with its bidirectional controls written out (\u202e): one reverses what
+// follows it, so "x\u202egnp.exe" would read as "x" and "exe.png".
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+export function shown(text) {
+  return String(text ?? "").replace(BIDI_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
 export function prettyJson(value) {
   return JSON.stringify(value, null, 2);
 }

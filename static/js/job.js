@@ -2,7 +2,7 @@
 // followJob (SSE, reconnects, final status) and draws it. The status shown is
 // always the server's word.
 
-import { DATABASE_PAUSED, prettyJson, timeEl, watchDatabase } from "./api.js";
+import { DATABASE_PAUSED, prettyJson, shown, timeEl, watchDatabase } from "./api.js";
 import { followJob, jobPageUrl, url } from "./jobfeed.js";
 
 const jobId = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop());
@@ -43,7 +43,7 @@ function renderProgress(job) {
   }
   const parts = [];
   if (p && p.total > 0) parts.push(`${p.done} of ${p.total} (${Math.round((100 * Math.min(p.done, p.total)) / p.total)}%)`);
-  if (p && p.message) parts.push(p.message);
+  if (p && p.message) parts.push(shown(p.message));
   if (!parts.length) parts.push(job.status === "queued" ? queuedText(job) : job.status === "processing" ? "Working…" : "");
   // where it is in line (due and never started): refreshed by the server every few seconds
   if (job.status === "queued" && Number.isInteger(job.position)) {
@@ -61,8 +61,8 @@ function queuedText(job) {
 }
 
 function render(job) {
-  document.title = `${job.status} · ${job.kind} ${job.target} · jobfeed`;
-  $("heading").textContent = `${job.kind}: ${job.target}`;
+  document.title = `${job.status} · ${job.kind} ${shown(job.target)} · jobfeed`;
+  $("heading").textContent = `${job.kind}: ${shown(job.target)}`;
   if (statusBadge.textContent !== job.status) {
     statusBadge.textContent = job.status;
     statusBadge.dataset.status = job.status;
@@ -74,13 +74,13 @@ function render(job) {
   $("result-panel").hidden = job.status !== "completed";
   if (job.status === "completed") $("result").textContent = prettyJson(job.result);
   $("error-panel").hidden = !(job.status === "failed" && job.error);
-  if (job.error) $("error").textContent = `${job.error.message} (${job.error.code})`;
+  if (job.error) $("error").textContent = `${shown(job.error.message)} (${shown(job.error.code)})`;
   $("canceled-note").hidden = job.status !== "canceled";
   renderOutputs(job.outputs || []);
   renderRequesters(job);
 
   $("kind").textContent = job.kind;
-  $("target").textContent = job.target;
+  $("target").textContent = shown(job.target);
   $("created").replaceChildren(timeEl(job.created_at));
   $("updated").replaceChildren(timeEl(job.updated_at));
   $("finished").replaceChildren(timeEl(job.finished_at));
@@ -127,7 +127,7 @@ function renderOutputs(outputs) {
     link.href = url(`api/jobs/${encodeURIComponent(jobId)}/outputs/${encodeURIComponent(o.name)}`);
     link.download = o.name;
     link.addEventListener("click", (event) => downloadWithRequest(event, link.href, o.name));
-    link.textContent = o.name;
+    link.textContent = shown(o.name);
     const item = document.createElement("li");
     const about = document.createElement("span");
     about.className = "muted small";
