@@ -334,15 +334,13 @@ QUEUE_EDITS: list[Edit] = [
          (f"{SWEEP}::test_a_sweeps_batches_go_on_where_the_last_ended",),
          "the sweeper passes each batch where the last ended"),
     Edit("sweep-unfinished", "sql/functions/70_sweep.sql",
-         # guarded twice: in the pick and again in the DELETE
-         ("         where j.state in ('completed', 'failed', 'canceled')\n           and j.finished_at",
-          "where j.id = doomed.id and j.state in ('completed', 'failed', 'canceled')"),
-         ("         where j.state is not null\n           and coalesce(j.finished_at, j.created_at)",
-          "where j.id = doomed.id"),
+         # the pick: the DELETE takes the batch it locked, whose states cannot move
+         "         where j.state in ('completed', 'failed', 'canceled')\n           and j.finished_at",
+         "         where j.state is not null\n           and coalesce(j.finished_at, j.created_at)",
          (SWEEP,), "cleanup never deletes unfinished jobs"),
     Edit("sweep-deletes-named-child", "sql/functions/70_sweep.sql",
-         "           and not exists (select from jobfeed.jobs p\n"
-         "                            where p.id = j.parent_id and p.state not in ('completed', 'failed', 'canceled'))\n",
+         "        or exists (select from jobfeed.jobs p\n"
+         "                    where p.id = j.parent_id and p.state not in ('completed', 'failed', 'canceled'))\n",
          "",
          (CHILDREN,), "the sweeper keeps a finished child while its parent is unfinished"),
     Edit("sweep-deletes-waited-for", "sql/functions/70_sweep.sql",

@@ -155,6 +155,7 @@ CALLS = {
     "reusable": "select jobfeed.reusable('k', 't', null, now())",
     "dedupe_scope": "select jobfeed.dedupe_scope('global', null)",
     "worker_lost": "select jobfeed.worker_lost(w, null) from jobfeed.workers w",
+    "still_needed": "select jobfeed.still_needed(j) from jobfeed.jobs j",
     "batch_first_target_held": "select jobfeed.batch_first_target_held('k', array['t'])",
     "batch_problem": "select jobfeed.batch_problem(array['t'], null, 100, null)",
     "queue_positions": "select * from jobfeed.queue_positions(array[gen_random_uuid()], now())",

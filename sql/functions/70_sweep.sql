@@ -45,36 +45,58 @@ $$;
 -- plan could read every expired job and sort them all to keep the oldest
 -- p_limit (FOR UPDATE between the LIMIT and the sort leaves it unbounded), at
 -- every call; jobs_finished_at has them in order.
+-- Two statements: the batch is locked first, then deleted by a statement whose
+-- snapshot comes after those locks, which looks again for who still needs
+-- each job. One statement looked with the snapshot it began with: a dependent
+-- whose submitter committed (its FOR SHARE lock on the job gone) between that
+-- start and the job's lock went unseen, and the job it names was deleted. A
+-- submitter that comes after the lock waits for it and finds the job gone
+-- (unknown_dependency); one that holds its FOR SHARE lock is skipped.
 create or replace function jobfeed.delete_finished_v2(
     p_retention interval, p_limit int default 1000, p_after timestamptz default null,
     p_now timestamptz default null)
 returns table (deleted int, last_finished_at timestamptz)
-language sql security definer set search_path = jobfeed, pg_temp set enable_sort = off as $$
-    with doomed as (
+language plpgsql security definer set search_path = jobfeed, pg_temp set enable_sort = off
+set plan_cache_mode = force_generic_plan as $$
+declare
+    v_ids uuid[];
+begin
+    v_ids := array(
         select j.id from jobfeed.jobs j
          where j.state in ('completed', 'failed', 'canceled')
            and j.finished_at < jobfeed.clock(p_now) - p_retention
            and j.finished_at >= coalesce(p_after, '-infinity')
-           -- kept while an unfinished job still runs after it
-           and not exists (select from jobfeed.job_deps d join jobfeed.jobs w on w.id = d.job_id
-                             where d.dep_id = j.id and w.state not in ('completed', 'failed', 'canceled'))
-           and not exists (select from jobfeed.jobs p
-                            where p.id = j.parent_id and p.state not in ('completed', 'failed', 'canceled'))
-           and not exists (select from jobfeed.jobs c
-                            where c.parent_id = j.id and c.state not in ('completed', 'failed', 'canceled'))
+           and not jobfeed.still_needed(j)
          order by j.finished_at
          limit p_limit
-         for update skip locked
-    ), del as (
-        delete from jobfeed.jobs j using doomed
-         where j.id = doomed.id and j.state in ('completed', 'failed', 'canceled')
+         for update skip locked);
+    return query
+    with del as (
+        -- by key alone: the batch is locked, its states cannot move (naming them,
+        -- the planner ANDed in jobs_finished_at's every entry)
+        delete from jobfeed.jobs j
+         where j.id = any (v_ids)
+           and not jobfeed.still_needed(j)  -- this statement's snapshot: after the locks
         returning j.id, j.finished_at
     ), del_attempts as (
         delete from jobfeed.attempts a using del where a.job_id = del.id
     ), del_requests as (
         delete from jobfeed.requests r using del where r.job_id = del.id
     )
-    select count(*)::int, max(del.finished_at) from del
+    select count(*)::int, max(del.finished_at) from del;
+end $$;
+
+-- A finished job the sweeper keeps: an unfinished job still runs after it
+-- (job_deps: `after`, ctx.wait_for), it is a child of an unfinished parent,
+-- or a parent of an unfinished child.
+create or replace function jobfeed.still_needed(j jobfeed.jobs)
+returns boolean language sql stable as $$
+    select exists (select from jobfeed.job_deps d join jobfeed.jobs w on w.id = d.job_id
+                    where d.dep_id = j.id and w.state not in ('completed', 'failed', 'canceled'))
+        or exists (select from jobfeed.jobs p
+                    where p.id = j.parent_id and p.state not in ('completed', 'failed', 'canceled'))
+        or exists (select from jobfeed.jobs c
+                    where c.parent_id = j.id and c.state not in ('completed', 'failed', 'canceled'))
 $$;
 
 -- The release before's sweepers call this: each batch from the oldest.
