@@ -267,9 +267,6 @@ async def leave_after_closing(pool, http, job_id: str) -> None:
 async def test_the_job_page_lists_outputs_as_download_links(api, new_page, http, pool):
     """A handler saves a file while the page watches: a link appears, live, and
     downloads the bytes."""
-    from jobfeed.worker.queue import Queue
-    from jobfeed.worker.tasks import Context
-
     created = await http.post("/api/jobs", json={"kind": "demo", "target": "video-9"})
     job_id = created.json()["id"]
     page = await new_page()
@@ -277,18 +274,33 @@ async def test_the_job_page_lists_outputs_as_download_links(api, new_page, http,
     await expect(page.locator("#status")).to_have_text("queued")
     await expect(page.locator("#outputs-panel")).to_be_hidden()
 
-    queue = Queue(pool)
-    [job] = await queue.claim(["demo"], 1, "browser-test")
     data = os.urandom(300_000)
-    await Context(queue, job, 30.0).save_output("merged video.mp4", data, "video/mp4")
-    link = page.get_by_role("link", name="merged video.mp4")
-    await expect(link).to_be_visible()
+    link = await saved_by_a_handler(page, pool, "merged video.mp4", data, "video/mp4")
     await expect(page.locator("#outputs")).to_contain_text("293.0 KiB · video/mp4")
     await shot(page, "job-outputs")
+    await downloads(page, link, "merged video.mp4", data)
+
+
+async def saved_by_a_handler(page, pool, name: str, data: bytes, content_type: str):
+    """The demo job claimed and `name` saved as its handler would: -> the
+    page's link to it, once shown."""
+    from jobfeed.worker.queue import Queue
+    from jobfeed.worker.tasks import Context
+
+    queue = Queue(pool)
+    [job] = await queue.claim(["demo"], 1, "browser-test")
+    await Context(queue, job, 30.0).save_output(name, data, content_type)
+    link = page.get_by_role("link", name=name)
+    await expect(link).to_be_visible()
+    return link
+
+
+async def downloads(page, link, name: str, data: bytes) -> None:
+    """A click on the link saves `data` as `name`."""
     async with page.expect_download() as info:
         await link.click()
     download = await info.value
-    assert download.suggested_filename == "merged video.mp4"
+    assert download.suggested_filename == name
     assert Path(await download.path()).read_bytes() == data
 
 
@@ -297,26 +309,15 @@ async def test_a_private_jobs_download_link_does_not_carry_the_request_id(api, n
     """Under requesters access the request id opens the job: the link put it in
     its URL (?request=), so a copied file link opened the job, and its leave,
     for anyone. The link is plain now; a click sends the id as a header."""
-    from jobfeed.worker.queue import Queue
-    from jobfeed.worker.tasks import Context
-
     page = await new_page()
     job_url = await submit(page, "private-file")
     job_id = JOB_URL.search(job_url).group(1)
-    queue = Queue(pool)
-    [job] = await queue.claim(["demo"], 1, "browser-test")
     data = os.urandom(100_000)
-    await Context(queue, job, 30.0).save_output("report.bin", data, "application/octet-stream")
-    link = page.get_by_role("link", name="report.bin")
-    await expect(link).to_be_visible()
+    link = await saved_by_a_handler(page, pool, "report.bin", data, "application/octet-stream")
     href = await link.get_attribute("href")
     assert "request" not in href and href.endswith(f"/api/jobs/{job_id}/outputs/report.bin"), href
     assert (await http.get(href)).status_code == 404  # the plain link alone opens nothing
-    async with page.expect_download() as info:
-        await link.click()
-    download = await info.value
-    assert download.suggested_filename == "report.bin"
-    assert Path(await download.path()).read_bytes() == data
+    await downloads(page, link, "report.bin", data)
 
 
 async def test_the_submit_form_uploads_files(api, new_page, pool, tmp_path):

@@ -316,7 +316,6 @@ async def test_a_database_blip_costs_a_reporting_handler_nothing(dsn, pool, queu
     again on a new connection, and the attempt goes on to complete."""
     from jobfeed.worker import db
     from jobfeed.worker.queue import Queue
-    from jobfeed.worker.runner import Runner
 
     async def cut() -> None:
         await pool.fetchval("select count(pg_terminate_backend(pid)) from pg_stat_activity"
@@ -331,20 +330,31 @@ async def test_a_database_blip_costs_a_reporting_handler_nothing(dsn, pool, queu
         await ctx.submit("reporting", f"{job.target}-child")
         return {"checkpoint": job.checkpoint}
 
-    await queue.register_kind("reporting", max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0)
     blip = await db.create_pool(dsn, min_size=2, max_size=2, name="blip")
-    runner = Runner(Queue(blip), dsn, [spec("reporting", reporting, lease=5.0)], poll_interval=0.2, grace=1.0)
+    try:
+        job = await one_reporting_job(dsn, pool, queue, Queue(blip), reporting)
+    finally:
+        await blip.close()
+    assert job["attempts"] == 1, "the blip cost the handler its attempt"
+    assert json.loads(job["progress"])["message"] == "first"
+
+
+async def one_reporting_job(dsn, pool, queue, worker_queue, handler):
+    """One job of kind "reporting" run to completion by a runner on
+    worker_queue (a pool the test cuts, or wraps): -> its row's attempts and
+    progress."""
+    from jobfeed.worker.runner import Runner
+
+    await queue.register_kind("reporting", max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0)
+    runner = Runner(worker_queue, dsn, [spec("reporting", handler, lease=5.0)], poll_interval=0.2, grace=1.0)
     task = asyncio.create_task(runner.run())
     try:
         job_id = (await queue.submit("reporting", "x")).id
         await wait_state(pool, job_id, "completed", timeout=15)
-        job = await pool.fetchrow("select attempts, progress from jobfeed.jobs where id = $1", job_id)
-        assert job["attempts"] == 1, "the blip cost the handler its attempt"
-        assert json.loads(job["progress"])["message"] == "first"
+        return await pool.fetchrow("select attempts, progress from jobfeed.jobs where id = $1", job_id)
     finally:
         runner.stop()
         await asyncio.wait_for(task, 10)
-        await blip.close()
 
 
 async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler_runs_on(dsn, pool, queue):
@@ -354,7 +364,6 @@ async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler
     completes with its last report written."""
     from jobfeed.worker import db
     from jobfeed.worker.queue import Queue
-    from jobfeed.worker.runner import Runner
 
     flushed = asyncio.Event()
 
@@ -365,7 +374,6 @@ async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler
         flushed.set()
         return {"ok": True}
 
-    await queue.register_kind("reporting", max_attempts=3, lease=5.0, backoff=(0.05,), jitter=0.0)
     own = await db.create_pool(dsn, min_size=1, max_size=2)
     own_queue = Queue(own)
     real_progress, failures = own_queue.progress, [3]
@@ -377,19 +385,13 @@ async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler
         return await real_progress(*args)
 
     own_queue.progress = progress  # type: ignore[method-assign]
-    runner = Runner(own_queue, dsn, [spec("reporting", reporting, lease=5.0)], poll_interval=0.2, grace=1.0)
-    task = asyncio.create_task(runner.run())
     try:
-        job_id = (await queue.submit("reporting", "x")).id
-        await wait_state(pool, job_id, "completed", timeout=15)
-        assert flushed.is_set()
-        job = await pool.fetchrow("select attempts, progress from jobfeed.jobs where id = $1", job_id)
-        assert job["attempts"] == 1, "the flush cost the handler its attempt"
-        assert json.loads(job["progress"])["message"] == "second"
+        job = await one_reporting_job(dsn, pool, queue, own_queue, reporting)
     finally:
-        runner.stop()
-        await asyncio.wait_for(task, 10)
         await own.close()
+    assert flushed.is_set()
+    assert job["attempts"] == 1, "the flush cost the handler its attempt"
+    assert json.loads(job["progress"])["message"] == "second"
 
 
 async def test_job_ids_go_into_checkpoints_and_payloads_as_strings(queue, pool, run):
