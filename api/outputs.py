@@ -24,6 +24,7 @@ from .state import services
 from .views import parse_job_id
 
 _RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
+_PAST_ANY_FILE = 10 ** 18
 # Types a page of this origin would run or apply when it names the output in
 # <script src> or <link rel=stylesheet> (nosniff lets through exactly these,
 # and the CSP's 'self' allows this origin): served as bytes. The JavaScript
@@ -36,7 +37,6 @@ def served_type(content_type: str) -> str:
     """The Content-Type an output is served with."""
     essence = content_type.split(";", 1)[0].strip().lower()
     return "application/octet-stream" if _ACTIVE_TYPES.fullmatch(essence) else content_type
-_PAST_ANY_FILE = 10 ** 18
 
 
 def _position(digits: str) -> int:

@@ -367,7 +367,7 @@ class Settings:
             values["max_header_bytes"] = parse_size(env["JOBFEED_MAX_HEADER_BYTES"], "JOBFEED_MAX_HEADER_BYTES")
             if values["max_header_bytes"] < MIN_HEADER_BYTES:
                 raise SettingError(f"JOBFEED_MAX_HEADER_BYTES: {env['JOBFEED_MAX_HEADER_BYTES']!r} is under "
-                                   f"{MIN_HEADER_BYTES} bytes, which no browser's request fits in (sizes: 64KiB)")
+                                   f"{MIN_HEADER_BYTES} bytes, which no browser's request fits in (write e.g. 64KiB)")
         if env.get("JOBFEED_MAX_UPLOAD"):
             values["max_upload"] = parse_size(env["JOBFEED_MAX_UPLOAD"], "JOBFEED_MAX_UPLOAD")
         if env.get("JOBFEED_REQUEST_TIMEOUT"):
