@@ -276,6 +276,9 @@ async def test_dashboard_panels_match_the_database(worker, new_page, http, pool)
         f"select outcome from {ATTEMPTS} a where job_id = $1::uuid order by generation", finished[2])]
     assert outcomes == ["permanent"]
     await page.locator(f'#jobs tr[data-job-id="{finished[2]}"] button').click()
+    # the detail's read (drawn with its time line) took past the default 5 s once on a
+    # loaded CI machine: waited for longer, and apart, so a failure says which of the two
+    await expect(page.locator("#detail-heading")).to_have_text("demo: bad-1", timeout=15_000)
     bars = page.locator('#timeline rect[data-part="attempt"]')
     await expect(bars).to_have_count(len(outcomes))
     assert [await bars.nth(i).get_attribute("data-outcome") for i in range(len(outcomes))] == outcomes
