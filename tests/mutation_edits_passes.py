@@ -43,7 +43,7 @@ PASS_EDITS: list[Edit] = [
     Edit("progress-blip-fails-the-attempt", "worker/run_context.py",
          "        except RETRYABLE as exc:\n            self._not_yet(exc, self.PROGRESS_INTERVAL)\n\n    def _plan",
          "        except RETRYABLE:\n            raise\n\n    def _plan",
-         (RUNNER + "::test_a_database_blip_costs_a_reporting_handler_nothing",),
+         ("tests/test_runner_reports.py::test_a_database_blip_costs_a_reporting_handler_nothing",),
          "a database blip while a handler reports progress costs it no attempt"),
     # ------------------------------------------------------------ stop 36's black-box passes
     Edit("unstorable-result-fails-its-batch", "worker/completions.py",
