@@ -71,7 +71,7 @@ async def park_at(pool, trigger: str, lock: int) -> None:
                 perform pg_advisory_lock({lock});
                 perform pg_advisory_unlock({lock});
             end if;
-            return new;
+            return coalesce(new, old);  -- old: a DELETE's row, which null would skip
         end $$;
         create trigger {trigger} execute function public.park_{lock}();
     """)

@@ -349,17 +349,8 @@ async def test_race_dependency_finishing_while_the_dependent_is_retried(dsn, poo
 # Where the sweep is parked while the dependent is submitted: at its first
 # delete (a trigger), or while it picks its batch, at the first job it looks
 # at (jobfeed.still_needed wrapped: its real body is called, after the park).
-PARK_AT_DELETE = """
-    create function public.park_sweep() returns trigger language plpgsql as $$
-    begin
-        if current_setting('test.park', true) = 'on' then
-            perform pg_advisory_lock({lock});
-            perform pg_advisory_unlock({lock});
-        end if;
-        return old;
-    end $$;
-    create trigger park_sweep before delete on jobfeed.jobs for each row execute function public.park_sweep()"""
-UNPARK_AT_DELETE = "drop trigger park_sweep on jobfeed.jobs; drop function public.park_sweep()"
+PARK_AT_DELETE = "park_sweep before delete on jobfeed.jobs for each row"  # park_at's trigger
+UNPARK_AT_DELETE = "drop trigger park_sweep on jobfeed.jobs; drop function public.park_{lock}()"
 PARK_IN_PICK = """
     alter function jobfeed.still_needed(jobfeed.jobs) rename to still_needed_real;
     -- stable, as the real one: its look uses the calling statement's snapshot
@@ -394,7 +385,10 @@ async def test_a_dependent_committed_while_a_sweep_runs_keeps_its_dependency(dsn
     await pool.execute("update jobfeed.jobs set finished_at = now() - interval '30 days' "
                        "- case when id = $1 then interval '1 hour' else interval '0' end", first)
     lock = 7311
-    await pool.execute(park.format(lock=lock))
+    if park == PARK_AT_DELETE:
+        await park_at(pool, park, lock)
+    else:
+        await pool.execute(park.format(lock=lock))
     holder, sweeper, submitter = await db.connect(dsn), await db.connect(dsn), await db.connect(dsn)
     try:
         await holder.execute("select pg_advisory_lock($1)", lock)
@@ -416,6 +410,6 @@ async def test_a_dependent_committed_while_a_sweep_runs_keeps_its_dependency(dsn
         if dependent is not None:
             assert await state(pool, dependent) == "queued"
     finally:
-        await pool.execute(unpark)
+        await pool.execute(unpark.format(lock=lock))
         for conn in (holder, sweeper, submitter):
             await conn.close()
