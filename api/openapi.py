@@ -8,7 +8,7 @@ import importlib.metadata
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from jobfeed.worker.limits import MAX_TARGET_BYTES
+from jobfeed.worker.limits import MAX_NOTIFY_URL, MAX_TARGET_BYTES
 from jobfeed.worker.states import STATES, STATUSES
 from jobfeed.worker.tasks import DEDUPE, ON_ABANDON, ON_DUPLICATE
 
@@ -364,7 +364,7 @@ SCHEMAS = {
                                                                     "unless all signals arrived by then"},
                                   "force": {"type": "boolean", "default": False,
                                             "description": "skip the kind's reuse_for"},
-                                  "notify_url": {"type": "string", "format": "uri",
+                                  "notify_url": {"type": "string", "format": "uri", "maxLength": MAX_NOTIFY_URL,
                                                  "description": "POSTed the final view (Standard Webhooks); "
                                                                 "its host must be in JOBFEED_WEBHOOK_HOSTS"},
                                   "run_at": {**_TIME, "description": "RFC 3339 with an offset; not with delay"},

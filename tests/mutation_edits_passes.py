@@ -12,6 +12,8 @@ from mutation_edit import (
 
 STUCK = "tests/test_runner_stuck.py"
 UNSTORABLE_ERROR = "tests/test_worker_runner.py::test_an_error_postgresql_cannot_hold_is_still_recorded"
+WEBHOOK_STATUS = "tests/test_webhooks.py::test_only_a_2xx_delivers_and_credentials_or_redirects_fail_for_good"
+HOST_FORMS = "tests/test_webhooks.py::test_hosts_compare_in_one_form"
 REUSE_RACE = "tests/test_requests_reuse.py::test_a_submission_racing_the_completion_gets_its_result_not_a_second_run"
 
 PASS_EDITS: list[Edit] = [
@@ -403,4 +405,34 @@ PASS_EDITS: list[Edit] = [
          ' dedupe: Dedupe = "global") -> Callable[[HandlerT], HandlerT]:', ' dedupe: Dedupe = "global"):',
          ("tests/test_lint.py::test_a_users_handlers_type_check_strictly",),
          "@task keeps a handler's type under mypy --strict"),
+    # ------------------------------------------------------------ webhooks (stop 67)
+    Edit("webhook-redirect-delivered", "worker/webhooks.py",
+         "    if 200 <= status < 300:\n        return", "    if status < 400:\n        return",
+         (WEBHOOK_STATUS,), "a receiver's 3xx delivered nothing: the delivery fails"),
+    Edit("webhook-refusal-asked-again", "worker/webhooks.py",
+         '    if 300 <= status < 400:\n        message += " (redirects are not followed)"',
+         '    if status in (401, 403):\n        raise Transient(f"http_{status}", message, retry_after=0)',
+         (WEBHOOK_STATUS,), "a receiver's 401/403 fails the delivery, not asked again for ever"),
+    Edit("webhook-answer-read", "worker/webhooks.py",
+         "                        pass\n", "                        await response.aread()\n",
+         ("tests/test_webhooks.py::test_the_answer_body_is_never_read",),
+         "a delivery never reads the answer's body"),
+    Edit("webhook-no-deadline", "worker/webhooks.py",
+         "        async with asyncio.timeout(DEADLINE):", "        async with asyncio.timeout(None):",
+         ("tests/test_webhooks.py::test_an_attempt_ends_at_its_deadline_however_the_answer_trickles",),
+         "a delivery attempt ends at its deadline however slowly the answer trickles"),
+    Edit("webhook-retry-after-uncapped", "worker/webhooks.py",
+         "retry_after=None if after is None else min(after, BACKOFF[-1])", "retry_after=after",
+         ("tests/test_webhooks.py::test_a_retry_after_waits_at_most_the_longest_backoff",),
+         "a receiver's Retry-After waits at most the longest backoff step"),
+    Edit("host-trailing-dot-apart", "worker/hosts.py",
+         '    host = text.removesuffix(".")', "    host = text",
+         (HOST_FORMS,), "a host with a trailing dot is the same host"),
+    Edit("host-numeric-ipv4-taken", "worker/hosts.py",
+         "        socket.inet_aton(host)", '        socket.inet_aton("no address")',
+         (HOST_FORMS, "tests/test_webhooks.py::test_webhook_settings"),
+         "an IPv4 address written other than dotted decimal is no allowed host"),
+    Edit("notify-url-port-zero", "worker/submission.py",
+         " and port != 0\n", " and port != -1\n",
+         (HOST_FORMS,), "a notify_url to port 0 is refused"),
 ]

@@ -18,6 +18,8 @@ from jobfeed.worker.metrics import PROCESS
 from jobfeed.worker.queue import QueueError
 from jobfeed.worker.runner import Runner
 from jobfeed.worker.settings import SettingError, Settings
+from jobfeed.worker.startup import warn_unsigned_webhooks
+from jobfeed.worker.submission import host_allowed
 
 from servers import serve
 from queue_sql import ATTEMPTS
@@ -30,9 +32,12 @@ class Receiver:
     """A tiny HTTP server: records each POST (headers, body) and answers with
     the next status of `statuses` (the last one repeats)."""
 
-    def __init__(self, statuses=(204,)):
+    def __init__(self, statuses=(204,), headers="", then=None):
         self.statuses = list(statuses)
+        self.headers = headers  # more header lines, each ending in \r\n
+        self.then = then  # after the head: a coroutine given the writer, in place of closing
         self.got: list[tuple[dict, bytes]] = []
+        self.writers: list[asyncio.StreamWriter] = []
         self.server: asyncio.AbstractServer | None = None
 
     async def __aenter__(self):
@@ -41,6 +46,8 @@ class Receiver:
         return self
 
     async def __aexit__(self, *exc):
+        for writer in self.writers:  # a `then` still at work sees it closing
+            writer.close()
         self.server.close()
         await self.server.wait_closed()
 
@@ -54,7 +61,11 @@ class Receiver:
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         self.got.append((headers, body))
         status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
-        writer.write(f"HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".encode())
+        if self.then is not None:
+            self.writers.append(writer)
+            return await self.then(status, writer)
+        writer.write(f"HTTP/1.1 {status} X\r\n{self.headers}content-length: 0\r\nconnection: close\r\n\r\n"
+                     .encode())
         await writer.drain()
         writer.close()
 
@@ -132,6 +143,73 @@ async def test_a_delivery_refused_for_good_is_counted_failed(dsn, queue, pool, d
         await eventually(final, timeout=15, what="the delivery failed")
     assert len(receiver.got) == 1  # 410: not tried again
     assert {o: deliveries(o) - before[o] for o in before} == {"delivered": 0, "retried": 0, "failed": 1}
+
+
+async def a_delivery(queue, pool, receiver, target="hook"):
+    """Submit a job that asks `receiver` to be told, complete it, and wait for
+    its delivery's first attempt to end: (state, attempts, last_error's code, run_after - now)."""
+    await queue.submit("demo", target, request=True, notify_url=receiver.url)
+    (job,) = await queue.claim(["demo"], 1, "w")
+    assert await queue.complete(job.id, job.generation, {})
+
+    async def ended():
+        return await pool.fetchrow("select state::text, attempts, last_error_code as code, "
+                                   "extract(epoch from run_after - now()) as wait from jobfeed.jobs "
+                                   "where kind = 'jobfeed.webhook' and state in ('queued', 'completed', 'failed') "
+                                   "and attempts > 0")
+    return await eventually(ended, timeout=15, what="the delivery's first attempt")
+
+
+@pytest.mark.parametrize("status", [401, 403, 302, 307])
+async def test_only_a_2xx_delivers_and_credentials_or_redirects_fail_for_good(dsn, queue, pool, demo_kind,
+                                                                              webhook_worker, status):
+    """A receiver's 401/403 is not the handlers' release (asked again for ever,
+    at once with Retry-After: 0), and a redirect, not followed, delivered nothing."""
+    before = {o: deliveries(o) for o in ("delivered", "failed")}
+    async with Receiver(statuses=(status,), headers="Retry-After: 0\r\nLocation: http://127.0.0.1:9/x\r\n") as r:
+        row = await a_delivery(queue, pool, r)
+        await asyncio.sleep(0.5)
+        assert len(r.got) == 1
+    assert (row["state"], row["attempts"], row["code"]) == ("failed", 1, f"http_{status}")
+    assert {o: deliveries(o) - before[o] for o in before} == {"delivered": 0, "failed": 1}
+
+
+async def test_a_retry_after_waits_at_most_the_longest_backoff(dsn, queue, pool, demo_kind, webhook_worker):
+    async with Receiver(statuses=(429,), headers="Retry-After: 99999999\r\n") as r:
+        row = await a_delivery(queue, pool, r)
+    assert (row["state"], row["code"]) == ("queued", "http_429")
+    assert 3600 - 10 < row["wait"] <= 3600  # not the 3 years it asked for
+
+
+async def test_the_answer_body_is_never_read(dsn, queue, pool, demo_kind, webhook_worker):
+    """A 200 that says a gigabyte follows and sends none: delivered once the
+    status line is in, not after a read's timeout (nor with the body in memory)."""
+    async def promise_a_gigabyte(status, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000000\r\n\r\n")
+        await writer.drain()
+        while not writer.is_closing():
+            await asyncio.sleep(0.1)
+    async with Receiver(then=promise_a_gigabyte) as r:
+        row = await a_delivery(queue, pool, r)
+    assert (row["state"], row["attempts"]) == ("completed", 1)
+
+
+async def test_an_attempt_ends_at_its_deadline_however_the_answer_trickles(dsn, queue, pool, demo_kind,
+                                                                          webhook_worker, monkeypatch):
+    """A header byte every 0.2 s passes every read's timeout; the attempt's own
+    deadline ends it, a transient `timeout`."""
+    from jobfeed.worker import webhooks
+    monkeypatch.setattr(webhooks, "DEADLINE", 1)
+
+    async def trickle(status, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        while not writer.is_closing():
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.2)
+    async with Receiver(then=trickle) as r:
+        row = await a_delivery(queue, pool, r)
+    assert (row["state"], row["attempts"], row["code"]) == ("queued", 1, "timeout")
 
 
 async def test_a_submission_answered_with_a_reused_final_job_is_notified_too(dsn, queue, pool, demo_kind,
@@ -220,9 +298,46 @@ async def test_no_one_but_the_database_makes_a_delivery(dsn, queue, pool, demo_k
     assert await pool.fetchval("select count(*) from jobfeed.requests where job_id = $1", delivery["id"]) == 0
 
 
-def test_webhook_settings():
-    s = Settings.from_env({"JOBFEED_WEBHOOK_HOSTS": "Hooks.Example, 127.0.0.1", "JOBFEED_WEBHOOK_SECRET": SECRET})
-    assert s.webhook_hosts == ("hooks.example", "127.0.0.1") and s.webhook_secret == SECRET
+async def test_a_notify_url_refused_says_why(dsn):
+    async with serve(dsn, webhook_hosts=("127.0.0.1",)) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            for url, why in ((5, "must be a string"), ({}, "must be a string"),
+                             ("http://127.0.0.1/" + "a" * 2100, "at most 2048 characters")):
+                r = await http.post("/api/jobs", json={"kind": "demo", "target": "t", "notify_url": url})
+                assert (r.status_code, r.json()["error"]["code"]) == (422, "notify_url_not_allowed")
+                assert why in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("url, hosts, allowed", [
+    ("http://localhost./x", ("localhost",), True),  # a trailing dot names the same host
+    ("http://LOCALHOST/x", ("localhost",), True),
+    ("http://[0:0:0:0:0:0:0:1]:8080/x", ("::1",), True),  # one address, however written
+    ("http://bücher.example/x", ("xn--bcher-kva.example",), True),  # an international name, as punycode
+    ("http://xn--bcher-kva.example/x", ("xn--bcher-kva.example",), True),
+    ("http://2130706433/x", ("127.0.0.1",), False),  # 127.0.0.1 to a resolver, not to the list
+    ("http://0x7f000001/x", ("127.0.0.1",), False),
+    ("http://127.1/x", ("127.0.0.1",), False),
+    ("http://127.0.0.1:0/x", ("127.0.0.1",), False),  # no one listens on port 0
+])
+def test_hosts_compare_in_one_form(url, hosts, allowed):
+    assert host_allowed(url, hosts) is allowed
+
+
+def test_webhook_settings(caplog):
+    s = Settings.from_env({"JOBFEED_WEBHOOK_HOSTS": "Hooks.Example, 127.0.0.1, LOCALHOST., bücher.example, "
+                           "0:0:0:0:0:0:0:1", "JOBFEED_WEBHOOK_SECRET": SECRET})
+    assert s.webhook_hosts == ("hooks.example", "127.0.0.1", "localhost", "xn--bcher-kva.example", "::1")
+    assert s.webhook_secret == SECRET
+    for bad in ("2130706433", "0x7f000001", "0177.0.0.1", "a..b", "[::1]"):
+        with pytest.raises(SettingError) as e:
+            Settings.from_env({"JOBFEED_WEBHOOK_HOSTS": bad})
+        assert "JOBFEED_WEBHOOK_HOSTS" in str(e.value)
+    # a worker that would run deliveries but cannot sign them says so once, at start
+    warn_unsigned_webhooks(s)
+    assert not caplog.records
+    warn_unsigned_webhooks(dataclasses.replace(s, webhook_secret=None))
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and "JOBFEED_WEBHOOK_SECRET is not" in record.message
     for bad in ("secret", "whsec_c2hvcnQ=", "whsec_!!!"):
         with pytest.raises(SettingError) as e:
             Settings.from_env({"JOBFEED_WEBHOOK_SECRET": bad})

@@ -17,7 +17,7 @@ _PERMANENT_STATUS = {404, 410, 422}
 _RELEASE_STATUS = {401, 403}
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def retry_after_seconds(response: httpx.Response) -> float | None:
     """Retry-After as seconds: delay-seconds (RFC 9110: digits only, so no
     "-1", "5.5", "1e3" or "nan") or an HTTP-date (worker/http_dates.py); anything
     else as if not sent."""
@@ -43,9 +43,9 @@ def check_response(response: httpx.Response) -> httpx.Response:
     # also in the exception a handler may log itself
     message = redact(f"{response.request.method} {response.request.url} answered {status}")
     if status >= 500 or status in (429, 408):
-        raise Transient(code, message, retry_after=_retry_after(response))
+        raise Transient(code, message, retry_after=retry_after_seconds(response))
     if status in _RELEASE_STATUS:
-        after = _retry_after(response)  # Retry-After: 0 is at once; none is 60 s
+        after = retry_after_seconds(response)  # Retry-After: 0 is at once; none is 60 s
         raise Release(code, message, retry_after=60 if after is None else after)
     raise Permanent(code, message)
 

@@ -14,7 +14,8 @@ from typing import Any, AsyncIterator
 from . import db, migrate as migrations, tasks
 from .queue import Queue
 from .settings import FLAG_SETTINGS, Settings
-from .startup import admin_token, budget_mode, make_runner, make_sweeper, on_signals, prepare, run, runner_specs, settle_gc
+from .startup import (admin_token, budget_mode, make_runner, make_sweeper, on_signals, prepare, run, runner_specs,
+                      settle_gc, warn_unsigned_webhooks)
 from .supervisor import supervise
 
 
@@ -63,6 +64,7 @@ async def run_until_stopped(settings: Settings, part) -> None:
 
 async def cmd_worker(settings: Settings, args) -> int:
     budget_mode(args)  # refused before the database is looked at
+    warn_unsigned_webhooks(settings)
     if args.processes > 1:
         dsn = await prepare(settings, migrations.WORKER_ROLE)
         runner_specs(settings, args)  # refused here once, not by every child

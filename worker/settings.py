@@ -9,12 +9,12 @@ import base64
 import binascii
 import dataclasses
 import functools
-import ipaddress
 import os
 import re
 from pathlib import Path
 from typing import Mapping
 
+from .hosts import canonical_host
 from .limits import INT_MAX, MAX_PAYLOAD_BYTES
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -74,10 +74,6 @@ def parse_durations(text: str, name: str) -> tuple[float, ...]:
     return tuple(parse_duration(p, name, least=MIN_DURATION) for p in parse_list(text, name, "1m,5m,15m,60m"))
 
 
-# A host name's labels (RFC 1123; "_" too, as in some container names).
-_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
-
-
 def parse_folder(text: str, name: str) -> Path:
     """A folder, made when first needed: refused when it, or the nearest part of
     its path that is there, is not a folder (a file, a dangling link)."""
@@ -90,18 +86,19 @@ def parse_folder(text: str, name: str) -> Path:
     return path
 
 
-def parse_host(text: str, name: str) -> str:
-    """An IP address (IPv6 without brackets) or a host name."""
-    host = str(text).strip()
-    try:
-        ipaddress.ip_address(host)
-        return host
-    except ValueError:
-        pass
-    labels = host.removesuffix(".").split(".")
-    if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
-        raise SettingError(f"{name}: {host[:64]!r} is not an IP address or a host name")
+def parse_canonical_host(text: str, name: str) -> str:
+    """A host in the form the webhook allow-list compares (worker/hosts.py)."""
+    host = canonical_host(str(text).strip())
+    if host is None:
+        raise SettingError(f"{name}: {str(text).strip()[:64]!r} is not an IP address (IPv4 dotted, IPv6 without "
+                           "brackets) or a host name")
     return host
+
+
+def parse_host(text: str, name: str) -> str:
+    """An IP address or a host name, as written (a bind address)."""
+    parse_canonical_host(text, name)
+    return str(text).strip()
 
 
 def check_webhook_secret(text: str) -> str:
@@ -377,7 +374,7 @@ class Settings:
             values["metrics_token"] = env["JOBFEED_METRICS_TOKEN"]
         if env.get("JOBFEED_WEBHOOK_HOSTS"):
             hosts = parse_list(env["JOBFEED_WEBHOOK_HOSTS"], "JOBFEED_WEBHOOK_HOSTS", "hooks.example.com,10.0.0.5")
-            values["webhook_hosts"] = tuple(parse_host(h, "JOBFEED_WEBHOOK_HOSTS").lower() for h in hosts)
+            values["webhook_hosts"] = tuple(parse_canonical_host(h, "JOBFEED_WEBHOOK_HOSTS") for h in hosts)
         if env.get("JOBFEED_WEBHOOK_SECRET"):
             values["webhook_secret"] = check_webhook_secret(env["JOBFEED_WEBHOOK_SECRET"])
         if env.get("JOBFEED_METRICS_PORT"):

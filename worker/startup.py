@@ -117,6 +117,13 @@ async def prepare(settings: Settings, role: str | None = None) -> str:
     return dsn
 
 
+def warn_unsigned_webhooks(settings: Settings) -> None:
+    """A process that runs deliveries says at start when it cannot send them."""
+    if settings.webhook_hosts and not settings.webhook_secret:
+        log.warning("JOBFEED_WEBHOOK_HOSTS is set but JOBFEED_WEBHOOK_SECRET is not: notify_urls are taken, "
+                    "and this process delivers none of them (deliveries wait for a worker that has the secret)")
+
+
 def admin_token(settings: Settings) -> str:
     """JOBFEED_ADMIN_TOKEN, or one generated on first start and kept in the data
     folder, readable by its owner only. The file appears whole or not at all

@@ -12,7 +12,8 @@ import uuid
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from .limits import INT_MAX, MAX_TARGET_BYTES
+from .hosts import canonical_host
+from .limits import INT_MAX, MAX_NOTIFY_URL, MAX_TARGET_BYTES
 from .redact import MAX_MESSAGE
 from .settings import MAX_DURATION, SettingError, parse_duration
 from .tasks import registry
@@ -201,22 +202,27 @@ def run_validate(kind: str, validate: Callable[[dict], None], payload: dict) -> 
 
 
 def host_allowed(url: str, hosts: tuple[str, ...]) -> bool:
-    """A notify_url: http(s) to one of the allowed host names (JOBFEED_WEBHOOK_HOSTS, any port)."""
+    """A notify_url: http(s) to one of the allowed hosts (JOBFEED_WEBHOOK_HOSTS, in
+    canonical form: worker/hosts.py), on any port but 0."""
     try:
         parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        parts.port  # noqa: B018  (raises ValueError for a port out of range)
+        host = canonical_host(parts.hostname or "")
+        port = parts.port  # raises ValueError for one out of range
     except ValueError:
         return False
     # no user:password@ either: credentials would sit in the database and logs;
     # no space or control character, which no request line can carry
-    return (parts.scheme in ("http", "https") and bool(host) and host in hosts and "@" not in parts.netloc
-            and not any(c.isspace() or not c.isprintable() for c in url))
+    return (parts.scheme in ("http", "https") and host is not None and host in hosts and port != 0
+            and "@" not in parts.netloc and not any(c.isspace() or not c.isprintable() for c in url))
 
 
 def check_notify_url(url: object, hosts: tuple[str, ...]) -> str:
     """A submission's notify_url: on a host JOBFEED_WEBHOOK_HOSTS allows (unset: none)."""
-    if not isinstance(url, str) or len(url) > 2048 or not storable(url) or not host_allowed(url, hosts):
+    if not isinstance(url, str):
+        raise InvalidSubmission(422, "notify_url_not_allowed", "notify_url must be a string (an http(s) URL)")
+    if len(url) > MAX_NOTIFY_URL:
+        raise InvalidSubmission(422, "notify_url_not_allowed", f"notify_url is at most {MAX_NOTIFY_URL} characters")
+    if not storable(url) or not host_allowed(url, hosts):
         raise InvalidSubmission(422, "notify_url_not_allowed",
                                 "notify_url must be an http(s) URL on a host in JOBFEED_WEBHOOK_HOSTS")
     return url

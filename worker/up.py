@@ -10,7 +10,7 @@ import dataclasses
 from . import db, logs, migrate as migrations, tasks
 from .queue import Queue
 from .settings import Settings
-from .startup import UsageError, admin_token, log, make_runner, make_sweeper, on_signals, prepare
+from .startup import UsageError, admin_token, log, make_runner, make_sweeper, on_signals, prepare, warn_unsigned_webhooks
 
 DEMO_TASKS = "jobfeed.demo"
 
@@ -34,6 +34,7 @@ async def cmd_up(settings: Settings, args) -> int:
         log.info("migrated: %s", applied)
     settings = dataclasses.replace(settings, database_url=dsn)
     dsn = await prepare(settings)
+    warn_unsigned_webhooks(settings)
     settings = dataclasses.replace(settings, database_url=dsn, admin_token=token)
     from jobfeed.api.app import create_app
 

@@ -3,14 +3,18 @@ request's notify_url, signed the Standard Webhooks way (webhook-id,
 webhook-timestamp, webhook-signature with JOBFEED_WEBHOOK_SECRET).
 
 The database queues one delivery job per request when its job becomes final
-(sql/functions/35_requests.sql); this handler sends it. A failed POST is a
-transient error (5xx, 429, network) retried with the kind's backoff, or
-permanent (404, 410, 422): at least once, with the same webhook-id every time,
-so receivers can drop repeats. Processes install the kind when the secret is set
+(sql/functions/35_requests.sql); this handler sends it. Only a 2xx delivers: a
+5xx, 408, 429, the network or no answer within DEADLINE is a transient error
+retried with the kind's backoff (a Retry-After at most its longest step), any
+other status permanent (3xx: redirects are not followed; 401/403 too, unlike
+the handlers' helpers, which release: a receiver that keeps refusing is not
+asked for ever). At least once, with the same webhook-id every time, so
+receivers can drop repeats. Processes install the kind when the secret is set
 (worker/startup.py): importing this module registers nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 import json
@@ -21,9 +25,13 @@ from standardwebhooks.webhooks import Webhook
 from . import metrics
 from .settings import Settings
 from .submission import WEBHOOK_KIND, host_allowed
-from .tasks import Permanent, Registry, Release, TaskSpec, check_response, http_errors, registry
+from .http_helpers import http_errors, retry_after_seconds
+from .redact import redact
+from .tasks import Permanent, Registry, TaskSpec, Transient, registry
 
 KIND = WEBHOOK_KIND
+BACKOFF = (10, 60, 300, 900, 3600)  # seconds
+DEADLINE = 30  # seconds for one attempt, from connecting to the answer's status line
 
 
 @functools.cache
@@ -33,13 +41,9 @@ def _settings() -> Settings:
 
 async def deliver(job, ctx):
     """One delivery attempt, counted in jobfeed_webhook_deliveries_total by
-    outcome: delivered, retried, released (401/403: our credentials) or failed
-    (refused for good, or the last attempt)."""
+    outcome: delivered, retried or failed (refused for good, or the last attempt)."""
     try:
         answer = await _post(job)
-    except Release:
-        metrics.WEBHOOKS.labels("released").inc()
-        raise
     except Permanent:
         metrics.WEBHOOKS.labels("failed").inc()
         raise
@@ -66,14 +70,35 @@ async def _post(job) -> dict:
         "webhook-timestamp": str(int(now.timestamp())),
         "webhook-signature": Webhook(settings.webhook_secret).sign(webhook_id, now, body),
     }
-    async with httpx.AsyncClient(timeout=30, follow_redirects=False) as client:
-        with http_errors():
-            response = await client.post(url, content=body, headers=headers)
-            check_response(response)
+    try:
+        async with asyncio.timeout(DEADLINE):  # httpx's timeouts are per read: a trickle would pass them
+            async with httpx.AsyncClient(timeout=DEADLINE, follow_redirects=False) as client:
+                with http_errors():
+                    # the answer's body is never read (only its status counts): one
+                    # of any size costs nothing
+                    async with client.stream("POST", url, content=body, headers=headers) as response:
+                        pass
+    except TimeoutError:
+        raise Transient("timeout", redact(f"POST {url} gave no answer within {DEADLINE} s")) from None
+    _judge(response)
     return {"status": response.status_code}
 
 
-SPEC = TaskSpec(KIND, deliver, max_attempts=10, lease=60, backoff=(10, 60, 300, 900, 3600),
+def _judge(response: httpx.Response) -> None:
+    """Raise what a receiver's answer other than a 2xx calls for."""
+    status = response.status_code
+    if 200 <= status < 300:
+        return
+    message = redact(f"POST {response.request.url} answered {status}")
+    if status >= 500 or status in (408, 429):
+        after = retry_after_seconds(response)
+        raise Transient(f"http_{status}", message, retry_after=None if after is None else min(after, BACKOFF[-1]))
+    if 300 <= status < 400:
+        message += " (redirects are not followed)"
+    raise Permanent(f"http_{status}", message)
+
+
+SPEC = TaskSpec(KIND, deliver, max_attempts=10, lease=60, backoff=BACKOFF,
                 description="delivers a final job view to a notify_url")
 
 
