@@ -111,11 +111,6 @@ async def events(request: Request) -> Response:
     return await streams.admin_stream(request, session)
 
 
-def _cookie_path(request: Request) -> str:
-    """The session is jobfeed's alone: under a host's prefix, scoped to it."""
-    return request.scope.get("root_path", "") + "/"
-
-
 async def session(request: Request) -> Response:
     """Whether this request has admin rights: the dashboard asks before it
     shows the sign-in form, without a 401 in the browser's console."""
@@ -138,7 +133,7 @@ async def sign_in(request: Request) -> Response:
     response = JSONResponse({"signed_in": True, "expires_in": int(lifetime)})
     # token is the admin token: it just matched
     response.set_cookie(auth.cookie_name(request), auth.session_value(token, sid, lifetime),
-                        max_age=int(lifetime), path=_cookie_path(request), httponly=True, samesite="strict",
+                        max_age=int(lifetime), path=auth.cookie_path(request), httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")
     return response
 
@@ -155,7 +150,7 @@ async def sign_out(request: Request) -> Response:
         if sid is not None:
             await auth.close_session(svc.pool, sid)
     response = Response(status_code=204)
-    response.delete_cookie(name, path=_cookie_path(request), httponly=True, samesite="strict",
+    response.delete_cookie(name, path=auth.cookie_path(request), httponly=True, samesite="strict",
                            secure=request.url.scheme == "https")
     return response
 

@@ -25,8 +25,11 @@ from .parse import digits
 
 SESSION_COOKIE = "jobfeed_admin"
 # Over https: a __Host- cookie is Secure, host-only and Path=/, so a sibling
-# subdomain or a plain-http page cannot plant or overwrite it.
+# subdomain or a plain-http page cannot plant or overwrite it. Under a host's
+# prefix (Path=/prefix/) browsers refuse a __Host- one: __Secure- (Secure, and
+# so never planted by a plain-http page) is the most they take there.
 SECURE_SESSION_COOKIE = "__Host-jobfeed_admin"
+PREFIXED_SECURE_SESSION_COOKIE = "__Secure-jobfeed_admin"
 _SESSION_PURPOSE = b"jobfeed admin session:"
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -44,7 +47,14 @@ def _bearer(request: Request) -> str | None:
 
 
 def cookie_name(request: Request) -> str:
-    return SECURE_SESSION_COOKIE if request.url.scheme == "https" else SESSION_COOKIE
+    if request.url.scheme != "https":
+        return SESSION_COOKIE
+    return PREFIXED_SECURE_SESSION_COOKIE if request.scope.get("root_path") else SECURE_SESSION_COOKIE
+
+
+def cookie_path(request: Request) -> str:
+    """The session is jobfeed's alone: under a host's prefix, scoped to it."""
+    return request.scope.get("root_path", "") + "/"
 
 
 def _signature(token: str, session_id: str, expires: int) -> str:

@@ -277,7 +277,8 @@ OPERATIONS: dict[tuple[str, str], dict] = {
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["token"], "properties": {"token": {"type": "string"}}}}}},
         "responses": {"200": _json({"type": "object"}, "signed in; the cookie is set "
-                                   "(__Host-jobfeed_admin, Secure, over https)"),
+                                   "(over https __Host-jobfeed_admin, Secure; under a "
+                                   "host's prefix __Secure-jobfeed_admin)"),
                       **_BODY_ERRORS,
                       "401": _err("wrong token, or no admin token configured"),
                       "422": _err("the body is not {\"token\": ...}")}},

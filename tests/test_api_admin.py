@@ -66,6 +66,14 @@ async def test_bearer_token_lets_admin_in(client):
     assert {"now", "counts", "oldest_due_seconds", "throughput"} <= set(response.json())
 
 
+async def test_over_https_at_the_root_the_session_cookie_is_host_only(client):
+    """__Host-: Secure, Path=/, no Domain (under a host's prefix: tests/test_embedding.py)."""
+    cookie = (await client.post("https://testserver/api/admin/session", json={"token": ADMIN_TOKEN})
+              ).headers["set-cookie"]
+    assert cookie.startswith(auth.SECURE_SESSION_COOKIE + "=") and "Path=/;" in cookie
+    assert "Secure" in cookie and "Domain" not in cookie
+
+
 async def test_session_cookie_signs_in_and_out(client):
     async def signed_in(**kwargs) -> bool:
         response = await client.get("/api/admin/session", **kwargs)

@@ -92,6 +92,15 @@ async def test_a_host_mounts_jobfeed_under_a_prefix_with_its_pool(dsn, queue):
         signed = await client.post("/jobs/api/admin/session", json={"token": ADMIN_TOKEN})
         assert signed.status_code == 200 and "Path=/jobs/" in signed.headers["set-cookie"]
         assert (await client.get("/jobs/api/admin/stats")).status_code == 200  # the cookie works there
+        # over https (here a proxy's X-Forwarded-Proto) a __Host- cookie would need Path=/, and
+        # browsers drop one scoped to the prefix: __Secure-, scoped to it, which the API reads back
+        https = {"x-forwarded-proto": "https"}
+        signed = await client.post("/jobs/api/admin/session", json={"token": ADMIN_TOKEN}, headers=https)
+        cookie = signed.headers["set-cookie"]
+        assert cookie.startswith("__Secure-jobfeed_admin=") and "Path=/jobs/" in cookie and "Secure" in cookie
+        client.cookies.clear()
+        assert (await client.get("/jobs/api/admin/stats", headers={**https, "cookie": cookie.split(";")[0]})
+                ).status_code == 200
         moved = await client.get("/jobs")
         assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/jobs/")
         moved = await client.get("/jobs/api/kinds/")  # jobfeed's own redirect keeps the prefix
