@@ -9,6 +9,7 @@ lends its own) and the live feed.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from typing import AsyncIterator, Callable, Union
 
@@ -117,6 +118,30 @@ def _relative_slash_redirects(router: Router) -> None:
 
 
 PoolSource = Union[asyncpg.Pool, Callable[[], asyncpg.Pool]]
+# A host's pool lends the live feed one connection for LISTEN for good: the
+# requests need at least one more.
+MIN_HOST_POOL = 2
+
+
+def host_pool(source: PoolSource | None) -> asyncpg.Pool | None:
+    """The host's pool, from create_app(pool=), when the lifespan starts; a
+    mistake said here rather than passed over (a None would have jobfeed open a
+    pool of its own, or start an embedded server)."""
+    if source is None:
+        return None
+    given = source() if callable(source) else source
+    if not isinstance(given, asyncpg.Pool) and inspect.isawaitable(given):  # (a pool is awaitable too)
+        if inspect.iscoroutine(given):
+            given.close()  # never awaited: no warning about it on top
+        raise TypeError("create_app(pool=): the callable answered an awaitable; give a plain function "
+                        "that returns the pool (made in your lifespan before it enters jobfeed's)")
+    if not isinstance(given, asyncpg.Pool):
+        raise TypeError(f"create_app(pool=): got {type(given).__name__}, not an asyncpg pool (create your pool "
+                        "in your lifespan before it enters jobfeed's)")
+    if given.get_max_size() < MIN_HOST_POOL:
+        raise ValueError(f"create_app(pool=): a pool of at most {given.get_max_size()} connection leaves none "
+                         f"for requests beside the live feed's LISTEN: give it max_size={MIN_HOST_POOL} or more")
+    return given
 
 
 def create_app(settings: Settings | None = None, *, pool: PoolSource | None = None,
@@ -133,12 +158,12 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        host_pool = pool() if callable(pool) else pool
-        dsn = None if host_pool is not None else await db.resolve_dsn(settings)
+        hosts = host_pool(pool)
+        dsn = None if hosts is not None else await db.resolve_dsn(settings)
         # `jobfeed migrate` changes the schema, never the API
-        await migrate.require_schema(host_pool if host_pool is not None else dsn, migrate.API_ROLE)
+        await migrate.require_schema(hosts if hosts is not None else dsn, migrate.API_ROLE)
         tasks.load_tasks(settings.tasks)
-        svc.pool = host_pool if host_pool is not None else await db.create_pool(dsn or "", name="jobfeed-api")
+        svc.pool = hosts if hosts is not None else await db.create_pool(dsn or "", name="jobfeed-api")
         try:
             svc.queue = Queue(svc.pool, settings=settings)
             svc.batcher = SubmitBatcher(svc.queue, max_payload=settings.max_payload,
@@ -148,7 +173,7 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
             svc.feed = Feed(dsn or svc.pool, svc.queue, batch=settings.feed_batch,
                             health_interval=settings.listener_health, ping=settings.sse_ping)
             await svc.feed.start()
-            if host_pool is None:  # serving alone: the process is ours to tune
+            if hosts is None:  # serving alone: the process is ours to tune
                 settle_gc()
             svc.running = True
             try:
@@ -157,7 +182,7 @@ def create_app(settings: Settings | None = None, *, pool: PoolSource | None = No
                 svc.running = False
                 await svc.feed.close()
         finally:
-            if host_pool is None:  # a host's pool is the host's to close
+            if hosts is None:  # a host's pool is the host's to close
                 await svc.pool.close()
 
     middleware = [Middleware(svc.metrics.middleware), Middleware(SecurityHeaders)]

@@ -208,10 +208,12 @@ class Metrics:
                 await app(scope, receive, send)
                 return
 
+            host_route = scope.get("route")  # a host's Mount of jobfeed: no route of ours
+
             async def sending(message: Message) -> None:
                 if message["type"] == "http.response.start":
                     route = scope.get("route")
-                    path = getattr(route, "path", None) or "unmatched"
+                    path = (getattr(route, "path", None) if route is not host_route else None) or "unmatched"
                     key = (scope["method"], path, message["status"])
                     counter = self._request_counters.get(key)
                     if counter is None:

@@ -105,6 +105,10 @@ async def test_a_host_mounts_jobfeed_under_a_prefix_with_its_pool(dsn, queue):
         assert moved.status_code in (307, 308) and moved.headers["location"].endswith("/jobs/")
         moved = await client.get("/jobs/api/kinds/")  # jobfeed's own redirect keeps the prefix
         assert moved.status_code == 307 and moved.headers["location"] == "/jobs/api/kinds"
+        # a path of none of jobfeed's routes is counted as such, not as the host's mount
+        assert (await client.get("/jobs/no/such/page")).status_code == 404
+        counted = (await client.get("/jobs/metrics")).text
+        assert 'method="GET",route="unmatched",status="404"' in counted and 'route="/jobs"' not in counted
 
         # identify is the host's hook, kept for the requests feature
         assert svc.requester(Request({"type": "http", "headers": [(b"x-user", b"ada")]})) == "ada"
@@ -156,6 +160,26 @@ async def test_jobfeed_leaves_the_host_pool_open_and_whole(dsn):
         assert await pool.fetchval("select count(*) from pg_listening_channels()") == 0  # and clean
     finally:
         await pool.close()
+
+
+async def test_a_host_pool_that_cannot_serve_is_refused_saying_why(dsn):
+    """None (a pool the host makes only after entering jobfeed's lifespan: jobfeed
+    would open one of its own, or start an embedded server), a coroutine, or a
+    pool the LISTEN connection would take whole."""
+    small = await asyncpg.create_pool(dsn, min_size=1, max_size=1)
+
+    async def later():
+        return small
+    try:
+        for source, error, said in ((lambda: None, TypeError, "got NoneType, not an asyncpg pool"),
+                                    (later, TypeError, "answered an awaitable"),
+                                    (small, ValueError, "give it max_size=2 or more")):
+            jobs = jobfeed.api.create_app(make_settings(dsn), pool=source)
+            with pytest.raises(error, match=said):
+                async with jobfeed.api.lifespan(jobs):
+                    pass
+    finally:
+        await small.close()
 
 
 async def test_the_feed_reconnects_through_the_host_pool(dsn, queue):

@@ -12,7 +12,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from .hosts import canonical_host
 from .limits import INT_MAX, MAX_PAYLOAD_BYTES
@@ -156,6 +156,21 @@ def parse_size(text: str, name: str = "size") -> int:
     return value
 
 
+def parse_header_bytes(text: str, name: str = "JOBFEED_MAX_HEADER_BYTES") -> int:
+    value = parse_size(text, name)
+    if value < MIN_HEADER_BYTES:
+        raise SettingError(f"{name}: {text!r} is under {MIN_HEADER_BYTES} bytes, which no browser's request fits "
+                           "in (write e.g. 64KiB)")
+    return value
+
+
+def parse_header_name(text: str, name: str) -> str:
+    header = str(text).strip().lower()
+    if not re.fullmatch(r"[a-z0-9!#$%&'*+.^_`|~-]+", header):
+        raise SettingError(f"{name}: {header!r} is not a header name")
+    return header
+
+
 def parse_payload_limit(text: str, name: str = "JOBFEED_MAX_PAYLOAD") -> int:
     """A size like the others ('65536', '64KiB'); the database takes it as an int."""
     value = parse_size(text, name)
@@ -207,6 +222,7 @@ def parse_port(text: str, name: str, *, free: bool = False) -> int:
 FLAG_SETTINGS = {"host": "JOBFEED_HOST", "port": "JOBFEED_PORT"}
 
 LOG_FORMATS = ("text", "json")
+JOB_ACCESS = ("link", "requesters")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -231,6 +247,55 @@ def parse_origins(text: str, name: str) -> tuple[str, ...]:
             raise SettingError(f"{name}: {origin!r} is not an origin (like https://app.example.com or "
                                "http://localhost:3000, without a path)")
     return origins
+
+
+def _seconds(value) -> str:
+    return f"{float(value):.6f}s"
+
+
+def _typed(parse: Callable[[str], Any], render: Callable[[Any], str] = str) -> Callable[[Any], Any]:
+    """A check of a value given in code (Settings(...), create_app(settings=)):
+    the variable's own parse, of the value written as the variable would be;
+    the value itself kept (numbers), or its parsed form (names: lower case)."""
+    def check(value):
+        parsed = parse(render(value))
+        return parsed if isinstance(value, (str, tuple)) else value
+    return check
+
+
+# Field: (its variable, its check). Tokens, URLs and folders are checked apart.
+_CHECKED: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "host": ("JOBFEED_HOST", _typed(lambda t: parse_host(t, "JOBFEED_HOST"))),
+    "port": ("JOBFEED_PORT", _typed(lambda t: parse_port(t, "JOBFEED_PORT", free=True))),  # --port 0: any free
+    "backoff": ("JOBFEED_BACKOFF", _typed(lambda t: parse_durations(t, "JOBFEED_BACKOFF"),
+                                          lambda v: ",".join(_seconds(x) for x in v))),
+    "lease": ("JOBFEED_LEASE", _typed(lambda t: parse_duration(t, "JOBFEED_LEASE", least=MIN_LEASE), _seconds)),
+    "max_attempts": ("JOBFEED_MAX_ATTEMPTS", _typed(lambda t: parse_positive_int(t, "JOBFEED_MAX_ATTEMPTS"))),
+    "retention": ("JOBFEED_RETENTION",
+                  _typed(lambda t: parse_duration(t, "JOBFEED_RETENTION", least=MIN_DURATION), _seconds)),
+    "max_payload": ("JOBFEED_MAX_PAYLOAD", _typed(parse_payload_limit)),
+    "cors_origins": ("JOBFEED_CORS_ORIGINS", _typed(lambda t: parse_origins(t, "JOBFEED_CORS_ORIGINS"), ",".join)),
+    **{field: (key, _typed(functools.partial(parse_duration, name=key), _seconds)) for field, key in (
+        ("sse_ping", "JOBFEED_SSE_PING"), ("sse_retry", "JOBFEED_SSE_RETRY"), ("feed_batch", "JOBFEED_FEED_BATCH"),
+        ("listener_health", "JOBFEED_LISTENER_HEALTH"), ("session_lifetime", "JOBFEED_SESSION_LIFETIME"))},
+    **{field: (key, _typed(functools.partial(parse_positive_int, name=key))) for field, key in (
+        ("submit_batch", "JOBFEED_SUBMIT_BATCH"), ("max_active_per_requester", "JOBFEED_MAX_ACTIVE_PER_REQUESTER"),
+        ("max_streams_per_client", "JOBFEED_MAX_STREAMS_PER_CLIENT"), ("max_streams", "JOBFEED_MAX_STREAMS"))},
+    "requester_header": ("JOBFEED_REQUESTER_HEADER",
+                         _typed(lambda t: parse_header_name(t, "JOBFEED_REQUESTER_HEADER"))),
+    "job_access": ("JOBFEED_JOB_ACCESS", _typed(lambda t: parse_choice(t, "JOBFEED_JOB_ACCESS", JOB_ACCESS))),
+    "leave_grace": ("JOBFEED_LEAVE_GRACE",
+                    _typed(lambda t: parse_duration(t, "JOBFEED_LEAVE_GRACE", zero=True), _seconds)),
+    "webhook_hosts": ("JOBFEED_WEBHOOK_HOSTS", lambda v: tuple(parse_canonical_host(h, "JOBFEED_WEBHOOK_HOSTS")
+                                                               for h in v)),
+    "webhook_secret": ("JOBFEED_WEBHOOK_SECRET", check_webhook_secret),
+    "max_header_bytes": ("JOBFEED_MAX_HEADER_BYTES", _typed(parse_header_bytes)),
+    "request_timeout": ("JOBFEED_REQUEST_TIMEOUT", _typed(
+        lambda t: parse_duration(t, "JOBFEED_REQUEST_TIMEOUT", least=MIN_REQUEST_TIMEOUT), _seconds)),
+    "metrics_port": ("JOBFEED_METRICS_PORT", _typed(lambda t: parse_port(t, "JOBFEED_METRICS_PORT"))),
+    "log_format": ("JOBFEED_LOG_FORMAT", _typed(lambda t: parse_choice(t, "JOBFEED_LOG_FORMAT", LOG_FORMATS))),
+    "max_upload": ("JOBFEED_MAX_UPLOAD", _typed(lambda t: parse_size(t, "JOBFEED_MAX_UPLOAD"))),
+}
 
 
 # Settings that guard something: set but empty is refused, not taken as unset.
@@ -288,6 +353,18 @@ class Settings:
         check_admin_token(self.admin_token)
         check_token(self.api_token, "JOBFEED_API_TOKEN")
         check_token(self.metrics_token, "JOBFEED_METRICS_TOKEN")
+        for field, (key, check) in _CHECKED.items():  # refused as its variable would be
+            value = getattr(self, field)
+            if value is None:
+                continue
+            try:
+                fixed = check(value)
+            except SettingError:
+                raise
+            except (TypeError, ValueError, AttributeError):  # not even of the field's type
+                raise SettingError(f"{key} ({field}): {value!r} is not a value it takes") from None
+            if fixed != value:
+                object.__setattr__(self, field, fixed)  # a name in the form the process compares
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "Settings":
@@ -342,18 +419,12 @@ class Settings:
         if env.get("JOBFEED_SUBMIT_BATCH"):
             values["submit_batch"] = parse_positive_int(env["JOBFEED_SUBMIT_BATCH"], "JOBFEED_SUBMIT_BATCH")
         if env.get("JOBFEED_REQUESTER_HEADER"):
-            header = env["JOBFEED_REQUESTER_HEADER"].strip().lower()
-            if not re.fullmatch(r"[a-z0-9!#$%&'*+.^_`|~-]+", header):
-                raise SettingError(f"JOBFEED_REQUESTER_HEADER: {header!r} is not a header name")
-            values["requester_header"] = header
+            values["requester_header"] = parse_header_name(env["JOBFEED_REQUESTER_HEADER"], "JOBFEED_REQUESTER_HEADER")
         if env.get("JOBFEED_MAX_ACTIVE_PER_REQUESTER"):
             values["max_active_per_requester"] = parse_positive_int(
                 env["JOBFEED_MAX_ACTIVE_PER_REQUESTER"], "JOBFEED_MAX_ACTIVE_PER_REQUESTER")
         if env.get("JOBFEED_JOB_ACCESS"):
-            access = env["JOBFEED_JOB_ACCESS"].strip().lower()
-            if access not in ("link", "requesters"):
-                raise SettingError(f"JOBFEED_JOB_ACCESS: {access!r} must be link or requesters")
-            values["job_access"] = access
+            values["job_access"] = parse_choice(env["JOBFEED_JOB_ACCESS"], "JOBFEED_JOB_ACCESS", JOB_ACCESS)
         if env.get("JOBFEED_LEAVE_GRACE"):
             values["leave_grace"] = parse_duration(env["JOBFEED_LEAVE_GRACE"], "JOBFEED_LEAVE_GRACE", zero=True)
         for key, field in (("JOBFEED_MAX_STREAMS_PER_CLIENT", "max_streams_per_client"),
@@ -361,10 +432,7 @@ class Settings:
             if env.get(key):
                 values[field] = parse_positive_int(env[key], key)
         if env.get("JOBFEED_MAX_HEADER_BYTES"):
-            values["max_header_bytes"] = parse_size(env["JOBFEED_MAX_HEADER_BYTES"], "JOBFEED_MAX_HEADER_BYTES")
-            if values["max_header_bytes"] < MIN_HEADER_BYTES:
-                raise SettingError(f"JOBFEED_MAX_HEADER_BYTES: {env['JOBFEED_MAX_HEADER_BYTES']!r} is under "
-                                   f"{MIN_HEADER_BYTES} bytes, which no browser's request fits in (write e.g. 64KiB)")
+            values["max_header_bytes"] = parse_header_bytes(env["JOBFEED_MAX_HEADER_BYTES"])
         if env.get("JOBFEED_MAX_UPLOAD"):
             values["max_upload"] = parse_size(env["JOBFEED_MAX_UPLOAD"], "JOBFEED_MAX_UPLOAD")
         if env.get("JOBFEED_REQUEST_TIMEOUT"):
