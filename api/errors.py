@@ -72,10 +72,15 @@ async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
 # reached by its Unix socket (the embedded one) that stopped has removed the
 # socket: FileNotFoundError (no route reads files of its own); a host name
 # that does not resolve for now: socket.gaierror; one that takes the
-# connection and never answers: TimeoutError, past db.CONNECT_TIMEOUT.
+# connection and never answers: TimeoutError, past db.CONNECT_TIMEOUT; one that
+# turns new connections away for now (pg_hba.conf's reject while an operator
+# works): InvalidAuthorizationSpecificationError (at start, a wrong password
+# stops the process: it cannot be a running API's state); a connection cut
+# mid-call: asyncpg's "cannot switch to state" InternalClientError.
 DATABASE_GONE = (ConnectionError, FileNotFoundError, socket.gaierror, TimeoutError, asyncpg.PostgresConnectionError,
                  asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
-                 asyncpg.TooManyConnectionsError)
+                 asyncpg.TooManyConnectionsError, asyncpg.InvalidAuthorizationSpecificationError,
+                 asyncpg.exceptions.InternalClientError)
 
 
 async def _database_gone(request: Request, exc: Exception) -> Response:

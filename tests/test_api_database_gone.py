@@ -15,6 +15,7 @@ from jobfeed import create_pool
 from jobfeed.api import health
 from jobfeed.api.app import create_app
 from jobfeed.worker import db
+from migration_dbs import as_user
 from relay import Relay
 from servers import asgi_client, make_settings
 from waiting import eventually
@@ -133,3 +134,27 @@ async def test_readyz_answers_a_frozen_database_within_its_own_bounds(dsn):
             ready = await asyncio.wait_for(client.get("/readyz"), 2 * health.READY_WAIT + 2)
             assert ready.status_code == 503 and ready.json()["database"] is False
         await relay.open()
+
+
+async def test_a_database_that_turns_connections_away_for_now_is_503(dsn, pool):
+    """From a black-box pass: with new connections refused (pg_hba.conf's
+    reject while an operator works; here the API's login role made NOLOGIN),
+    a submission answered 500 internal_error; now 503, and served once it is back."""
+    role = f"jobfeed_test_login_{uuid.uuid4().hex[:8]}"
+    await pool.execute(f"create role {role} login in role jobfeed_api")
+    api_pool = await create_pool(as_user(dsn, role), min_size=0, max_size=4, name="jobfeed-test-turned-away")
+    try:
+        async with asgi_client(create_app(make_settings(dsn), pool=api_pool)) as client:
+            await pool.execute(f"alter role {role} nologin")
+            await pool.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = $1", role)
+            r = await asyncio.wait_for(client.post("/api/jobs", json={"kind": "demo", "target": "away"}), 10)
+            assert (r.status_code, r.json()["error"]["code"]) == (503, "database_unavailable"), r.text
+            await pool.execute(f"alter role {role} login")
+
+            async def served() -> bool:
+                return (await client.post("/api/jobs", json={"kind": "demo", "target": "away"})).status_code == 201
+            await eventually(served, timeout=10, what="the API serves again")
+    finally:
+        await api_pool.close()
+        await pool.execute(f"drop owned by {role}")
+        await pool.execute(f"drop role {role}")

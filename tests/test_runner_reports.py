@@ -64,11 +64,16 @@ async def one_reporting_job(dsn, pool, queue, worker_queue, handler):
         await asyncio.wait_for(task, 10)
 
 
-async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler_runs_on(dsn, pool, queue):
+@pytest.mark.parametrize("away", [
+    asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+    # new connections turned away for now (pg_hba.conf's reject): from a black-box pass
+    asyncpg.InvalidAuthorizationSpecificationError('pg_hba.conf rejects connection for host "127.0.0.1"'),
+])
+async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler_runs_on(dsn, pool, queue, away):
     """ctx.flush() while the database is away (its first writes fail as a
-    lost connection does): the report is kept and written later, as
-    progress() keeps one; the handler is not failed for it, and its attempt
-    completes with its last report written."""
+    lost connection does, or as one turned away does): the report is kept and
+    written later, as progress() keeps one; the handler is not failed for it,
+    and its attempt completes with its last report written."""
     from jobfeed.worker import db
     from jobfeed.worker.queue import Queue
 
@@ -88,7 +93,7 @@ async def test_a_flush_the_database_cannot_take_keeps_the_report_and_the_handler
     async def progress(*args):
         if failures[0]:
             failures[0] -= 1
-            raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+            raise away
         return await real_progress(*args)
 
     own_queue.progress = progress  # type: ignore[method-assign]

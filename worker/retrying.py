@@ -23,7 +23,10 @@ RETRYABLE: tuple[type[BaseException], ...] = (
     asyncpg.TransactionRollbackError, asyncpg.PostgresConnectionError, asyncpg.OperatorInterventionError,
     asyncpg.TooManyConnectionsError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError,
     # a connection whose server went away mid-call ("cannot switch to state")
-    asyncpg.exceptions.InternalClientError)
+    asyncpg.exceptions.InternalClientError,
+    # new connections turned away for now (pg_hba.conf's reject while an
+    # operator works; a wrong password stops a process at start instead)
+    asyncpg.InvalidAuthorizationSpecificationError)
 
 
 async def retrying(call: Callable[[], Awaitable[_T]], *, until: float, what: str,
