@@ -198,12 +198,10 @@ $$;
 -- session's first claim, and one made while job_deps or job_signals was small
 -- would read the whole table at every claim once workflows have filled it
 -- (until an analyze replans it); their primary keys start with job_id.
--- Its transaction commits without waiting for the WAL flush (a local
--- synchronous_commit = off; a caller's own transaction around it commits so
--- too): a claim is a lease, which a database crash right after it may lose;
--- its jobs are then as they were before it (that attempt uncounted) and are
--- claimed again. Not when a claimed job may run only once (max_attempts 1):
--- that claim waits for the flush, so a crash cannot have it run twice.
+-- Its commit waits for the WAL flush, as every write's does: a claim a
+-- database crash lost would be made again under the same generation, and
+-- the first run, still going, would be fenced out by nothing (its outcome
+-- taken for the second's, a job seen processing shown queued again).
 create or replace function jobfeed.claim_v3(
     p_kinds text[], p_limit int, p_worker text, p_lease interval default null)
 returns table (id uuid, kind text, target text, payload jsonb, attempts int, max_attempts int,
@@ -241,16 +239,12 @@ begin
         select * from jobfeed.children_of((select ids.a from ids))
          where exists (select from jobfeed.job_deps x
                         where x.job_id = any ((select ids.a from ids)::uuid[]) and x.wait_pos is not null)
-    ), unflushed as materialized (
-        select set_config('synchronous_commit', 'off', true)
-         where exists (select from c) and not exists (select from c where c.max_attempts <= 1)
     )
     select c.id, c.kind, c.target, c.payload, c.attempts, c.max_attempts, c.generation, c.lease_until,
            c.checkpoint, c.lease, s.signals, w.children,
            extract(epoch from now() - c.run_after)::float8, extract(epoch from now() - c.created_at)::float8,
            c.traceparent
       from c left join s on s.job_id = c.id left join w on w.job_id = c.id
-      cross join (select count(*) from unflushed) f  -- one row, always: the setting is made
      order by c.n;
 end $$;
 
