@@ -14,11 +14,13 @@ import uuid
 import asyncpg
 import pytest
 
-from conftest import JOBFEED, worker_env
+from conftest import JOBFEED, ROOT, worker_env
 from jobfeed.worker import db, migrate, schemadoc, sql
 from migration_dbs import ALL, check_documented, describe
 from migration_dbs import empty_db  # noqa: F401  (a fixture)
 from releases import v0_1_0
+
+README = ROOT / "README.md"
 
 
 @pytest.mark.pg18  # sql/schema.txt is 18's (before 18 some functions are PL/pgSQL: README)
@@ -188,6 +190,8 @@ async def test_processes_refuse_an_unmigrated_database(empty_db, args):
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2, err.decode()
     assert "run `jobfeed migrate`" in err.decode() and "Traceback" not in err.decode()
+    said = err.decode().strip().splitlines()[-1]
+    assert f"error: {said.removeprefix('error: ')}" in README.read_text()  # the README shows it as it is
     conn = await db.connect(empty_db)
     try:  # and ran no DDL
         assert await conn.fetchval("select to_regnamespace('jobfeed')") is None
@@ -262,7 +266,10 @@ async def test_the_version_rises_with_the_functions_not_before(empty_db, monkeyp
     in its own transaction and the functions came after, in another, so a
     process starting between the two passed its check and failed on a missing
     function (UndefinedFunctionError). A migrate that stops before the
-    functions now leaves the version where it was."""
+    functions now leaves the database as it was: migrations, functions and
+    version are one transaction (a black-box pass found release N, running
+    beside a migrate, failing every submit on a migrated table under its old
+    functions, and a migrate stopped by a deadlock leaving it so)."""
 
     def broken():
         raise RuntimeError("stopped before the functions")
@@ -273,10 +280,13 @@ async def test_the_version_rises_with_the_functions_not_before(empty_db, monkeyp
     try:
         with pytest.raises(RuntimeError):
             await migrate.migrate(conn)
-        assert await conn.fetchval("select count(*) from jobfeed.schema_migrations") == len(ALL) - 1
+        # those up to one that adds an enum value committed (its value is usable only so), no more
+        first = next(n for n, _, text in migrate.sql.migrations() if migrate._ADDS_ENUM_VALUE.search(text))
+        assert await conn.fetchval("select max(version) from jobfeed.schema_migrations") == first
+        assert await conn.fetchval("select count(*) from jobfeed.schema_migrations") == first
         assert (await migrate.schema_status(conn)).version == 0  # processes still refuse to start
         monkeypatch.undo()
-        assert await migrate.migrate(conn) == ["functions"]
+        assert await migrate.migrate(conn) == ALL[first:]
         assert (await migrate.schema_status(conn)).version == migrate.SCHEMA_VERSION
     finally:
         await conn.close()
@@ -293,3 +303,32 @@ async def test_a_migration_has_no_query_timeout(empty_db, monkeypatch):
             await conn.execute("select pg_sleep(0.1)")
     finally:
         conn.terminate()
+
+
+async def test_a_migration_undone_by_a_deadlock_is_made_again(empty_db, monkeypatch):
+    """Running processes lock jobs in their own order: a deadlock may pick the
+    migration's transaction, which then left nothing; it is made again, and
+    only a deadlock every time is the command's error."""
+    real, calls = migrate._apply, []
+
+    async def deadlocked(conn, times):
+        calls.append(1)
+        if len(calls) <= times:
+            async with conn.transaction():  # some of it done, then undone
+                await conn.execute("create table jobfeed.half_done (x int)")
+                raise asyncpg.DeadlockDetectedError("deadlock detected")
+        return await real(conn)
+
+    conn = await db.connect(empty_db)
+    try:
+        monkeypatch.setattr(migrate, "_apply", lambda c: deadlocked(c, migrate.DEADLOCK_TRIES))
+        with pytest.raises(asyncpg.DeadlockDetectedError):
+            await migrate.migrate(conn)
+        assert len(calls) == migrate.DEADLOCK_TRIES
+        assert await conn.fetchval("select to_regclass('jobfeed.half_done')") is None
+        calls.clear()
+        monkeypatch.setattr(migrate, "_apply", lambda c: deadlocked(c, 1))
+        assert await migrate.migrate(conn) == ALL and len(calls) == 2
+        assert (await migrate.schema_status(conn)).version == migrate.SCHEMA_VERSION
+    finally:
+        await conn.close()

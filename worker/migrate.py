@@ -2,7 +2,7 @@
 
 `jobfeed migrate` (migrate() here) is the only code that runs DDL: numbered
 migrations once each, then sql/functions/ when their text, comments left out,
-differs from what was last applied. It runs under an advisory lock, so two
+differs from what was last applied, all in one transaction. It runs under an advisory lock, so two
 deploys migrating at once take turns and the second finds nothing to do.
 
 Every other process calls require_schema() at start: one query of
@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
+import re
 
 import asyncpg
 
 from . import db, sql
+
+log = logging.getLogger("jobfeed")
 
 # The NOLOGIN roles the migrations create, one per kind of process (their
 # rights: sql/functions/90_grants.sql).
@@ -34,6 +38,10 @@ API_ROLE, WORKER_ROLE, SWEEPER_ROLE = "jobfeed_api", "jobfeed_worker", "jobfeed_
 MIGRATION_LOCK = 0x6A6F_6266_6565_64
 
 SCHEMA_VERSION = max(number for number, _, _ in sql.migrations())
+
+# How often a migration undone by a deadlock with running processes is made
+# again before the error is the command's.
+DEADLOCK_TRIES = 3
 
 
 class SchemaError(Exception):
@@ -108,6 +116,49 @@ async def require_schema(target, role: str | None = None) -> SchemaStatus:
     return status
 
 
+# A migration that adds an enum value must commit before any statement uses the
+# value (PostgreSQL refuses it in the same transaction): one ends a transaction.
+_ADDS_ENUM_VALUE = re.compile(r"\balter\s+type\s+\S+\s+add\s+value\b", re.IGNORECASE)
+
+
+async def _apply(conn: asyncpg.Connection) -> list[str]:
+    """The pending migrations, the functions and the version, in one
+    transaction: release N, running beside it, sees the old schema with its
+    functions or the new with theirs, never a migrated table under functions
+    that do not fit it yet (a 500 on every submit); a migrate that fails or is
+    stopped leaves the database as it was. A process starting meanwhile sees
+    the older version and refuses to start, never a version whose functions
+    are not there yet. (A migration that adds an enum value commits first,
+    with those before it: its value is usable only once committed.)"""
+    applied: list[str] = []
+    done = {r["version"] for r in await conn.fetch("select version from jobfeed.schema_migrations")}
+    pending = [(number, name, text) for number, name, text in sql.migrations() if number not in done]
+    while True:
+        async with conn.transaction():
+            while pending:
+                number, name, text = pending.pop(0)
+                await conn.execute(text)
+                await conn.execute("insert into jobfeed.schema_migrations (version, name) values ($1, $2)",
+                                   number, name)
+                done.add(number)
+                applied.append(name)
+                if _ADDS_ENUM_VALUE.search(text):
+                    break
+            if pending:
+                continue  # (committed here, at the block's end)
+            checksum = functions_checksum()
+            stale = await conn.fetchval("select functions from jobfeed.schema_version") != checksum
+            if stale:
+                for _, text in sql.function_files():
+                    await conn.execute(text)
+                applied.append("functions")
+            await conn.execute(
+                "update jobfeed.schema_version set version = greatest(version, $1), functions = $2, "
+                "updated_at = now() where version < $1 or functions is distinct from $2",
+                max(done, default=0), checksum)
+        return applied
+
+
 async def migrate(conn: asyncpg.Connection) -> list[str]:
     """Bring the database up to this code's schema; returns what was applied."""
     applied: list[str] = []
@@ -119,34 +170,19 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
             # Its functions are newer than ours: putting ours back would undo them.
             raise SchemaError(f"the database schema is at version {status.version}, newer than this "
                               f"jobfeed's {SCHEMA_VERSION}: migrate with the newer release")
-        done = {r["version"] for r in await conn.fetch("select version from jobfeed.schema_migrations")}
         # the row a migration may raise compatible_from in; version 0 until the end
         await conn.execute("insert into jobfeed.schema_version (id, version) values (1, 0) on conflict (id) do nothing")
-        for number, name, text in sql.migrations():
-            if number in done:
-                continue
-            async with conn.transaction():
-                await conn.execute(text)
-                await conn.execute(
-                    "insert into jobfeed.schema_migrations (version, name) values ($1, $2)", number, name)
-            done.add(number)
-            applied.append(name)
-        # The version every process checks at start rises with the functions,
-        # in one transaction: a process starting meanwhile sees the older
-        # version and refuses to start, never a version whose functions are
-        # not there yet.
-        checksum = functions_checksum()
-        stale = await conn.fetchval("select functions from jobfeed.schema_version") != checksum
-        async with conn.transaction():
-            if stale:
-                for _, text in sql.function_files():
-                    await conn.execute(text)
-            await conn.execute(
-                "update jobfeed.schema_version set version = greatest(version, $1), functions = $2, "
-                "updated_at = now() where version < $1 or functions is distinct from $2",
-                max(done, default=0), checksum)
-        if stale:
-            applied.append("functions")
+        for attempt in range(1, DEADLOCK_TRIES + 1):
+            try:
+                applied = await _apply(conn)
+                break
+            except asyncpg.DeadlockDetectedError:
+                # with the running processes (their locks on jobs, taken in
+                # another order): nothing of it stayed, so it may be made again
+                if attempt == DEADLOCK_TRIES:
+                    raise
+                log.warning("migrate: a deadlock with running processes undid it (nothing was applied); "
+                            "trying again")
     finally:
         await conn.execute("select pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied
