@@ -50,6 +50,21 @@ def test_an_error_without_text_is_named_by_its_type(log_format):
     assert "heartbeat failed (TimeoutError); again in 1.5 (gone)" in line, line
 
 
+def test_a_text_record_is_one_line_whatever_its_message_holds():
+    """From a black-box pass: a handler's "multi\nline" message made three
+    lines of text log (forgeable ones), and a colour code reached the
+    terminal; JSON escaped both. A traceback still follows on lines of its own."""
+    formatter = logs.TextFormatter()
+    line = formatter.format(record("multi\nline %s", "\x1b[31mred\u202e"))
+    assert line.endswith("tests: multi\\nline \\x1b[31mred\\u202e") and "\n" not in line, line
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord("tests", logging.ERROR, __file__, 1, "it failed", (), sys.exc_info())
+    first, *rest = formatter.format(failed).splitlines()
+    assert first.endswith("it failed") and rest[0] == "Traceback (most recent call last):"
+
+
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_both_formats_redact_url_credentials_and_queries(log_format):
     line = logs.formatter(log_format).format(record("GET %s", "https://u:pw-1@h.example/p?key=k-2#f"))

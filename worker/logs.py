@@ -15,6 +15,7 @@ from typing import Any
 
 from . import tracing
 from .redact import redact
+from .terminal import shown
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -59,6 +60,9 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         _name_blank_errors(record)
+        message = record.getMessage()
+        if not message.isprintable():  # a handler's "a\nb" or a colour code: one line, escaped, as JSON does
+            record = logging.makeLogRecord({**record.__dict__, "msg": shown(message), "args": ()})
         return redact(super().format(record))
 
 
