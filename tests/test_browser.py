@@ -229,6 +229,20 @@ async def test_job_page_shows_how_many_are_ahead(api, new_page, http, queue):
     await expect(page.locator("#progress-text")).to_have_text(re.compile(r"^Scheduled for .*2031"))
 
 
+async def test_a_long_unbroken_progress_message_stays_in_the_page(api, new_page, http, queue):
+    """From a black-box pass: a progress message of one long URL widened the job
+    page to thousands of pixels (the admin's detail wrapped it)."""
+    job_id = (await http.post("/api/jobs", json={"kind": "demo", "target": "long-message"})).json()["id"]
+    (job,) = await queue.claim(["demo"], 1, "w", lease=3600)
+    message = "downloading https://cdn.example.com/" + "a" * 1900 + ".mp4"
+    assert await queue.progress(job.id, job.generation, 1, 2, message)
+    for viewport in (PHONE, DESKTOP):
+        page = await new_page(viewport)
+        await page.goto(f"/jobs/{job_id}")
+        await expect(page.locator("#progress-text")).to_contain_text("downloading https://cdn.example.com/aaa")
+        assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+
+
 async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, http, pool):
     """Two people wait for one job: each page says it is shared; one leaves with
     the button, the other closes the tab, and with nobody left the job is
@@ -244,6 +258,7 @@ async def test_shared_with_others_leave_and_closing_the_page(worker, new_page, h
     await shot(second, "job-shared-with")
     await second.click("#leave")
     await expect(second.locator("#left-note")).to_be_visible()
+    await expect(second.locator("#left-note")).to_be_focused()  # the button went: not the page's body
     await expect(second.locator("#leave-row")).to_be_hidden()
     await expect(first.locator("#requesters")).to_have_text("Only you are waiting for this job.")
     assert (await http.get(f"/api/jobs/{job_id}")).json()["status"] == "processing"

@@ -426,3 +426,44 @@ async def test_a_targets_bidi_controls_are_shown_written_out(api, new_page, http
     await job_page.goto(f"/jobs/{job_id}")
     await expect(job_page.locator("#target")).to_have_text("x\\u202egnp.exe")
     assert "\u202e" not in await job_page.title()
+
+
+async def test_the_dashboards_actions_keep_a_keyboard_users_place(api, new_page, http, queue):
+    """From a black-box pass: after Space on Pause the focus fell to the page's
+    body (the row was made anew), Escape left the bulk question open and its
+    answers dropped focus too, a canceled job's detail dropped it with its
+    disabled button, and the open job's state changes were never announced."""
+    job_id = (await http.post("/api/jobs", json={"kind": "demo", "target": "keys"})).json()["id"]
+    page = await new_page(DESKTOP)
+    await page.goto(f"/admin#job={job_id}")
+    await page.fill("#token", ADMIN_TOKEN)
+    await page.press("#token", "Enter")
+    await expect(page.locator("#detail-heading")).to_have_text("demo: keys")
+
+    focused = "document.activeElement.getAttribute('aria-label') || document.activeElement.id"
+    await page.locator('#kinds tr[data-kind="demo"] button').focus()
+    await page.keyboard.press("Space")
+    await expect(page.locator('#kinds tr[data-kind="demo"] .badge')).to_have_text("paused")
+    assert await page.evaluate(focused) == "Resume demo"  # the new button, not the body
+    await page.keyboard.press("Space")
+    await expect(page.get_by_role("button", name="Pause demo")).to_be_visible()
+    assert await page.evaluate(focused) == "Pause demo"
+
+    await page.select_option("#filter-kind", "demo")
+    await page.locator("#bulk-cancel").focus()
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#bulk-confirm")).to_be_visible()
+    assert await page.evaluate(focused) == "bulk-yes"
+    await page.keyboard.press("Escape")
+    await expect(page.locator("#bulk-confirm")).to_be_hidden()
+    assert await page.evaluate(focused) == "bulk-cancel"  # back where it was asked
+
+    # the open job is claimed elsewhere: its state change is said, once
+    (job,) = await queue.claim(["demo"], 1, "w", lease=3600)
+    await expect(page.locator("#detail-live")).to_have_text("demo: keys is now running.", timeout=12_000)
+    await page.locator("#cancel").focus()
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#action-message")).to_contain_text("Cancel accepted")
+    await expect(page.locator("#cancel")).to_be_disabled()
+    assert await page.evaluate(focused) == "action-message"  # what says what happened
+    await expect(page.locator("#detail-live")).to_have_text("demo: keys is now canceled.")

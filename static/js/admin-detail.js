@@ -75,9 +75,17 @@ function childrenList(job) {
     ...(more > 0 ? [h("li", { class: "muted" }, `and ${more} more`)] : []));
 }
 
+let announced = null; // the job and state last said in #detail-live
+
 function renderDetail() {
   const job = selected;
   $("detail").hidden = false;
+  // a screen reader hears the open job's state change (not the first render:
+  // the heading says which job opened, nor progress, which would never stop)
+  if (announced && announced.id === job.id && announced.state !== job.state) {
+    $("detail-live").textContent = `${job.kind}: ${shown(job.target)} is now ${job.state}.`;
+  }
+  announced = { id: job.id, state: job.state };
   $("detail-heading").textContent = `${job.kind}: ${shown(job.target)}`;
   const p = job.progress;
   const facts = [
@@ -149,6 +157,9 @@ async function act(action) {
     if (err.status !== 401) showError(region, err);
   }
   await loadDetail();
+  // the button is disabled now (a canceled job cannot be canceled): focus what
+  // says what happened, not the page's body
+  if (button.disabled) region.focus();
   soon("stats", loadStats);
 }
 

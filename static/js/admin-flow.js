@@ -16,6 +16,8 @@ function flow(kind) {
 }
 
 export async function loadKinds() {
+  // the rows are made anew: a keyboard user's focus stays on the same kind's button
+  const focused = document.activeElement?.closest?.("#kinds tr")?.dataset.kind;
   try {
     const { data } = await adminApi("/api/kinds");
     $("kinds").tBodies[0].replaceChildren(...data.kinds.map((kind) => h("tr", { "data-kind": kind.kind },
@@ -28,6 +30,9 @@ export async function loadKinds() {
           "aria-label": `${kind.paused ? "Resume" : "Pause"} ${kind.kind}`,
           onclick: () => setPaused(kind.kind, !kind.paused),
         }, kind.paused ? "Resume" : "Pause")))));
+    if (focused !== undefined) {
+      $("kinds").querySelector(`tr[data-kind="${CSS.escape(focused)}"] button`)?.focus();
+    }
   } catch (err) {
     if (err.status !== 401) showError($("kinds-message"), err);
   }
@@ -96,7 +101,7 @@ async function ask(action) {
     showError($("bulk-message"), err);
     return;
   }
-  asked = { action, f };
+  asked = { action, f, opener: document.activeElement };
   const what = [f.kind, f.state].filter(Boolean).join(", ");
   $("bulk-question").textContent = `${action === "retry" ? "Retry" : "Cancel"} ${nJobs(n)} (${what})?`
     + (action === "retry" ? ` ${SKIPS}` : "");
@@ -104,10 +109,17 @@ async function ask(action) {
   $("bulk-yes").focus();
 }
 
-async function confirm() {
-  const { action, f } = asked;
+// The question closes (answered, kept, Escape) with focus back where it was asked.
+function closeQuestion() {
+  const opener = asked && asked.opener;
   asked = null;
   $("bulk-confirm").hidden = true;
+  if (opener && opener.isConnected) opener.focus();
+}
+
+async function confirm() {
+  const { action, f } = asked;
+  closeQuestion();
   try {
     const { data } = await adminApi(`/api/admin/jobs/${action}`, { method: "POST", body: f });
     const skipped = data.skipped ? `; skipped ${data.skipped} (${SKIPPED_WHY})` : "";
@@ -135,8 +147,8 @@ export function listenToFlow() {
   $("bulk-retry").addEventListener("click", () => ask("retry"));
   $("bulk-cancel").addEventListener("click", () => ask("cancel"));
   $("bulk-yes").addEventListener("click", confirm);
-  $("bulk-no").addEventListener("click", () => {
-    asked = null;
-    $("bulk-confirm").hidden = true;
+  $("bulk-no").addEventListener("click", closeQuestion);
+  $("bulk-confirm").addEventListener("keydown", (e) => {
+    if (e.key === "Escape") closeQuestion();
   });
 }

@@ -171,8 +171,9 @@ async function leave() {
   try {
     const response = await fetch(leaveUrl(), { method: "POST" });
     if (response.ok || response.status === 404) {
-      forget();
+      forget(); // (the Leave button goes: focus moves to what says it worked)
       $("left-note").hidden = false;
+      $("left-note").focus();
       const data = response.ok ? await response.json() : null;
       if (data && data.job) render(data.job);
     }
