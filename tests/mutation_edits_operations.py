@@ -114,7 +114,7 @@ OPERATIONS_EDITS: list[Edit] = [
          ("tests/test_cli.py::test_an_empty_database_url_is_not_the_embedded_server",),
          "DATABASE_URL set but empty is refused, not read as unset (the embedded server)"),
     Edit("header-bytes-below-any-request", "worker/settings.py",
-         '            if values["max_header_bytes"] < MIN_HEADER_BYTES:', "            if False:",
+         '    if value < MIN_HEADER_BYTES:', "    if False:",
          ("tests/test_api_limits.py::test_bad_cap_settings_are_refused_naming_the_setting",),
          "JOBFEED_MAX_HEADER_BYTES under 1 KiB (every request 431) is refused at start"),
     Edit("schedules-count-lost-workers", "sql/functions/65_schedules.sql",
