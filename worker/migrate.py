@@ -2,8 +2,9 @@
 
 `jobfeed migrate` (migrate() here) is the only code that runs DDL: numbered
 migrations once each, then sql/functions/ when their text, comments left out,
-differs from what was last applied, all in one transaction. It runs under an advisory lock, so two
-deploys migrating at once take turns and the second finds nothing to do.
+differs from what was last applied, in one transaction (_apply). It runs under
+an advisory lock, so two deploys migrating at once take turns and the second
+finds nothing to do.
 
 Every other process calls require_schema() at start: one query of
 jobfeed.schema_version, a row every service role may read.
