@@ -7,6 +7,7 @@ roles: test_migrations_upgrade.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import uuid
@@ -332,3 +333,23 @@ async def test_a_migration_undone_by_a_deadlock_is_made_again(empty_db, monkeypa
         assert (await migrate.schema_status(conn)).version == migrate.SCHEMA_VERSION
     finally:
         await conn.close()
+
+
+def test_a_migrate_that_fails_in_the_database_says_so_in_one_line(empty_db, monkeypatch, capsys):
+    """From a black-box pass: a deadlock every time printed thirty lines of
+    traceback; now one error line, exit 1, saying the database is as it was."""
+    from jobfeed.worker import cli
+
+    async def deadlocked(conn):
+        raise asyncpg.DeadlockDetectedError("deadlock detected")
+    monkeypatch.setattr(migrate, "_apply", deadlocked)
+    monkeypatch.setenv("DATABASE_URL", empty_db)
+    root = logging.getLogger()  # the command sets up logging: the tests after this one get theirs back
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    assert cli.main(["migrate"]) == 1
+    err = capsys.readouterr().err.strip()
+    *tries, said = err.splitlines()
+    assert "Traceback" not in err and len(tries) == migrate.DEADLOCK_TRIES - 1, err  # a warning per try again
+    assert said.startswith("error: migrate failed (DeadlockDetectedError: deadlock detected)"), said
+    assert said.endswith("run it again")

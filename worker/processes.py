@@ -8,10 +8,13 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from typing import Any, AsyncIterator
 
-from . import db, migrate as migrations, tasks
+import asyncpg
+
+from . import db, logs, migrate as migrations, tasks
 from .queue import Queue
 from .settings import FLAG_SETTINGS, Settings
 from .startup import (admin_token, budget_mode, make_runner, make_sweeper, on_signals, prepare, run, runner_specs,
@@ -38,7 +41,15 @@ async def metrics_port(settings: Settings) -> AsyncIterator:
 
 
 async def cmd_migrate(settings: Settings, args) -> int:
-    applied = await migrations.migrate_database(await db.resolve_dsn(settings))
+    try:
+        applied = await migrations.migrate_database(await db.resolve_dsn(settings))
+    except asyncpg.InsufficientPrivilegeError:
+        raise  # the command's usual line: which role may migrate
+    except asyncpg.PostgresError as exc:  # a deadlock every time, a lock timeout, a migration refused
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(logs.fatal_line(f"migrate failed ({type(exc).__name__}: {first}); its transaction was undone, so "
+                              "the database is as it was (README, Versions): run it again"), file=sys.stderr)
+        return 1
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0
 
