@@ -496,4 +496,13 @@ PASS_EDITS: list[Edit] = [
          "    except asyncpg.PostgresError as exc:  # a deadlock every time", "    except ZeroDivisionError as exc:  # a deadlock every time",
          ("tests/test_migrations.py::test_a_migrate_that_fails_in_the_database_says_so_in_one_line",),
          "a migrate that fails in the database says so in one line, exit 1"),
+    Edit("up-prints-any-address", "worker/up.py",
+         '    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)', "    host = host",
+         ("tests/test_up.py::test_up_runs_everything_and_keeps_state_across_restarts",),
+         "jobfeed up on 0.0.0.0 prints a URL a browser can open"),
+    Edit("metrics-port-errors-plain", "worker/metrics.py",
+         "                     exception_handlers={HTTPException: EXCEPTION_HANDLERS[HTTPException]})",
+         "                     exception_handlers={})",
+         ("tests/test_metrics.py::test_the_metrics_port_answers_other_paths_as_the_api_does",),
+         "the metrics port answers other paths with the contract's JSON error"),
 ]

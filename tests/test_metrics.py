@@ -317,6 +317,17 @@ async def test_the_metrics_port_answers_loopback_or_the_token(token, client, hea
         assert "jobfeed_job_run_seconds" in answer.text
 
 
+async def test_the_metrics_port_answers_other_paths_as_the_api_does():
+    """From a black-box pass: a plain-text "Not Found"; errors everywhere are
+    JSON in the contract's shape (README, Security)."""
+    transport = httpx.ASGITransport(app=metrics.metrics_app(None), client=("127.0.0.1", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://worker") as http:
+        for method, path, status, code in (("GET", "/", 404, "not_found"), ("GET", "/nope", 404, "not_found"),
+                                           ("POST", "/metrics", 405, "method_not_allowed")):
+            answer = await http.request(method, path)
+            assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.text
+
+
 async def test_a_proxy_on_the_same_host_that_forwards_a_remote_client_gets_403(dsn, monkeypatch):
     """Without a metrics token, /metrics answers loopback clients; uvicorn
     trusts 127.0.0.1's X-Forwarded-For, so a local proxy passing on a remote

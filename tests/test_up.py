@@ -58,8 +58,10 @@ async def test_up_runs_everything_and_keeps_state_across_restarts(data_dir):
         code = await proc.stop(timeout=15)
     assert code == 0, proc.log
 
-    # port 0 ("any free port"): the URL printed names the port it got
-    again = await up_process(data_dir, port, "--port", "0").start(ready=r"jobfeed is up: http://127.0.0.1:(\d+)/")
+    # port 0 ("any free port"): the URL printed names the port it got; on every interface
+    # (0.0.0.0), an address a browser can open, not 0.0.0.0 (a black-box pass)
+    again = await up_process(data_dir, port, "--port", "0", "--host", "0.0.0.0").start(
+        ready=r"jobfeed is up: http://127.0.0.1:(\d+)/")
     try:
         assert any(printed in line for line in again.output), "the token is kept in the data folder"
         given = int(again.match.group(1))

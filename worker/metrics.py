@@ -131,7 +131,12 @@ def metrics_app(token: str | None):
                                            "unless JOBFEED_METRICS_TOKEN is set"}}, status_code=403)
         return Response(render(PROCESS), media_type=CONTENT_TYPE)
 
-    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
+    # another path or method: the contract's JSON error, as the API answers it
+    from starlette.exceptions import HTTPException
+
+    from jobfeed.api.errors import EXCEPTION_HANDLERS
+    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])],
+                     exception_handlers={HTTPException: EXCEPTION_HANDLERS[HTTPException]})
 
 
 class MetricsServer:

@@ -15,6 +15,13 @@ from .startup import UsageError, admin_token, log, make_runner, make_sweeper, on
 DEMO_TASKS = "jobfeed.demo"
 
 
+def browsable(host: str) -> str:
+    """The host of a URL a person can open: an any-address (0.0.0.0, ::) listens
+    on every interface, loopback among them; an IPv6 address in brackets."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"[{host}]" if ":" in host else host
+
+
 async def cmd_up(settings: Settings, args) -> int:
     # The all-in-one development command is the one place the demo kind comes
     # with; elsewhere it runs only where JOBFEED_TASKS names it.
@@ -49,7 +56,7 @@ async def cmd_up(settings: Settings, args) -> int:
         on_signals(runner.stop, sweeper.stop, server.stop)
         parts = [asyncio.create_task(p) for p in (server.serve(), runner.run(), sweeper.run())]
         if await server.wait_started(parts[0]):
-            url = f"http://{settings.host}:{server.port()}/"
+            url = f"http://{browsable(settings.host)}:{server.port()}/"
             # A token from JOBFEED_ADMIN_TOKEN is the operator's already: not repeated here.
             shown = "(JOBFEED_ADMIN_TOKEN)" if given_token else token
             print(f"jobfeed is up: {url}\n  admin: {url}admin  token: {shown}\n"
