@@ -440,23 +440,22 @@ async def test_the_dashboards_actions_keep_a_keyboard_users_place(api, new_page,
     await page.press("#token", "Enter")
     await expect(page.locator("#detail-heading")).to_have_text("demo: keys")
 
-    focused = "document.activeElement.getAttribute('aria-label') || document.activeElement.id"
     await page.locator('#kinds tr[data-kind="demo"] button').focus()
     await page.keyboard.press("Space")
     await expect(page.locator('#kinds tr[data-kind="demo"] .badge')).to_have_text("paused")
-    assert await page.evaluate(focused) == "Resume demo"  # the new button, not the body
+    await expect(page.get_by_role("button", name="Resume demo")).to_be_focused()  # the new button, not the body
     await page.keyboard.press("Space")
     await expect(page.get_by_role("button", name="Pause demo")).to_be_visible()
-    assert await page.evaluate(focused) == "Pause demo"
+    await expect(page.get_by_role("button", name="Pause demo")).to_be_focused()
 
     await page.select_option("#filter-kind", "demo")
     await page.locator("#bulk-cancel").focus()
     await page.keyboard.press("Enter")
     await expect(page.locator("#bulk-confirm")).to_be_visible()
-    assert await page.evaluate(focused) == "bulk-yes"
+    await expect(page.locator("#bulk-yes")).to_be_focused()
     await page.keyboard.press("Escape")
     await expect(page.locator("#bulk-confirm")).to_be_hidden()
-    assert await page.evaluate(focused) == "bulk-cancel"  # back where it was asked
+    await expect(page.locator("#bulk-cancel")).to_be_focused()  # back where it was asked
 
     # the open job is claimed elsewhere: its state change is said, once
     (job,) = await queue.claim(["demo"], 1, "w", lease=3600)
@@ -465,5 +464,5 @@ async def test_the_dashboards_actions_keep_a_keyboard_users_place(api, new_page,
     await page.keyboard.press("Enter")
     await expect(page.locator("#action-message")).to_contain_text("Cancel accepted")
     await expect(page.locator("#cancel")).to_be_disabled()
-    assert await page.evaluate(focused) == "action-message"  # what says what happened
+    await expect(page.locator("#action-message")).to_be_focused()  # what says what happened
     await expect(page.locator("#detail-live")).to_have_text("demo: keys is now canceled.")
