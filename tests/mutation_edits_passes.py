@@ -444,7 +444,7 @@ PASS_EDITS: list[Edit] = [
          (MOUNTED,), "over https under a prefix the session cookie is __Secure- (browsers drop a __Host- one)"),
     Edit("settings-in-code-unchecked", "worker/settings.py",
          "        for field, (key, check) in _CHECKED.items():", "        for field, (key, check) in ():",
-         ("tests/test_cli.py::test_settings_given_in_code_are_refused_as_their_variables_are",),
+         ("tests/test_settings.py::test_settings_given_in_code_are_refused_as_their_variables_are",),
          "a Settings made in code is checked as its variables would be"),
     Edit("host-pool-none-taken", "api/app.py",
          "    if source is None:\n        return None\n    given = source() if callable(source) else source\n",
