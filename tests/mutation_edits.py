@@ -5,6 +5,7 @@ an edit here whenever a bug is fixed (the edit that brings the bug back)."""
 from mutation_edit import Edit
 from mutation_edits_queue import QUEUE_EDITS
 from mutation_edits_http import HTTP_EDITS
+from mutation_edits_integration import INTEGRATION_EDITS
 from mutation_edits_operations import OPERATIONS_EDITS
 from mutation_edits_passes import PASS_EDITS
 from mutation_edits_plans import PLAN_EDITS
@@ -13,4 +14,5 @@ from mutation_edits_service import SERVICE_EDITS
 
 __all__ = ["EDITS", "Edit"]
 
-EDITS: list[Edit] = QUEUE_EDITS + SERVICE_EDITS + PLAN_EDITS + PASS_EDITS + PRODUCER_EDITS + HTTP_EDITS + OPERATIONS_EDITS
+EDITS: list[Edit] = (QUEUE_EDITS + SERVICE_EDITS + PLAN_EDITS + PASS_EDITS + PRODUCER_EDITS + HTTP_EDITS
+                     + OPERATIONS_EDITS + INTEGRATION_EDITS)
